@@ -1,0 +1,215 @@
+// Package outboxcdc holds the few types the whole data path shares and the
+// pipeline that wires a Source, a Router, a Sink and a Checkpointer together.
+//
+// Data flows one way:
+//
+//	Source --Tx--> pipeline --Event--> Router --Record--> Sink
+//	                  |                                     |
+//	                  +---- after every record is acked ----+
+//	                  v
+//	            Checkpointer.Save(Tx.End), then Source.Ack(Tx.End)
+//
+// The checkpoint is only ever the end position of a transaction whose
+// records the sink has acknowledged, so a restart from it loses nothing and
+// never starts inside a transaction.
+package outboxcdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Position is a source position in text form, "<kind>:<body>". The kind
+// names the source that issued it ("mysql", "postgres"); the body is opaque
+// to everything but that source. The prefix lets a source refuse a
+// checkpoint written by another kind of source.
+type Position string
+
+// Kind returns the prefix before the first colon, or "" if there is none.
+func (p Position) Kind() string {
+	k, _, ok := strings.Cut(string(p), ":")
+	if !ok {
+		return ""
+	}
+	return k
+}
+
+// Body returns the part after the kind prefix.
+func (p Position) Body() string {
+	_, b, _ := strings.Cut(string(p), ":")
+	return b
+}
+
+// IsZero reports whether p is the empty position ("no checkpoint yet").
+func (p Position) IsZero() bool { return p == "" }
+
+// MakePosition joins a kind and a body.
+func MakePosition(kind, body string) Position { return Position(kind + ":" + body) }
+
+// CheckKind returns an error unless p was issued by a source of the given kind.
+func (p Position) CheckKind(kind string) error {
+	if p.Kind() != kind {
+		return fmt.Errorf("%w: position %q was written by a %q source, this source is %q",
+			ErrForeignPosition, string(p), p.Kind(), kind)
+	}
+	return nil
+}
+
+// ErrForeignPosition is wrapped by errors about a checkpoint that belongs to
+// another kind of source.
+var ErrForeignPosition = errors.New("checkpoint belongs to another source")
+
+// Column is one non-role column of an outbox row, rendered as text (or raw
+// bytes for binary columns).
+type Column struct {
+	Name  string
+	Value []byte
+	Null  bool
+}
+
+// Event is one committed INSERT into the outbox table. Sources fill the role
+// fields from the columns a Router's preset names (see Columns); Extra holds
+// the other columns the route asked for, in the order it asked for them.
+type Event struct {
+	MessageID     string
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	// Payload is the payload column's bytes exactly as stored; nil means SQL
+	// NULL and an empty non-nil slice means an empty value.
+	Payload []byte
+	Extra   []Column
+	// CommitTime is the source transaction's commit time (second precision on
+	// MySQL/MariaDB).
+	CommitTime time.Time
+	// Origin says where the row is in the source ("mariadb-bin.000003:1234 row 2",
+	// "LSN 0/16B3748"), for error messages. It is not a resume position.
+	Origin string
+}
+
+// Extra column lookup by name; ok is false when the column was not delivered.
+func (e *Event) Column(name string) (Column, bool) {
+	for _, c := range e.Extra {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Column{}, false
+}
+
+// Tx is the outbox events of one committed source transaction and the
+// position just past its end. Transactions that touched no outbox row may be
+// delivered with no events, so the checkpoint keeps moving on a busy server
+// whose outbox is idle.
+type Tx struct {
+	Events     []Event
+	End        Position
+	CommitTime time.Time
+}
+
+// Header is a Kafka record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is what a Sink writes: a Kafka-agnostic message. The sink chooses
+// the partition from Key (Java-compatible murmur2 for Kafka).
+type Record struct {
+	Topic   string
+	Key     []byte // nil: null key
+	Value   []byte // nil: tombstone
+	Headers []Header
+	// Timestamp is the record timestamp; the source commit time.
+	Timestamp time.Time
+}
+
+// Size is an estimate of the record's bytes in memory and on the wire, used
+// to bound batches.
+func (r *Record) Size() int {
+	n := len(r.Topic) + len(r.Key) + len(r.Value) + 32
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 8
+	}
+	return n
+}
+
+// Columns names the outbox table's role columns. A Router's preset decides
+// them; a Source uses them to fill Event. Extra lists further columns the
+// route wants (for headers); a source delivers those it finds.
+type Columns struct {
+	MessageID     string
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Payload       string
+	Extra         []string
+}
+
+// Source delivers committed outbox transactions in commit order.
+type Source interface {
+	// Run connects and streams, starting just after from (or, when from is
+	// zero, where the source's start setting says), sending one Tx per
+	// committed source transaction to out in commit order. It reconnects by
+	// itself after transient failures, resuming after the last Tx it sent,
+	// and never sends a transaction twice or in part. Run returns when ctx is
+	// done (with ctx.Err()) or on a permanent error; it is called once, from
+	// the pipeline's reader goroutine, and never closes out.
+	Run(ctx context.Context, from Position, out chan<- Tx) error
+	// Ack says every transaction up to and including the one ending at pos
+	// is durably checkpointed, so the server may release it (Postgres
+	// confirms it to the slot). It is called from the pipeline's writer
+	// goroutine, concurrently with Run, with non-decreasing positions, and
+	// must not block.
+	Ack(pos Position)
+	// Ready returns nil while the source is connected and streaming, or an
+	// error saying why not. Safe to call from any goroutine.
+	Ready() error
+}
+
+// Sink writes records to the destination.
+type Sink interface {
+	// Write sends records and returns nil only once every one of them is
+	// durably acknowledged (for Kafka: acks=all). Records with the same key
+	// keep their order. On an error, any subset of the records may have been
+	// written; the pipeline stops and the caller restarts from the last
+	// checkpoint (at-least-once). Retryable failures (broker down) are
+	// retried inside Write until ctx is done; an error returned is permanent
+	// or ctx's. Called from one goroutine at a time.
+	Write(ctx context.Context, records []Record) error
+	// Ready returns nil while the sink can reach its destination.
+	Ready() error
+	// Close flushes and releases resources.
+	Close() error
+}
+
+// Checkpointer stores the position the connector resumes from.
+type Checkpointer interface {
+	// Load returns the saved position, or a zero Position and nil when none
+	// was ever saved. A store that exists but cannot be trusted (corrupt,
+	// truncated, unreadable) is an error, never a zero Position.
+	Load(ctx context.Context) (Position, error)
+	// Save durably stores pos; when it returns nil the position survives a
+	// crash of the process and of the machine. Called from the pipeline's
+	// writer goroutine only.
+	Save(ctx context.Context, pos Position) error
+}
+
+// BadRowError is a row the route cannot turn into a record (NULL key, NULL
+// message id, ...). It is permanent: the connector stops rather than skip it.
+type BadRowError struct {
+	Origin    string
+	MessageID string
+	Reason    string
+}
+
+func (e *BadRowError) Error() string {
+	id := e.MessageID
+	if id == "" {
+		id = "(none)"
+	}
+	return fmt.Sprintf("bad outbox row at %s (message id %s): %s", e.Origin, id, e.Reason)
+}
