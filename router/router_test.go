@@ -1,0 +1,365 @@
+package router
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+var commit = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+func seedEvent() outboxcdc.Event {
+	return outboxcdc.Event{
+		MessageID:     "7f1c2a4e-0b6d-4f7e-9a51-3c2d8e9f0a11",
+		AggregateType: "ORDER",
+		AggregateID:   "SO-20260314-0001",
+		EventType:     "ORDER_CREATED",
+		Payload:       []byte(`{"orderNo":"SO-20260314-0001","amount":"99.00"}`),
+		CommitTime:    commit,
+		Origin:        "mariadb-bin.000003:1234 row 0",
+	}
+}
+
+func withExtra(ev outboxcdc.Event, cols ...outboxcdc.Column) outboxcdc.Event {
+	ev.Extra = cols
+	return ev
+}
+
+func TestRoute(t *testing.T) {
+	seed := DefaultConfig()
+	deb := Config{Preset: PresetDebezium}
+	tests := []struct {
+		name string
+		cfg  Config
+		ev   func() outboxcdc.Event
+	}{
+		{"seed_default", seed, seedEvent},
+		{"debezium_default", deb, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.AggregateType, ev.EventType = "customers", "CustomerCreated"
+			return ev
+		}},
+		{"template_event_type", Config{Topic: "shop.{aggregate_type}.{event_type}.v1"}, seedEvent},
+		{"template_literal", Config{Topic: "all-orders"}, seedEvent},
+		{"empty_payload_kept", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Payload = []byte{}
+			return ev
+		}},
+		{"empty_event_type_header", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.EventType = ""
+			return ev
+		}},
+		{"binary_payload_as_is", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Payload = []byte("\x00\x01  {\"a\" : 1 }\n")
+			return ev
+		}},
+		{"extra_headers_aliases", Config{Headers: []string{"trace_id", "tenant:x-tenant", "created_at:header:ts"}}, func() outboxcdc.Event {
+			return withExtra(seedEvent(),
+				outboxcdc.Column{Name: "trace_id", Value: []byte("00-4bf92f3577b34da6-01")},
+				outboxcdc.Column{Name: "tenant", Value: []byte("acme")},
+				outboxcdc.Column{Name: "created_at", Value: []byte("2026-03-14 15:09:26")})
+		}},
+		{"extra_null_empty_missing", Config{Headers: []string{"null_col", "empty_col", "dropped_col"}}, func() outboxcdc.Event {
+			return withExtra(seedEvent(),
+				outboxcdc.Column{Name: "null_col", Null: true},
+				outboxcdc.Column{Name: "empty_col", Value: nil})
+		}},
+		{"extra_out_of_order", Config{Headers: []string{"a", "b"}}, func() outboxcdc.Event {
+			return withExtra(seedEvent(),
+				outboxcdc.Column{Name: "b", Value: []byte("B")},
+				outboxcdc.Column{Name: "a", Value: []byte("A")})
+		}},
+		{"debezium_role_column_headers", Config{Preset: PresetDebezium, Headers: []string{"type:header:eventType", "aggregatetype:header:aggregateType"}}, seedEvent},
+		{"column_overrides", Config{
+			ColumnNames: ColumnNames{MessageID: "uuid", EventType: "kind"},
+			Headers:     []string{"kind:k", "uuid:event_id", "status"},
+		}, func() outboxcdc.Event {
+			return withExtra(seedEvent(), outboxcdc.Column{Name: "status", Value: []byte("0")})
+		}},
+		{"bad_empty_message_id", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.MessageID = ""
+			return ev
+		}},
+		{"bad_empty_aggregate_id", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.AggregateID = ""
+			return ev
+		}},
+		{"bad_null_payload", deb, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Payload = nil
+			return ev
+		}},
+		{"bad_empty_routing_value", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.AggregateType = ""
+			return ev
+		}},
+		{"bad_illegal_topic_char", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.AggregateType = "order/v2"
+			return ev
+		}},
+		{"bad_non_ascii_topic", Config{Topic: "t.{event_type}"}, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.EventType = "订单创建"
+			return ev
+		}},
+		{"bad_topic_too_long", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.AggregateType = strings.Repeat("x", 240)
+			return ev
+		}},
+		{"bad_topic_dotdot", Config{Topic: "{aggregate_type}"}, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.AggregateType = ".."
+			return ev
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := New(tc.cfg)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			ev := tc.ev()
+			rec, err := r.Route(&ev)
+			var got golden
+			if err != nil {
+				var bad *outboxcdc.BadRowError
+				if !errors.As(err, &bad) {
+					t.Fatalf("error %v is not a *BadRowError", err)
+				}
+				if bad.Origin != ev.Origin || bad.MessageID != ev.MessageID {
+					t.Errorf("BadRowError names %q/%q, want the event's %q/%q", bad.Origin, bad.MessageID, ev.Origin, ev.MessageID)
+				}
+				got.Error = err.Error()
+			} else {
+				got.Record = render(rec)
+				if cap(ev.Payload) > 0 && &rec.Value[:1][0] != &ev.Payload[:1][0] {
+					t.Error("Value is a copy of the payload, want the payload's bytes")
+				}
+			}
+			checkGolden(t, filepath.Join("testdata", "route", tc.name+".json"), got)
+		})
+	}
+}
+
+// TestRouteNullVsEmpty pins the NULL/empty distinction that the golden
+// JSON also shows: NULL payload is an error, empty payload an empty value.
+func TestRouteNullVsEmpty(t *testing.T) {
+	r, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := seedEvent()
+	ev.Payload = []byte{}
+	rec, err := r.Route(&ev)
+	if err != nil || rec.Value == nil || len(rec.Value) != 0 {
+		t.Fatalf("empty payload: got %v, %v; want an empty non-nil value", rec.Value, err)
+	}
+	r, _ = New(Config{Headers: []string{"n", "e"}})
+	ev = withExtra(seedEvent(), outboxcdc.Column{Name: "n", Null: true, Value: []byte("ignored")}, outboxcdc.Column{Name: "e"})
+	rec, err = r.Route(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := rec.Headers[len(rec.Headers)-2:]
+	if hs[0].Value != nil || hs[1].Value == nil || len(hs[1].Value) != 0 {
+		t.Fatalf("NULL column header %q, empty column header %q: want nil and empty non-nil", hs[0].Value, hs[1].Value)
+	}
+}
+
+// Appending to a record's key or header value must not overwrite the next
+// value sharing the buffer.
+func TestRouteValuesDoNotAlias(t *testing.T) {
+	r, _ := New(DefaultConfig())
+	ev := seedEvent()
+	rec, err := r.Route(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = append(rec.Key, "XXXX"...)
+	for i := range rec.Headers {
+		_ = append(rec.Headers[i].Value, "XXXX"...)
+	}
+	if string(rec.Headers[0].Value) != ev.MessageID || string(rec.Headers[1].Value) != ev.EventType {
+		t.Fatalf("headers changed by append: %q", rec.Headers)
+	}
+}
+
+func TestColumns(t *testing.T) {
+	tests := []struct {
+		cfg  Config
+		want outboxcdc.Columns
+	}{
+		{DefaultConfig(), outboxcdc.Columns{MessageID: "message_id", AggregateType: "aggregate_type", AggregateID: "aggregate_id", EventType: "event_type", Payload: "payload"}},
+		{Config{Preset: PresetDebezium, Headers: []string{"type:header:eventType", "tenant", "trace:header:traceparent", "tenant:t2"}},
+			outboxcdc.Columns{MessageID: "id", AggregateType: "aggregatetype", AggregateID: "aggregateid", EventType: "type", Payload: "payload", Extra: []string{"tenant", "trace"}}},
+		{Config{ColumnNames: ColumnNames{Payload: "body", AggregateID: "order_no"}},
+			outboxcdc.Columns{MessageID: "message_id", AggregateType: "aggregate_type", AggregateID: "order_no", EventType: "event_type", Payload: "body"}},
+	}
+	for i, tc := range tests {
+		r, err := New(tc.cfg)
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if got := r.Columns(); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%d: Columns() = %+v, want %+v", i, got, tc.want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string // substring of the error; "" means valid
+	}{
+		{"default", DefaultConfig(), ""},
+		{"zero value is seed", Config{}, ""},
+		{"debezium", Config{Preset: PresetDebezium}, ""},
+		{"unknown preset", Config{Preset: "kafka-connect"}, `route.preset: unknown preset "kafka-connect"`},
+		{"unknown placeholder", Config{Topic: "outbox.{aggregatetype}"}, "route.topic: invalid topic template \"outbox.{aggregatetype}\": unknown placeholder {aggregatetype}"},
+		{"aggregate_id placeholder", Config{Topic: "o.{aggregate_id}"}, "one topic per aggregate"},
+		{"unclosed", Config{Topic: "o.{aggregate_type"}, "unclosed"},
+		{"debezium dollar form", Config{Topic: "outbox.event.${routedByValue}"}, "not Debezium's ${...} form"},
+		{"illegal literal", Config{Topic: "outbox/{aggregate_type}"}, `character '/' is not allowed`},
+		{"stray brace", Config{Topic: "a.{event_type}}"}, `character '}' is not allowed`},
+		{"literal dot", Config{Topic: "."}, "forbidden"},
+		{"literal too long", Config{Topic: strings.Repeat("a", 250)}, "249"},
+		{"header empty part", Config{Headers: []string{"tenant:"}}, "route.headers[0]"},
+		{"header envelope", Config{Headers: []string{"ok", "tenant:envelope"}}, `route.headers[1]: "tenant:envelope": placement "envelope" is not supported`},
+		{"header too many parts", Config{Headers: []string{"a:header:b:c"}}, "too many"},
+		{"header clashes with builtin", Config{Headers: []string{"uuid:id"}}, `route.headers[0]: header "id" is already sent`},
+		{"header duplicate", Config{Headers: []string{"a:x", "b:x"}}, `route.headers[1]: header "x"`},
+		{"debezium builtin only id", Config{Preset: PresetDebezium, Headers: []string{"type:event_type"}}, ""},
+		{"column spaces", Config{ColumnNames: ColumnNames{Payload: " body"}}, "route.columns.payload"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an error containing %q", err, tc.want)
+			}
+			if _, err := New(tc.cfg); err == nil {
+				t.Fatal("New accepted a config Validate refused")
+			}
+		})
+	}
+}
+
+type golden struct {
+	Record *jsonRecord `json:"record,omitempty"`
+	Error  string      `json:"error,omitempty"`
+}
+
+type jsonRecord struct {
+	Topic     string       `json:"topic"`
+	Key       *string      `json:"key"`
+	Value     *string      `json:"value"`
+	Headers   []jsonHeader `json:"headers"`
+	Timestamp string       `json:"timestamp"`
+}
+
+type jsonHeader struct {
+	Key   string  `json:"key"`
+	Value *string `json:"value"`
+}
+
+// text renders bytes for the golden files: nil is JSON null, valid UTF-8 is
+// a string, anything else is marked as hex.
+func text(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	if !utf8.Valid(b) {
+		s = "hex:" + hex.EncodeToString(b)
+	}
+	return &s
+}
+
+func render(r outboxcdc.Record) *jsonRecord {
+	j := &jsonRecord{Topic: r.Topic, Key: text(r.Key), Value: text(r.Value), Headers: []jsonHeader{}, Timestamp: r.Timestamp.Format(time.RFC3339Nano)}
+	for _, h := range r.Headers {
+		j.Headers = append(j.Headers, jsonHeader{Key: h.Key, Value: text(h.Value)})
+	}
+	return j
+}
+
+func checkGolden(t *testing.T, path string, got golden) {
+	t.Helper()
+	b, err := json.MarshalIndent(got, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, '\n')
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./router -update to create it)", err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Errorf("%s differs (run with -update after checking the change):\ngot:\n%s\nwant:\n%s", path, b, want)
+	}
+}
+
+func BenchmarkRoute(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		cfg  Config
+		ev   outboxcdc.Event
+	}{
+		{"seed", DefaultConfig(), seedEvent()},
+		{"debezium", Config{Preset: PresetDebezium}, seedEvent()},
+		{"seed_2_extra_headers", Config{Topic: "shop.{aggregate_type}.{event_type}", Headers: []string{"trace_id", "tenant:x-tenant"}},
+			withExtra(seedEvent(), outboxcdc.Column{Name: "trace_id", Value: []byte("00-4bf92f3577b34da6-01")}, outboxcdc.Column{Name: "tenant", Value: []byte("acme")})},
+		{"literal_topic", Config{Topic: "orders"}, seedEvent()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r, err := New(bc.cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ev := bc.ev
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Route(&ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
