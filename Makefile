@@ -1,0 +1,34 @@
+# outbox-cdc: the two commands a fresh machine needs are `make demo` and `make test`.
+GO       ?= go
+BIN      ?= bin
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+
+.PHONY: build services demo test test-short vet fmt bench clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/outbox-cdc ./cmd/outbox-cdc
+	$(GO) build -o $(BIN)/kfake-broker ./test/cmd/kfake-broker
+	$(GO) build -o $(BIN)/consume ./test/cmd/consume
+
+# Make the local MariaDB and PostgreSQL CDC-ready (idempotent; needs root).
+services:
+	./scripts/prepare-services.sh
+
+# End to end: local MariaDB -> outbox-cdc -> local Kafka-protocol broker -> consumer.
+demo: build services
+	./scripts/demo.sh
+
+# Every test, against the real local services and an in-process Kafka-protocol broker.
+test: services
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-short:
+	$(GO) test -race -count=1 -short ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN)
