@@ -73,6 +73,9 @@ type Column struct {
 // Event is one committed INSERT into the outbox table. Sources fill the role
 // fields from the columns a Router's preset names (see Columns); Extra holds
 // the other columns the route asked for, in the order it asked for them.
+//
+// Payload and Extra values are handed on uncopied into Record values and
+// headers: a source must not reuse their buffers after sending the Tx.
 type Event struct {
 	MessageID     string
 	AggregateType string
@@ -110,7 +113,8 @@ type Tx struct {
 	CommitTime time.Time
 }
 
-// Header is a Kafka record header.
+// Header is a Kafka record header. A nil Value is a null header value, an
+// empty non-nil one an empty value; sinks keep the difference.
 type Header struct {
 	Key   string
 	Value []byte
