@@ -1,0 +1,109 @@
+package binlog
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+)
+
+// Start settings: where a first run without a checkpoint begins.
+const (
+	StartLatest   = "latest"   // the server's current position: only new transactions
+	StartEarliest = "earliest" // the oldest binlog still on the server
+)
+
+// GTID settings: which position form a first run without a checkpoint uses.
+// A checkpoint always keeps the form it was written in.
+const (
+	GTIDAuto = "auto" // GTID positions when the server has them (MySQL gtid_mode=ON; MariaDB always)
+	GTIDOff  = "off"  // file:offset positions
+)
+
+// Config configures the MySQL/MariaDB source. cmd/ fills it from YAML.
+type Config struct {
+	// DSN is a go-sql-driver DSN, "user:pass@tcp(host:3306)/db"; the
+	// database in it holds the outbox table.
+	DSN string `yaml:"dsn"`
+	// Table is the outbox table in DSN's database.
+	Table string `yaml:"table"`
+	// Start is used only when there is no checkpoint: latest | earliest.
+	Start string `yaml:"start"`
+	// ServerID is the replica id this connector registers with; it must be
+	// unique among the server's replicas. 0 derives one from the connector
+	// name.
+	ServerID uint32 `yaml:"server_id"`
+	// GTID chooses the position form of a first run: auto | off.
+	GTID string `yaml:"gtid"`
+	// HeartbeatPeriod asks the server for a heartbeat when the binlog is idle.
+	HeartbeatPeriod time.Duration `yaml:"heartbeat_period"`
+	// ReadTimeout drops a connection that sent nothing (not even a
+	// heartbeat) for this long; the source then reconnects.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// ReconnectBackoffMin and ReconnectBackoffMax bound the capped
+	// exponential wait between reconnection attempts.
+	ReconnectBackoffMin time.Duration `yaml:"reconnect_backoff_min"`
+	ReconnectBackoffMax time.Duration `yaml:"reconnect_backoff_max"`
+}
+
+// DefaultConfig returns the defaults; DSN is left empty.
+func DefaultConfig() Config {
+	return Config{
+		Table:               "outbox_message",
+		Start:               StartLatest,
+		GTID:                GTIDAuto,
+		HeartbeatPeriod:     5 * time.Second,
+		ReadTimeout:         30 * time.Second,
+		ReconnectBackoffMin: time.Second,
+		ReconnectBackoffMax: 30 * time.Second,
+	}
+}
+
+// Validate checks the settings without connecting anywhere. Messages name
+// the YAML key.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DSN == "" {
+		errs = append(errs, errors.New("dsn: required (e.g. \"user:pass@tcp(127.0.0.1:3306)/shop\")"))
+	} else if dc, err := mysqldriver.ParseDSN(c.DSN); err != nil {
+		// The driver's message may quote the DSN; do not repeat it.
+		errs = append(errs, errors.New("dsn: not a valid go-sql-driver DSN (expected \"user:pass@tcp(host:3306)/database\")"))
+	} else if dc.DBName == "" {
+		errs = append(errs, errors.New("dsn: must name the database that holds the outbox table (\".../shop\")"))
+	}
+	if c.Table == "" {
+		errs = append(errs, errors.New("table: required"))
+	}
+	if c.Start != StartLatest && c.Start != StartEarliest {
+		errs = append(errs, fmt.Errorf("start: %q is not one of latest, earliest", c.Start))
+	}
+	if c.GTID != GTIDAuto && c.GTID != GTIDOff {
+		errs = append(errs, fmt.Errorf("gtid: %q is not one of auto, off", c.GTID))
+	}
+	if c.HeartbeatPeriod <= 0 {
+		errs = append(errs, errors.New("heartbeat_period: must be positive"))
+	}
+	if c.ReadTimeout <= c.HeartbeatPeriod {
+		errs = append(errs, fmt.Errorf("read_timeout: %s must be longer than heartbeat_period %s, or an idle server looks dead", c.ReadTimeout, c.HeartbeatPeriod))
+	}
+	if c.ReconnectBackoffMin <= 0 {
+		errs = append(errs, errors.New("reconnect_backoff_min: must be positive"))
+	}
+	if c.ReconnectBackoffMax < c.ReconnectBackoffMin {
+		errs = append(errs, fmt.Errorf("reconnect_backoff_max: %s is below reconnect_backoff_min %s", c.ReconnectBackoffMax, c.ReconnectBackoffMin))
+	}
+	return errors.Join(errs...)
+}
+
+// DeriveServerID maps a connector name to a replica server_id in the upper
+// half of the range (2^31 .. 2^32-1), far from the small ids people give
+// their real servers, and never 0. The same name always gives the same id,
+// so a restarted connector replaces its own old dump thread instead of
+// looking like a second replica.
+func DeriveServerID(name string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return h.Sum32() | 1<<31
+}

@@ -1,0 +1,145 @@
+package binlog
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	mysqldriver "github.com/go-sql-driver/mysql"
+)
+
+// Errors Run returns wrap one of these (errors.Is), so cmd/ and the preflight
+// check can say what to do. All of them are permanent: Run does not retry.
+var (
+	// ErrServerSettings: the server is not set up for row-based change data
+	// capture (log_bin, binlog_format, binlog_row_image, gtid_mode).
+	ErrServerSettings = errors.New("server settings unsuitable for change data capture")
+	// ErrPositionGone: the server no longer has (or never had) the binlog
+	// the checkpoint points into: purged, or a failover to a server
+	// without our history (server error 1236).
+	ErrPositionGone = errors.New("binlog position not available on the server")
+	// ErrServerIDConflict: another replica registered with our server_id.
+	ErrServerIDConflict = errors.New("server_id already used by another replica")
+	// ErrTable: the outbox table is missing or lacks a role column.
+	ErrTable = errors.New("outbox table unusable")
+	// ErrAccess: the user lacks a privilege or cannot log in.
+	ErrAccess = errors.New("access denied")
+	// ErrUnsupported: the binlog holds something this source cannot turn
+	// into outbox events safely (e.g. an XA PREPARE with outbox rows).
+	ErrUnsupported = errors.New("unsupported binlog content")
+)
+
+// transientError marks an error after which reconnecting may succeed.
+// Everything not marked is permanent.
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+func transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err}
+}
+
+// IsTransient reports whether err was classified as worth a reconnect.
+func IsTransient(err error) bool {
+	var t *transientError
+	return errors.As(err, &t)
+}
+
+// MySQL/MariaDB server error codes this source reacts to.
+const (
+	erAccessDenied       = 1045 // ER_ACCESS_DENIED_ERROR
+	erDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR
+	erSpecificAccess     = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR
+	erTableAccess        = 1142 // ER_TABLEACCESS_DENIED_ERROR
+	erMasterFatalReading = 1236 // ER_MASTER_FATAL_ERROR_READING_BINLOG
+	erServerShutdown     = 1053 // ER_SERVER_SHUTDOWN
+	erConnKilled         = 1927 // MariaDB ER_CONNECTION_KILLED
+	erQueryInterrupted   = 1317 // ER_QUERY_INTERRUPTED
+	erTooManyConns       = 1040 // ER_CON_COUNT_ERROR
+	erUserConns          = 1203 // ER_TOO_MANY_USER_CONNECTIONS
+	erLockWait           = 1205 // ER_LOCK_WAIT_TIMEOUT
+	erDeadlock           = 1213 // ER_LOCK_DEADLOCK
+)
+
+// serverCode returns the server error code carried by err, from either
+// go-mysql or go-sql-driver, or 0.
+func serverCode(err error) (uint16, string) {
+	var me *mysql.MyError
+	if errors.As(err, &me) {
+		return me.Code, me.Message
+	}
+	var de *mysqldriver.MySQLError
+	if errors.As(err, &de) {
+		return de.Number, de.Message
+	}
+	return 0, ""
+}
+
+// classifyConnErr classifies an error from talking to the server (metadata
+// queries, registering as a replica, reading the stream). Known permanent
+// server errors are wrapped with their sentinel; network failures and
+// server shutdowns are transient. Decoding errors are permanent: the same
+// bytes would fail again.
+func classifyConnErr(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if IsTransient(err) || isClassified(err) {
+		return err
+	}
+	code, msg := serverCode(err)
+	switch code {
+	case 0:
+	case erAccessDenied, erDBAccessDenied, erSpecificAccess, erTableAccess:
+		return joinSentinel(ErrAccess, err, "grant the connector's user REPLICATION SLAVE, REPLICATION CLIENT and SELECT on the outbox table")
+	case erMasterFatalReading:
+		if strings.Contains(msg, "same server_uuid/server_id") || strings.Contains(msg, "same server_id") {
+			return joinSentinel(ErrServerIDConflict, err, "give each connector its own server_id (or a unique connector name)")
+		}
+		return joinSentinel(ErrPositionGone, err, "the checkpoint's binlog was purged or this server lacks its history: "+
+			"restore the binlog, or remove the checkpoint and choose start: latest or earliest knowing that rows in the gap are not delivered")
+	case erServerShutdown, erConnKilled, erQueryInterrupted, erTooManyConns, erUserConns, erLockWait, erDeadlock:
+		return transient(err)
+	default:
+		return err
+	}
+	var ee *replication.EventError
+	if errors.As(err, &ee) {
+		return err // undecodable event: the same bytes would fail again
+	}
+	// No server error code: the connection broke (EOF, reset, refused,
+	// read timeout, go-mysql's own wrappers). Reconnecting with backoff is
+	// the right answer to all of them.
+	return transient(err)
+}
+
+func isClassified(err error) bool {
+	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrUnsupported} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// sentinelError carries a sentinel, the cause and a hint.
+type sentinelError struct {
+	sentinel error
+	cause    error
+	hint     string
+}
+
+func (e *sentinelError) Error() string {
+	return e.sentinel.Error() + ": " + e.cause.Error() + " (" + e.hint + ")"
+}
+func (e *sentinelError) Unwrap() []error { return []error{e.sentinel, e.cause} }
+
+func joinSentinel(sentinel, cause error, hint string) error {
+	return &sentinelError{sentinel: sentinel, cause: cause, hint: hint}
+}

@@ -1,0 +1,297 @@
+package binlog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+)
+
+// serverInfo is what the source learns about the server before streaming.
+type serverInfo struct {
+	flavor          string // mysql.MySQLFlavor or mysql.MariaDBFlavor
+	version         string
+	gtidMode        string // MySQL's gtid_mode; "" on MariaDB
+	rowMetadataFull bool   // table map events carry column names
+	columns         []schemaColumn
+}
+
+// inspect reads the server's version and binlog settings and the outbox
+// table's columns, and refuses settings that cannot work, naming the exact
+// setting to change.
+func (s *Source) inspect(ctx context.Context, db *sql.DB) (serverInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var info serverInfo
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&info.version); err != nil {
+		return info, classifyConnErr(fmt.Errorf("connect to %s: %w", s.redacted(), err))
+	}
+	info.flavor = mysql.MySQLFlavor
+	if strings.Contains(strings.ToLower(info.version), "mariadb") {
+		info.flavor = mysql.MariaDBFlavor
+	}
+	vars := map[string]string{}
+	rows, err := db.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN "+
+		"('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata', 'gtid_mode')")
+	if err != nil {
+		return info, classifyConnErr(fmt.Errorf("read binlog settings: %w", err))
+	}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			return info, classifyConnErr(fmt.Errorf("read binlog settings: %w", err))
+		}
+		vars[strings.ToLower(k)] = strings.ToUpper(v)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return info, classifyConnErr(fmt.Errorf("read binlog settings: %w", err))
+	}
+	var bad []string
+	if v := vars["log_bin"]; v != "ON" && v != "1" {
+		bad = append(bad, fmt.Sprintf("log_bin is %s: start the server with log_bin=<basename> and a non-zero server_id", orUnset(v)))
+	}
+	if v := vars["binlog_format"]; v != "ROW" {
+		bad = append(bad, fmt.Sprintf("binlog_format is %s: SET GLOBAL binlog_format=ROW and put binlog_format=ROW in the server configuration", orUnset(v)))
+	}
+	if v := vars["binlog_row_image"]; v != "FULL" {
+		bad = append(bad, fmt.Sprintf("binlog_row_image is %s: SET GLOBAL binlog_row_image=FULL and put binlog_row_image=FULL in the server configuration", orUnset(v)))
+	}
+	if len(bad) > 0 {
+		return info, fmt.Errorf("%w on %s: %s", ErrServerSettings, s.redacted(), strings.Join(bad, "; "))
+	}
+	info.rowMetadataFull = vars["binlog_row_metadata"] == "FULL"
+	info.gtidMode = vars["gtid_mode"]
+	if !info.rowMetadataFull {
+		s.log.Warn().Str("binlog_row_metadata", orUnset(vars["binlog_row_metadata"])).
+			Msg("the binlog carries no column names; using information_schema, and the outbox table must not change shape while streaming (set binlog_row_metadata=FULL to lift this)")
+	}
+	info.columns, err = s.tableColumns(ctx, db)
+	return info, err
+}
+
+func orUnset(v string) string {
+	if v == "" {
+		return "not set"
+	}
+	return v
+}
+
+func (s *Source) redacted() string { return "mysql at " + s.dsn.Addr }
+
+// tableColumns reads the outbox table's columns in binlog order and checks
+// that the role columns exist.
+func (s *Source) tableColumns(ctx context.Context, db *sql.DB) ([]schemaColumn, error) {
+	rows, err := db.QueryContext(ctx, "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "+
+		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", s.db, s.table)
+	if err != nil {
+		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
+	}
+	defer rows.Close()
+	var cols []schemaColumn
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
+		}
+		cols = append(cols, schemaColumn{Name: name, Unsigned: strings.Contains(strings.ToLower(typ), "unsigned")})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("%w: table %s does not exist (or the user may not SELECT it): create it or fix source.table / the database in source.dsn",
+			ErrTable, s.qualifiedTable)
+	}
+	var missing, names []string
+	for _, want := range []string{s.cols.MessageID, s.cols.AggregateType, s.cols.AggregateID, s.cols.EventType, s.cols.Payload} {
+		found := false
+		for _, c := range cols {
+			if strings.EqualFold(c.Name, want) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, want)
+		}
+	}
+	if len(missing) > 0 {
+		for _, c := range cols {
+			names = append(names, c.Name)
+		}
+		return nil, fmt.Errorf("%w: table %s has no column %s (its columns: %s); the route preset needs them: change the table or the preset",
+			ErrTable, s.qualifiedTable, strings.Join(missing, ", "), strings.Join(names, ", "))
+	}
+	return cols, nil
+}
+
+// useGTID says whether a first run takes GTID positions.
+func (info *serverInfo) useGTID(cfg Config) bool {
+	if cfg.GTID == GTIDOff {
+		return false
+	}
+	// MariaDB always writes GTIDs (10.0+), and a GTID position survives a
+	// failover to another server of the replication topology and binlog
+	// file renames, so it is the default there. MySQL has usable GTIDs only
+	// with gtid_mode=ON (with ON_PERMISSIVE some transactions are anonymous
+	// and a GTID set cannot express a position after them).
+	return info.flavor == mysql.MariaDBFlavor || info.gtidMode == "ON"
+}
+
+// accepts refuses a position this server cannot resume from.
+func (info *serverInfo) accepts(p *Pos) error {
+	switch {
+	case p.IsMariaDB && info.flavor != mysql.MariaDBFlavor:
+		return fmt.Errorf("%w: the checkpoint holds a MariaDB GTID position (%s) but the server is MySQL %s",
+			ErrPositionGone, p, info.version)
+	case p.MySQLGTID != nil && info.flavor == mysql.MariaDBFlavor:
+		return fmt.Errorf("%w: the checkpoint holds a MySQL GTID set (%s) but the server is %s",
+			ErrPositionGone, p, info.version)
+	case p.MySQLGTID != nil && info.gtidMode != "ON":
+		return fmt.Errorf("%w: the checkpoint holds a GTID set but gtid_mode is %s: set gtid_mode=ON (and enforce_gtid_consistency=ON)",
+			ErrServerSettings, orUnset(info.gtidMode))
+	}
+	return nil
+}
+
+// startPosition finds where a first run without a checkpoint starts.
+func (s *Source) startPosition(ctx context.Context, db *sql.DB, info serverInfo) (Pos, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	gtid := info.useGTID(s.cfg)
+	wrap := func(what string, err error) (Pos, error) {
+		return Pos{}, classifyConnErr(fmt.Errorf("find the %s binlog position (%s): %w", s.cfg.Start, what, err))
+	}
+	if s.cfg.Start == StartLatest {
+		switch {
+		case gtid && info.flavor == mysql.MariaDBFlavor:
+			var v string
+			if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_pos").Scan(&v); err != nil {
+				return wrap("gtid_binlog_pos", err)
+			}
+			g, err := ParseMariaDBGTIDs(v)
+			if err != nil {
+				return Pos{}, fmt.Errorf("gtid_binlog_pos: %w", err)
+			}
+			return Pos{MariaDB: g, IsMariaDB: true}, nil
+		case gtid:
+			return s.mysqlGTIDVar(ctx, db, "gtid_executed")
+		}
+		file, off, err := s.binlogStatus(ctx, db)
+		if err != nil {
+			return wrap("SHOW MASTER STATUS", err)
+		}
+		return Pos{File: file, Offset: off}, nil
+	}
+	// earliest
+	if gtid && info.flavor == mysql.MySQLFlavor {
+		// Everything purged is "before the earliest"; the server sends all
+		// the rest.
+		return s.mysqlGTIDVar(ctx, db, "gtid_purged")
+	}
+	var first string
+	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
+	if err != nil {
+		return wrap("SHOW BINARY LOGS", err)
+	}
+	if rows.Next() {
+		cols, _ := rows.Columns()
+		dest := make([]any, len(cols))
+		dest[0] = &first
+		for i := 1; i < len(dest); i++ {
+			dest[i] = new(sql.RawBytes)
+		}
+		err = rows.Scan(dest...)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return wrap("SHOW BINARY LOGS", err)
+	}
+	if first == "" {
+		return Pos{}, fmt.Errorf("%w: the server lists no binary logs (SHOW BINARY LOGS is empty): is log_bin on?", ErrServerSettings)
+	}
+	if !gtid {
+		return Pos{File: first, Offset: 4}, nil
+	}
+	// MariaDB: the GTID state at the start of the oldest binlog.
+	var v sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, 4)", first).Scan(&v); err != nil {
+		return wrap("BINLOG_GTID_POS", err)
+	}
+	g, err := ParseMariaDBGTIDs(v.String)
+	if err != nil {
+		return Pos{}, fmt.Errorf("BINLOG_GTID_POS(%s, 4): %w", first, err)
+	}
+	return Pos{MariaDB: g, IsMariaDB: true}, nil
+}
+
+func (s *Source) mysqlGTIDVar(ctx context.Context, db *sql.DB, name string) (Pos, error) {
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL."+name).Scan(&v); err != nil {
+		return Pos{}, classifyConnErr(fmt.Errorf("read %s: %w", name, err))
+	}
+	set, err := mysql.ParseMysqlGTIDSet(strings.Join(strings.Fields(v), ""))
+	if err != nil {
+		return Pos{}, fmt.Errorf("%s %q: %w", name, v, err)
+	}
+	return Pos{MySQLGTID: set.(*mysql.MysqlGTIDSet)}, nil
+}
+
+// binlogStatus returns the current binlog file and offset. MySQL 8.4
+// renamed SHOW MASTER STATUS to SHOW BINARY LOG STATUS; MariaDB keeps the
+// old name.
+func (s *Source) binlogStatus(ctx context.Context, db *sql.DB) (string, uint32, error) {
+	var lastErr error
+	for _, q := range []string{"SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"} {
+		file, off, err := scanStatus(ctx, db, q)
+		if err == nil {
+			return file, off, nil
+		}
+		lastErr = err
+		if code, _ := serverCode(err); code != 1064 { // not a syntax error: a real failure
+			return "", 0, err
+		}
+	}
+	return "", 0, lastErr
+}
+
+func scanStatus(ctx context.Context, db *sql.DB, q string) (string, uint32, error) {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return "", 0, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return "", 0, err
+		}
+		return "", 0, fmt.Errorf("%w: %s returned nothing: is log_bin on?", ErrServerSettings, q)
+	}
+	cols, err := rows.Columns()
+	if err != nil {
+		return "", 0, err
+	}
+	var file string
+	var off uint32
+	dest := make([]any, len(cols))
+	dest[0], dest[1] = &file, &off
+	for i := 2; i < len(dest); i++ {
+		dest[i] = new(sql.RawBytes)
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return "", 0, err
+	}
+	if file == "" {
+		return "", 0, errors.New(q + " returned an empty file name")
+	}
+	return file, off, nil
+}

@@ -1,0 +1,317 @@
+// Package binlog is the MySQL/MariaDB source: it reads the binlog as a
+// replica (go-mysql's BinlogSyncer, no canal) and turns each committed
+// transaction into an outboxcdc.Tx holding the INSERTs into the outbox
+// table.
+//
+// Rules this package keeps:
+//   - A position is taken only at a transaction end (XID event, COMMIT or
+//     ROLLBACK query, XA PREPARE, or a standalone statement such as DDL),
+//     never at BEGIN, and it points just past that transaction.
+//   - A transaction's events are buffered until its end; a connection lost
+//     mid-transaction discards the partial transaction, and the source
+//     reconnects from the end of the last Tx it sent.
+//   - Errors are classified where they arise: transient ones (connection
+//     lost, read timeout, server restart) lead to a reconnect with capped
+//     exponential backoff; everything else is returned from Run wrapping
+//     one of the Err* sentinels.
+package binlog
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	mysqldriver "github.com/go-sql-driver/mysql"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/rs/zerolog"
+)
+
+// emptyTxInterval is the least time between two Tx without events: often
+// enough to keep the checkpoint moving on a busy server whose outbox is
+// idle, rarely enough not to cost anything.
+const emptyTxInterval = time.Second
+
+// Source reads one outbox table from a MySQL or MariaDB binlog. It
+// implements outboxcdc.Source.
+type Source struct {
+	cfg      Config
+	dsn      *mysqldriver.Config
+	serverID uint32
+	cols     outboxcdc.Columns
+	log      zerolog.Logger
+	m        *outboxcdc.SourceMetrics
+
+	db, table       string // from the DSN and Config.Table
+	dbB, tableB     []byte // the same, for comparing with table map events
+	qualifiedTable  string // "db.table", for messages
+	running         atomic.Bool
+	connID          atomic.Uint32 // the binlog dump connection's id, 0 when none
+	mu              sync.Mutex
+	notReady        error // nil while streaming
+	lastAck         atomic.Pointer[outboxcdc.Position]
+	emptyTxInterval time.Duration
+}
+
+var _ outboxcdc.Source = (*Source)(nil)
+
+// New validates cfg and returns a Source. name is the connector's name; it
+// derives the replica server_id when cfg.ServerID is 0. cols names the role
+// columns (from the route preset). Nothing connects until Run.
+func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("mysql source config: %w", err)
+	}
+	var missing []string
+	for _, c := range []struct{ role, col string }{
+		{"message id", cols.MessageID}, {"aggregate type", cols.AggregateType},
+		{"aggregate id", cols.AggregateID}, {"event type", cols.EventType}, {"payload", cols.Payload},
+	} {
+		if c.col == "" {
+			missing = append(missing, c.role)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("mysql source: no column name given for role(s) %v", missing)
+	}
+	if m == nil {
+		m = outboxcdc.NewSourceMetrics(nil)
+	}
+	dc, err := mysqldriver.ParseDSN(cfg.DSN)
+	if err != nil {
+		return nil, errors.New("mysql source config: dsn: not a valid go-sql-driver DSN")
+	}
+	id := cfg.ServerID
+	if id == 0 {
+		id = DeriveServerID(name)
+	}
+	s := &Source{
+		cfg:             cfg,
+		dsn:             dc,
+		serverID:        id,
+		cols:            cols,
+		log:             log.With().Str("component", "binlog").Logger(),
+		m:               m,
+		db:              dc.DBName,
+		table:           cfg.Table,
+		dbB:             []byte(dc.DBName),
+		tableB:          []byte(cfg.Table),
+		qualifiedTable:  dc.DBName + "." + cfg.Table,
+		notReady:        errors.New("binlog source not started"),
+		emptyTxInterval: emptyTxInterval,
+	}
+	return s, nil
+}
+
+// ServerID is the replica id the source registers with.
+func (s *Source) ServerID() uint32 { return s.serverID }
+
+// Ready returns nil while the binlog stream is connected, else why not.
+func (s *Source) Ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.notReady
+}
+
+func (s *Source) setReady(err error) {
+	s.mu.Lock()
+	s.notReady = err
+	s.mu.Unlock()
+	if err == nil {
+		s.m.Connected.Set(1)
+	} else {
+		s.m.Connected.Set(0)
+	}
+}
+
+// Ack is a no-op beyond remembering pos: a MySQL server keeps no state for
+// its replicas, the checkpoint alone says where to resume.
+func (s *Source) Ack(pos outboxcdc.Position) { s.lastAck.Store(&pos) }
+
+// Run streams from just after from (or the start setting when from is zero)
+// until ctx is done or a permanent error occurs. See outboxcdc.Source.
+func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- outboxcdc.Tx) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("binlog source: Run called twice")
+	}
+	if !from.IsZero() {
+		if _, err := ParsePosition(from); err != nil {
+			err = fmt.Errorf("mysql source: cannot resume from the checkpoint: %w", err)
+			s.setReady(err)
+			return err
+		}
+	}
+	db, err := sql.Open("mysql", s.cfg.DSN)
+	if err != nil {
+		return fmt.Errorf("mysql source: %w", err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(2)
+	db.SetConnMaxIdleTime(time.Minute)
+
+	resume := from // the end of the last Tx sent, or the start position
+	backoff := s.cfg.ReconnectBackoffMin
+	for {
+		streamed, err := s.session(ctx, db, &resume, out)
+		s.connID.Store(0)
+		if ctx.Err() != nil {
+			s.setReady(errors.New("binlog source stopped"))
+			return ctx.Err()
+		}
+		if !IsTransient(err) {
+			err = fmt.Errorf("mysql source (%s, resume position %s): %w", outboxcdc.RedactDSN(s.cfg.DSN), resume, err)
+			s.setReady(err)
+			s.log.Error().Err(err).Msg("binlog source stopped")
+			return err
+		}
+		if streamed {
+			backoff = s.cfg.ReconnectBackoffMin
+		}
+		s.setReady(fmt.Errorf("binlog stream lost, reconnecting: %w", err))
+		s.log.Warn().Err(err).Str("position", string(resume)).Dur("backoff", backoff).Msg("binlog stream lost; reconnecting")
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.setReady(errors.New("binlog source stopped"))
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.cfg.ReconnectBackoffMax)
+		s.m.Reconnects.Inc()
+	}
+}
+
+// session connects once and streams until an error. *resume is the
+// position to start from; it is advanced after every Tx sent, and set to
+// the start position on the first connection without a checkpoint so that
+// a reconnect does not re-evaluate "latest". streamed reports whether
+// events were received, which resets the backoff.
+func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx) (streamed bool, err error) {
+	s.setReady(errors.New("binlog source connecting"))
+	info, err := s.inspect(ctx, db)
+	if err != nil {
+		return false, err
+	}
+	var start Pos
+	if resume.IsZero() {
+		start, err = s.startPosition(ctx, db, info)
+		if err != nil {
+			return false, err
+		}
+		*resume = start.Encode()
+		s.log.Info().Str("position", start.String()).Str("start", s.cfg.Start).Msg("no checkpoint: starting from the server's " + s.cfg.Start + " position")
+	} else if start, err = ParsePosition(*resume); err != nil {
+		return false, err
+	}
+	if err := info.accepts(&start); err != nil {
+		return false, err
+	}
+
+	host, port := s.hostPort()
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID:            s.serverID,
+		Flavor:              info.flavor,
+		Host:                host,
+		Port:                port,
+		User:                s.dsn.User,
+		Password:            s.dsn.Passwd,
+		TLSConfig:           s.dsn.TLS,
+		ParseTime:           true,
+		UseDecimal:          false,
+		HeartbeatPeriod:     s.cfg.HeartbeatPeriod,
+		ReadTimeout:         s.cfg.ReadTimeout,
+		DisableRetrySync:    true, // one retry layer: ours
+		DiscardGTIDSet:      true, // positions are tracked here, once per transaction
+		EventCacheCount:     1024,
+		Logger:              slog.New(slog.DiscardHandler),
+		RowsEventDecodeFunc: s.decodeRows,
+	})
+	defer syncer.Close()
+
+	var streamer *replication.BinlogStreamer
+	switch {
+	case start.MySQLGTID != nil:
+		streamer, err = syncer.StartSyncGTID(start.MySQLGTID.Clone())
+	case start.IsMariaDB:
+		var set mysql.GTIDSet
+		if set, err = start.MariaDB.gtidSet(); err == nil {
+			streamer, err = syncer.StartSyncGTID(set)
+		}
+	default:
+		streamer, err = syncer.StartSync(mysql.Position{Name: start.File, Pos: start.Offset})
+	}
+	if err != nil {
+		return false, classifyConnErr(fmt.Errorf("start binlog dump: %w", err))
+	}
+	s.connID.Store(syncer.LastConnectionID())
+	s.log.Info().Str("position", start.String()).Str("flavor", info.flavor).Str("version", info.version).
+		Uint32("server_id", s.serverID).Str("table", s.qualifiedTable).Bool("column_names_in_binlog", info.rowMetadataFull).
+		Msg("binlog stream started")
+
+	st := newStream(s, start, info.columns)
+	for {
+		ev, err := streamer.GetEvent(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return streamed, ctx.Err()
+			}
+			return streamed, classifyConnErr(fmt.Errorf("read binlog after %s: %w", *resume, err))
+		}
+		if !streamed {
+			streamed = true
+			s.setReady(nil)
+		}
+		tx, err := st.handle(ev, ev.Header.LogPos)
+		if err != nil {
+			return streamed, err
+		}
+		if tx == nil {
+			continue
+		}
+		select {
+		case out <- *tx:
+			*resume = tx.End
+		case <-ctx.Done():
+			return streamed, ctx.Err()
+		}
+	}
+}
+
+// decodeRows runs in go-mysql's reader goroutine for every rows event. It
+// decodes the rows of the outbox table only; other tables' rows are left
+// undecoded, which is most of the work on a busy server.
+func (s *Source) decodeRows(e *replication.RowsEvent, data []byte) error {
+	pos, err := e.DecodeHeader(data)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(e.Table.Table, s.tableB) || !bytes.Equal(e.Table.Schema, s.dbB) {
+		return nil
+	}
+	return e.DecodeData(pos, data)
+}
+
+func (s *Source) hostPort() (string, uint16) {
+	if s.dsn.Net == "unix" {
+		return s.dsn.Addr, 0
+	}
+	host, p, err := net.SplitHostPort(s.dsn.Addr)
+	if err != nil {
+		return s.dsn.Addr, 3306
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return host, 3306
+	}
+	return host, uint16(port)
+}

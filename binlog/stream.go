@@ -1,0 +1,274 @@
+package binlog
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/google/uuid"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+)
+
+// stream assembles transactions from the events of one connection. It is
+// discarded on reconnect, and with it any partial transaction.
+type stream struct {
+	src  *Source
+	pos  Pos    // just past the last transaction end seen
+	file string // binlog file of the current event, for Origin
+
+	inTx   bool
+	events []outboxcdc.Event // the current transaction's outbox rows
+
+	// GTID of the current transaction, applied to pos at its end.
+	mysqlGTID    uuid.UUID
+	mysqlGNO     int64
+	hasMySQLGTID bool
+	mariaGTID    mysql.MariadbGTID
+	hasMariaGTID bool
+
+	layout   *layout
+	info     []schemaColumn
+	lastEmit time.Time
+}
+
+func newStream(src *Source, start Pos, info []schemaColumn) *stream {
+	return &stream{src: src, pos: start.Clone(), file: start.File, info: info}
+}
+
+// handle consumes one event and returns a Tx when it ends a transaction
+// that should be delivered. endPos is the offset just past the event (for
+// events inside a compressed transaction payload: past the payload).
+func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc.Tx, error) {
+	switch e := ev.Event.(type) {
+	case *replication.RotateEvent:
+		st.file = string(e.NextLogName)
+		if !st.inTx && !st.pos.IsGTID() {
+			// Not a transaction end, but the next one will be in this file;
+			// keep pos meaningful for logs.
+			st.pos.File, st.pos.Offset = st.file, uint32(e.Position)
+		}
+	case *replication.GtidTaggedLogEvent:
+		if st.pos.MySQLGTID != nil {
+			return nil, fmt.Errorf("%w: tagged GTID (MySQL 8.4) at %s:%d; use gtid: off", ErrUnsupported, st.file, startOf(ev))
+		}
+	case *replication.GTIDEvent:
+		if st.pos.MySQLGTID != nil {
+			u, err := uuid.FromBytes(e.SID)
+			if err != nil {
+				return nil, fmt.Errorf("%w: GTID event with bad server uuid at %s:%d", ErrUnsupported, st.file, startOf(ev))
+			}
+			st.mysqlGTID, st.mysqlGNO, st.hasMySQLGTID = u, e.GNO, true
+		}
+	case *replication.MariadbGTIDEvent:
+		st.mariaGTID, st.hasMariaGTID = e.GTID, true
+		// A MariaDB GTID event also opens the transaction (it replaces
+		// BEGIN) unless the transaction is a single standalone statement.
+		if !e.IsStandalone() {
+			st.begin()
+		}
+	case *replication.QueryEvent:
+		return st.query(ev, e.Query, endPos)
+	case *replication.XIDEvent:
+		return st.commit(ev, endPos)
+	case *replication.TableMapEvent:
+		if !bytes.Equal(e.Table, st.src.tableB) || !bytes.Equal(e.Schema, st.src.dbB) {
+			return nil, nil
+		}
+		if st.layout != nil && st.layout.tableID == e.TableID && st.layout.ncols == int(e.ColumnCount) {
+			return nil, nil
+		}
+		l, err := resolveLayout(e, st.src.cols, st.info, st.src.qualifiedTable)
+		if err != nil {
+			return nil, fmt.Errorf("at %s:%d: %w", st.file, startOf(ev), err)
+		}
+		st.layout = l
+	case *replication.RowsEvent:
+		if st.layout == nil || e.TableID != st.layout.tableID || e.Table == nil ||
+			!bytes.Equal(e.Table.Table, st.src.tableB) || !bytes.Equal(e.Table.Schema, st.src.dbB) {
+			return nil, nil
+		}
+		st.rows(ev, e)
+	case *replication.TransactionPayloadEvent:
+		// MySQL binlog_transaction_compression: a whole transaction inside
+		// one event. Its inner events carry no usable offsets; the
+		// transaction ends where the payload event ends.
+		var out *outboxcdc.Tx
+		for _, inner := range e.Events {
+			tx, err := st.handle(inner, endPos)
+			if err != nil {
+				return nil, err
+			}
+			if tx != nil {
+				out = tx
+			}
+		}
+		return out, nil
+	case *replication.GenericEvent:
+		switch ev.Header.EventType {
+		case replication.XA_PREPARE_LOG_EVENT:
+			return st.xaPrepare(ev, e.Data, endPos)
+		case replication.HEARTBEAT_EVENT, replication.HEARTBEAT_LOG_EVENT_V2:
+			if !st.inTx {
+				st.src.m.LagSeconds.Set(0) // the server has nothing newer
+			}
+		}
+	}
+	return nil, nil
+}
+
+func startOf(ev *replication.BinlogEvent) uint32 {
+	if ev.Header.LogPos >= ev.Header.EventSize {
+		return ev.Header.LogPos - ev.Header.EventSize
+	}
+	return ev.Header.LogPos
+}
+
+func (st *stream) begin() {
+	st.inTx = true
+	st.events = st.events[:0]
+}
+
+// query handles a query event: BEGIN opens a transaction, COMMIT and
+// ROLLBACK end one, a statement outside a transaction (DDL) is a
+// transaction of its own, anything else inside one (SAVEPOINT) is ignored.
+func (st *stream) query(ev *replication.BinlogEvent, q []byte, endPos uint32) (*outboxcdc.Tx, error) {
+	switch {
+	case bytes.EqualFold(q, []byte("BEGIN")), hasPrefixFold(q, "XA START"):
+		st.begin()
+		return nil, nil
+	case bytes.EqualFold(q, []byte("COMMIT")), st.inTx && hasPrefixFold(q, "XA COMMIT"):
+		return st.commit(ev, endPos)
+	case bytes.EqualFold(q, []byte("ROLLBACK")), st.inTx && hasPrefixFold(q, "XA ROLLBACK"):
+		// Rolled back: the rows never happened. Still a transaction end.
+		st.events = st.events[:0]
+		return st.commit(ev, endPos)
+	case st.inTx:
+		return nil, nil // SAVEPOINT, XA END, ...
+	}
+	return st.commit(ev, endPos) // standalone statement: DDL, XA COMMIT of a prepared XA, ...
+}
+
+func hasPrefixFold(q []byte, prefix string) bool {
+	return len(q) >= len(prefix) && strings.EqualFold(string(q[:len(prefix)]), prefix)
+}
+
+// xaPrepare handles XA_PREPARE_LOG_EVENT: a one-phase XA COMMIT is a plain
+// commit; a real XA PREPARE ends the binlogged part of a transaction that
+// may still be rolled back by a later XA ROLLBACK. Holding its rows until
+// then across restarts would need the checkpoint to stay behind it, so a
+// prepared XA transaction that wrote outbox rows is refused rather than
+// delivered early; one without outbox rows is an ordinary end.
+func (st *stream) xaPrepare(ev *replication.BinlogEvent, data []byte, endPos uint32) (*outboxcdc.Tx, error) {
+	onePhase := len(data) > 0 && data[0] != 0
+	if !onePhase && len(st.events) > 0 {
+		return nil, fmt.Errorf("%w: XA PREPARE at %s:%d holds %d outbox rows; two-phase XA transactions on the outbox table are not supported (commit outbox rows in ordinary transactions)",
+			ErrUnsupported, st.file, startOf(ev), len(st.events))
+	}
+	return st.commit(ev, endPos)
+}
+
+// rows buffers the INSERTed rows of one rows event on the outbox table and
+// counts UPDATE/DELETE rows as skipped.
+func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) {
+	switch ev.Header.EventType {
+	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2,
+		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
+	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2,
+		replication.MARIADB_DELETE_ROWS_COMPRESSED_EVENT_V1:
+		st.src.m.SkippedOperations.WithLabelValues("delete").Add(float64(len(e.Rows)))
+		return
+	default: // updates: before and after image per row
+		st.src.m.SkippedOperations.WithLabelValues("update").Add(float64(len(e.Rows) / 2))
+		return
+	}
+	if !st.inTx {
+		st.begin()
+	}
+	origin := st.origin(ev)
+	for _, row := range e.Rows {
+		if len(row) != st.layout.ncols {
+			continue // cannot happen with binlog_row_image=FULL
+		}
+		evt := st.layout.event(row)
+		evt.Origin = origin
+		st.events = append(st.events, evt)
+	}
+}
+
+// origin is "mariadb-bin.000003:1234" (the rows event's offset), plus the
+// transaction's GTID when known.
+func (st *stream) origin(ev *replication.BinlogEvent) string {
+	var b strings.Builder
+	b.Grow(len(st.file) + 40)
+	b.WriteString(st.file)
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatUint(uint64(startOf(ev)), 10))
+	switch {
+	case st.hasMariaGTID:
+		b.WriteString(" gtid ")
+		appendMariaDBGTID(&b, st.mariaGTID)
+	case st.hasMySQLGTID:
+		b.WriteString(" gtid ")
+		b.WriteString(st.mysqlGTID.String())
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(st.mysqlGNO, 10))
+	}
+	return b.String()
+}
+
+// commit ends the current transaction at endPos: the position moves past
+// it, and its events (or, at most once per emptyTxInterval, an empty Tx to
+// move the checkpoint) are returned for delivery.
+func (st *stream) commit(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc.Tx, error) {
+	if st.pos.IsGTID() {
+		if st.hasMySQLGTID && st.pos.MySQLGTID != nil {
+			st.pos.MySQLGTID.AddGTID(st.mysqlGTID, st.mysqlGNO)
+		}
+		if st.hasMariaGTID && st.pos.IsMariaDB {
+			st.pos.MariaDB.Set(st.mariaGTID)
+		}
+	} else {
+		if endPos < 4 {
+			return nil, fmt.Errorf("%w: transaction end at %s without a binlog offset", ErrUnsupported, st.file)
+		}
+		st.pos.File, st.pos.Offset = st.file, endPos
+	}
+	hadGTID := st.hasMySQLGTID || st.hasMariaGTID
+	st.inTx, st.hasMySQLGTID, st.hasMariaGTID = false, false, false
+	m := st.src.m
+	m.TransactionsRead.Inc()
+	commitTime := time.Unix(int64(ev.Header.Timestamp), 0)
+	now := time.Now()
+	if lag := now.Sub(commitTime).Seconds(); lag > 0 {
+		m.LagSeconds.Set(lag)
+	} else {
+		m.LagSeconds.Set(0)
+	}
+	if st.pos.IsGTID() && !hadGTID {
+		// A GTID position cannot express a point after a transaction
+		// without GTID; only happens on a server mixing anonymous ones.
+		if len(st.events) > 0 {
+			return nil, fmt.Errorf("%w: transaction without GTID at %s:%d while following GTID positions; set gtid_mode=ON or use gtid: off",
+				ErrUnsupported, st.file, startOf(ev))
+		}
+		return nil, nil
+	}
+	if len(st.events) == 0 && now.Sub(st.lastEmit) < st.src.emptyTxInterval {
+		return nil, nil
+	}
+	for i := range st.events {
+		st.events[i].CommitTime = commitTime
+	}
+	m.EventsRead.Add(float64(len(st.events)))
+	var events []outboxcdc.Event
+	if len(st.events) > 0 {
+		events = st.events
+		st.events = nil // owned by the Tx now
+	}
+	st.lastEmit = now
+	return &outboxcdc.Tx{Events: events, End: st.pos.Encode(), CommitTime: commitTime}, nil
+}
