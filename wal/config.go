@@ -1,0 +1,201 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Start settings, used only when Run gets no checkpoint.
+const (
+	// StartEarliest streams from the slot's confirmed_flush_lsn: everything
+	// the slot still retains that was never confirmed. For a slot created by
+	// this run that is the slot's consistent point, i.e. transactions that
+	// commit after the slot was created; logical decoding can never reach
+	// back before a slot existed.
+	StartEarliest = "earliest"
+	// StartLatest streams from the server's current WAL position
+	// (pg_current_wal_lsn() at start), skipping whatever backlog an existing
+	// slot retains. For a freshly created slot it is the same as earliest.
+	StartLatest = "latest"
+)
+
+// Config configures the PostgreSQL source. It is assembled by cmd/ from the
+// `source:` section of the configuration file.
+type Config struct {
+	// DSN is a libpq URL or keyword/value string:
+	// postgres://user:pass@host:5432/db?sslmode=disable. The role needs the
+	// REPLICATION attribute (and ownership of the table to create the
+	// publication). The replication connection adds replication=database.
+	DSN string `yaml:"dsn"`
+	// Table is the outbox table, "schema.table" or "table" (schema public).
+	// Empty means no table: only logical decoding messages (Messages.Prefix)
+	// are read, and the publication is created empty.
+	Table string `yaml:"table"`
+	// Start is "earliest" or "latest" (see StartEarliest, StartLatest); it
+	// only matters when there is no checkpoint.
+	Start string `yaml:"start"`
+	// Slot is the logical replication slot; default derived from the
+	// connector name. Letters, digits and underscores, at most 63.
+	Slot string `yaml:"slot"`
+	// Publication is the pgoutput publication; default derived from the
+	// connector name. Same character set as Slot.
+	Publication string `yaml:"publication"`
+	// Create creates the slot and the publication when they are missing.
+	// false only verifies they exist. A slot is never created while a
+	// checkpoint exists.
+	Create bool `yaml:"create"`
+	// StatusInterval is the period of standby status updates (the flush
+	// position confirmed to the slot). Must stay well below the server's
+	// wal_sender_timeout.
+	StatusInterval time.Duration `yaml:"status_interval"`
+	// BufferBytes bounds the decoded transactions held between the
+	// replication connection and the pipeline. When it is full the source
+	// stops reading the stream (the server holds the WAL) but keeps sending
+	// status updates, so the walsender is never timed out.
+	BufferBytes int `yaml:"buffer_bytes"`
+	// Heartbeat writes a non-transactional logical message periodically.
+	Heartbeat HeartbeatConfig `yaml:"heartbeat"`
+	// Messages turns transactional logical decoding messages into events.
+	Messages MessagesConfig `yaml:"messages"`
+	// Reconnect is the backoff between reconnection attempts.
+	Reconnect BackoffConfig `yaml:"reconnect"`
+	// LagInterval is how often the slot lag metric is refreshed.
+	LagInterval time.Duration `yaml:"lag_interval"`
+}
+
+// HeartbeatConfig: with Interval > 0 the source runs
+// SELECT pg_logical_emit_message(false, 'outbox-cdc-heartbeat', ”) on a
+// normal connection every Interval, so the WAL of the outbox's database
+// moves and the slot's confirmed position can follow it even when the
+// outbox is idle (see the idle advance in Source).
+type HeartbeatConfig struct {
+	Interval time.Duration `yaml:"interval"`
+}
+
+// MessagesConfig enables the table-less outbox: with Prefix set, messages
+// written with pg_logical_emit_message(true, Prefix, '<json>') inside a
+// transaction become events of that transaction. See DecodeMessage for the
+// JSON format.
+type MessagesConfig struct {
+	Prefix string `yaml:"prefix"`
+}
+
+// BackoffConfig is a capped exponential backoff.
+type BackoffConfig struct {
+	Min time.Duration `yaml:"min"`
+	Max time.Duration `yaml:"max"`
+}
+
+// DefaultConfig returns the defaults; DSN must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Table:          "public.outbox_message",
+		Start:          StartEarliest,
+		Create:         true,
+		StatusInterval: 2 * time.Second,
+		BufferBytes:    16 << 20,
+		Reconnect:      BackoffConfig{Min: 500 * time.Millisecond, Max: 30 * time.Second},
+		LagInterval:    10 * time.Second,
+	}
+}
+
+// Validate checks the configuration; messages name the yaml key.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.DSN == "" {
+		bad("source.dsn: required (postgres://user:pass@host:5432/db)")
+	} else if _, err := pgconn.ParseConfig(c.DSN); err != nil {
+		// The parse error can quote the DSN; do not repeat it.
+		bad("source.dsn: not a valid PostgreSQL connection string")
+	}
+	if c.Table == "" {
+		if c.Messages.Prefix == "" {
+			bad("source.table: required unless source.messages.prefix is set")
+		}
+	} else if _, _, err := splitTable(c.Table); err != nil {
+		bad("source.table: %v", err)
+	}
+	switch c.Start {
+	case StartEarliest, StartLatest:
+	default:
+		bad("source.start: %q is not earliest or latest", c.Start)
+	}
+	if c.Slot != "" && !legalName(c.Slot) {
+		bad("source.slot: %q must be 1-63 lower-case letters, digits or underscores", c.Slot)
+	}
+	if c.Publication != "" && !legalName(c.Publication) {
+		bad("source.publication: %q must be 1-63 lower-case letters, digits or underscores", c.Publication)
+	}
+	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
+		bad("source.status_interval: %s must be > 0 and at most 30s (below wal_sender_timeout)", c.StatusInterval)
+	}
+	if c.BufferBytes <= 0 {
+		bad("source.buffer_bytes: must be > 0")
+	}
+	if c.Heartbeat.Interval < 0 {
+		bad("source.heartbeat.interval: must be >= 0 (0 = off)")
+	}
+	if c.Messages.Prefix == heartbeatPrefix {
+		bad("source.messages.prefix: %q is reserved for the heartbeat", heartbeatPrefix)
+	}
+	if c.Reconnect.Min <= 0 || c.Reconnect.Max < c.Reconnect.Min {
+		bad("source.reconnect: need 0 < min <= max (min %s, max %s)", c.Reconnect.Min, c.Reconnect.Max)
+	}
+	if c.LagInterval <= 0 {
+		bad("source.lag_interval: must be > 0")
+	}
+	return errors.Join(errs...)
+}
+
+// splitTable splits "schema.table" (schema defaults to public).
+func splitTable(s string) (schema, table string, err error) {
+	schema, table, ok := strings.Cut(s, ".")
+	if !ok {
+		schema, table = "public", s
+	}
+	if schema == "" || table == "" || strings.Contains(table, ".") {
+		return "", "", fmt.Errorf("%q is not schema.table or table", s)
+	}
+	return schema, table, nil
+}
+
+// legalName reports whether s is usable as a replication slot name (and, by
+// our choice, a publication name): [a-z0-9_]{1,63}.
+func legalName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// DeriveName turns a connector name into a legal slot/publication name:
+// "outbox_cdc_" + the name lower-cased, every other character replaced by
+// '_', truncated to 63 bytes. An empty name gives "outbox_cdc".
+func DeriveName(connector string) string {
+	b := []byte("outbox_cdc")
+	if connector != "" {
+		b = append(b, '_')
+		for _, r := range strings.ToLower(connector) {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
+				b = append(b, byte(r))
+			} else {
+				b = append(b, '_')
+			}
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	return string(b)
+}

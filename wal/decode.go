@@ -1,0 +1,565 @@
+package wal
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/jackc/pglogrepl"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+)
+
+// pgoutput message bytes (protocol "Logical Replication Message Formats").
+const (
+	msgBegin    = 'B'
+	msgCommit   = 'C'
+	msgOrigin   = 'O'
+	msgRelation = 'R'
+	msgType     = 'Y'
+	msgInsert   = 'I'
+	msgUpdate   = 'U'
+	msgDelete   = 'D'
+	msgTruncate = 'T'
+	msgMessage  = 'M'
+)
+
+const byteaOID = 17
+
+// Role indexes into relation.role.
+const (
+	roleMessageID = iota
+	roleAggregateType
+	roleAggregateID
+	roleEventType
+	rolePayload
+	numRoles
+)
+
+var roleYAML = [numRoles]string{"message_id", "aggregate_type", "aggregate_id", "event_type", "payload"}
+
+// errProtocol marks a pgoutput stream we cannot make sense of.
+var errProtocol = errors.New("unexpected pgoutput message")
+
+// relation is the decoded shape of one relation, rebuilt on every Relation
+// message so that ALTER TABLE mid-stream is picked up. Role and extra column
+// indexes are resolved here, once, not per row.
+type relation struct {
+	outbox bool
+	ncols  int
+	bytea  []bool
+	role   [numRoles]int // column index, -1 when the role is unnamed
+	extra  []extraCol    // requested extras that exist, in request order
+	err    error         // set when a role column is missing
+}
+
+type extraCol struct {
+	name string
+	idx  int
+}
+
+type colRef struct {
+	kind byte
+	off  int
+	n    int
+}
+
+// decoder turns pgoutput messages into outbox transactions. It is owned by
+// the goroutine reading the replication stream and is rebuilt on every
+// connection (pgoutput resends Relation messages on each new stream).
+type decoder struct {
+	schema, table string
+	prefix        string
+	cols          outboxcdc.Columns
+	metrics       *outboxcdc.SourceMetrics
+	onNonTxMsg    func(lsn pglogrepl.LSN)
+
+	rels    map[uint32]*relation
+	lastID  uint32
+	lastRel *relation
+	refs    []colRef
+
+	inTx       bool
+	commitTime time.Time
+	events     []outboxcdc.Event
+	txBytes    int
+}
+
+func newDecoder(schema, table, prefix string, cols outboxcdc.Columns, m *outboxcdc.SourceMetrics) *decoder {
+	return &decoder{
+		schema: schema, table: table, prefix: prefix, cols: cols, metrics: m,
+		rels: make(map[uint32]*relation),
+	}
+}
+
+// committed is the result of a Commit message.
+type committed struct {
+	end        pglogrepl.LSN
+	commitTime time.Time
+	events     []outboxcdc.Event
+	bytes      int
+}
+
+// handle decodes one pgoutput message whose WAL position is lsn. It returns
+// a non-nil *committed at a Commit. Errors are permanent (bad input or a
+// role column gone), except errProtocol ones which the caller may retry.
+func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*committed, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty message at LSN %s", errProtocol, lsn)
+	}
+	body := data[1:]
+	switch data[0] {
+	case msgBegin:
+		if len(body) < 20 {
+			return nil, fmt.Errorf("%w: short Begin at LSN %s", errProtocol, lsn)
+		}
+		if d.inTx {
+			return nil, fmt.Errorf("%w: Begin inside a transaction at LSN %s", errProtocol, lsn)
+		}
+		d.inTx = true
+		d.commitTime = pgTime(body[8:16])
+		d.events = nil
+		d.txBytes = 0
+	case msgCommit:
+		if len(body) < 25 {
+			return nil, fmt.Errorf("%w: short Commit at LSN %s", errProtocol, lsn)
+		}
+		if !d.inTx {
+			return nil, fmt.Errorf("%w: Commit outside a transaction at LSN %s", errProtocol, lsn)
+		}
+		c := &committed{
+			end:        pglogrepl.LSN(binary.BigEndian.Uint64(body[9:17])),
+			commitTime: pgTime(body[17:25]),
+			events:     d.events,
+			bytes:      d.txBytes,
+		}
+		d.inTx, d.events, d.txBytes = false, nil, 0
+		return c, nil
+	case msgRelation:
+		var rm pglogrepl.RelationMessage
+		if err := rm.Decode(body); err != nil {
+			return nil, fmt.Errorf("%w: Relation at LSN %s: %v", errProtocol, lsn, err)
+		}
+		d.relation(&rm, lsn)
+	case msgInsert:
+		return nil, d.insert(body, lsn)
+	case msgUpdate, msgDelete:
+		if len(body) < 4 {
+			return nil, fmt.Errorf("%w: short change at LSN %s", errProtocol, lsn)
+		}
+		if r := d.lookup(binary.BigEndian.Uint32(body)); r != nil && r.outbox {
+			op := "update"
+			if data[0] == msgDelete {
+				op = "delete"
+			}
+			d.metrics.SkippedOperations.WithLabelValues(op).Inc()
+		}
+	case msgTruncate:
+		var tm pglogrepl.TruncateMessage
+		if len(body) < 9 {
+			return nil, fmt.Errorf("%w: short Truncate at LSN %s", errProtocol, lsn)
+		}
+		if err := tm.Decode(body); err != nil {
+			return nil, fmt.Errorf("%w: Truncate at LSN %s: %v", errProtocol, lsn, err)
+		}
+		for _, id := range tm.RelationIDs {
+			if r := d.lookup(id); r != nil && r.outbox {
+				d.metrics.SkippedOperations.WithLabelValues("truncate").Inc()
+			}
+		}
+	case msgMessage:
+		return nil, d.message(body, lsn)
+	case msgOrigin, msgType:
+	default:
+		// Stream start/stop/commit/abort and two-phase messages only come
+		// with options we never set.
+		return nil, fmt.Errorf("%w: type %q at LSN %s", errProtocol, data[0], lsn)
+	}
+	return nil, nil
+}
+
+func (d *decoder) lookup(id uint32) *relation {
+	if d.lastRel != nil && d.lastID == id {
+		return d.lastRel
+	}
+	r := d.rels[id]
+	if r != nil {
+		d.lastID, d.lastRel = id, r
+	}
+	return r
+}
+
+func (d *decoder) relation(rm *pglogrepl.RelationMessage, lsn pglogrepl.LSN) {
+	r := &relation{ncols: len(rm.Columns)}
+	d.rels[rm.RelationID] = r
+	d.lastRel = nil
+	if d.table == "" || rm.Namespace != d.schema || rm.RelationName != d.table {
+		return
+	}
+	r.outbox = true
+	r.bytea = make([]bool, len(rm.Columns))
+	index := func(name string) int {
+		for i, c := range rm.Columns {
+			if c.Name == name {
+				return i
+			}
+		}
+		return -1
+	}
+	for i, c := range rm.Columns {
+		r.bytea[i] = c.DataType == byteaOID
+	}
+	names := [numRoles]string{d.cols.MessageID, d.cols.AggregateType, d.cols.AggregateID, d.cols.EventType, d.cols.Payload}
+	for role, name := range names {
+		r.role[role] = -1
+		if name == "" {
+			continue
+		}
+		r.role[role] = index(name)
+		if r.role[role] < 0 && r.err == nil {
+			r.err = fmt.Errorf("outbox table %s.%s has no column %q (the %s role) as of LSN %s: "+
+				"it was dropped or renamed (ALTER TABLE). Restore the column, or change the route "+
+				"preset to match the table, then restart; rows are read again from the checkpoint",
+				d.schema, d.table, name, roleYAML[role], lsn)
+		}
+	}
+	for _, name := range d.cols.Extra {
+		if i := index(name); i >= 0 {
+			r.extra = append(r.extra, extraCol{name: name, idx: i})
+		}
+	}
+}
+
+// originCap is room for "LSN " + "XXXXXXXX/XXXXXXXX".
+const originCap = 4 + 17
+
+// insert decodes an Insert into the outbox table into an Event.
+//
+// One allocation holds a copy of the whole tuple (the receive buffer is
+// reused by the next read) plus the Origin text; the role strings are views
+// of that copy (it is never written after the event is built) and byte
+// values are capped slices of it, so an append by a consumer reallocates
+// instead of overwriting a neighbour.
+func (d *decoder) insert(body []byte, lsn pglogrepl.LSN) error {
+	if len(body) < 7 {
+		return fmt.Errorf("%w: short Insert at LSN %s", errProtocol, lsn)
+	}
+	r := d.lookup(binary.BigEndian.Uint32(body))
+	if r == nil {
+		return fmt.Errorf("%w: Insert for relation %d before its Relation message at LSN %s",
+			errProtocol, binary.BigEndian.Uint32(body), lsn)
+	}
+	if !r.outbox {
+		return nil
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if !d.inTx {
+		return fmt.Errorf("%w: Insert outside a transaction at LSN %s", errProtocol, lsn)
+	}
+	if body[4] != 'N' {
+		return fmt.Errorf("%w: Insert tuple type %q at LSN %s", errProtocol, body[4], lsn)
+	}
+	n := int(binary.BigEndian.Uint16(body[5:7]))
+	if n != r.ncols {
+		return fmt.Errorf("%w: Insert has %d columns, relation has %d, at LSN %s", errProtocol, n, r.ncols, lsn)
+	}
+	src := body[7:]
+	buf := make([]byte, len(src), len(src)+originCap)
+	copy(buf, src)
+
+	refs := d.refs[:0]
+	p := 0
+	for i := 0; i < n; i++ {
+		if p >= len(buf) {
+			return fmt.Errorf("%w: truncated Insert at LSN %s", errProtocol, lsn)
+		}
+		ref := colRef{kind: buf[p]}
+		p++
+		switch ref.kind {
+		case 't', 'b':
+			if p+4 > len(buf) {
+				return fmt.Errorf("%w: truncated Insert at LSN %s", errProtocol, lsn)
+			}
+			ref.n = int(binary.BigEndian.Uint32(buf[p:]))
+			p += 4
+			if ref.n < 0 || p+ref.n > len(buf) {
+				return fmt.Errorf("%w: truncated Insert at LSN %s", errProtocol, lsn)
+			}
+			ref.off = p
+			p += ref.n
+			if ref.kind == 't' && r.bytea[i] {
+				m, err := decodeBytea(buf[ref.off : ref.off+ref.n])
+				if err != nil {
+					return fmt.Errorf("%w: bytea column %d at LSN %s: %v", errProtocol, i, lsn, err)
+				}
+				ref.n = m
+			}
+		case 'n', 'u':
+		default:
+			return fmt.Errorf("%w: tuple column kind %q at LSN %s", errProtocol, ref.kind, lsn)
+		}
+		refs = append(refs, ref)
+	}
+	d.refs = refs
+
+	originStart := len(buf)
+	buf = append(buf, "LSN "...)
+	buf = appendLSN(buf, lsn)
+
+	bytesOf := func(idx int) []byte {
+		if idx < 0 {
+			return nil
+		}
+		ref := refs[idx]
+		if ref.kind != 't' && ref.kind != 'b' {
+			return nil
+		}
+		return buf[ref.off : ref.off+ref.n : ref.off+ref.n]
+	}
+	str := func(idx int) string {
+		b := bytesOf(idx)
+		if len(b) == 0 {
+			return ""
+		}
+		return unsafe.String(&b[0], len(b))
+	}
+	ev := outboxcdc.Event{
+		MessageID:     str(r.role[roleMessageID]),
+		AggregateType: str(r.role[roleAggregateType]),
+		AggregateID:   str(r.role[roleAggregateID]),
+		EventType:     str(r.role[roleEventType]),
+		Payload:       bytesOf(r.role[rolePayload]),
+		CommitTime:    d.commitTime,
+		Origin:        unsafe.String(&buf[originStart], len(buf)-originStart),
+	}
+	if len(r.extra) > 0 {
+		ev.Extra = make([]outboxcdc.Column, len(r.extra))
+		for i, x := range r.extra {
+			v := bytesOf(x.idx)
+			ev.Extra[i] = outboxcdc.Column{Name: x.name, Value: v, Null: v == nil}
+		}
+	}
+	d.events = append(d.events, ev)
+	d.txBytes += cap(buf) + eventOverhead
+	return nil
+}
+
+// eventOverhead approximates an Event's fixed size for the buffer bound.
+const eventOverhead = int(unsafe.Sizeof(outboxcdc.Event{}))
+
+// MessageFormat documents the table-less outbox (source.messages.prefix).
+//
+// An application writes, inside the transaction that makes the business
+// change:
+//
+//	SELECT pg_logical_emit_message(true, 'outbox', '{"message_id":"m-1",
+//	  "aggregate_type":"ORDER","aggregate_id":"42","event_type":"ORDER_CREATED",
+//	  "payload":{"total":10}}');
+//
+// The first argument must be true (transactional): the message is then
+// decoded only if and when the transaction commits, in its commit order,
+// exactly like an outbox row. The content is one JSON object:
+//
+//   - message_id, aggregate_type, aggregate_id, event_type: JSON strings
+//     (a number is accepted and kept as its JSON text; null or absent is
+//     empty, which the router rejects for the key and the message id).
+//   - payload: any JSON value; Event.Payload is its JSON text exactly as
+//     written (an object stays an object, a string keeps its quotes). null
+//     or absent means no payload (nil, like SQL NULL).
+//   - any other member is an extra column, delivered when the route asks
+//     for it by name: a JSON string as its unquoted text, null as Null,
+//     anything else as its JSON text.
+//
+// The keys are fixed whatever the route's preset. Content that is not a
+// JSON object stops the source with an outboxcdc.BadRowError naming the
+// LSN. Non-transactional messages with the prefix are not atomic with any
+// transaction; they are counted in
+// outbox_cdc_source_skipped_operations_total{op="nontransactional_message"},
+// logged and skipped.
+const MessageFormat = "json-v1"
+
+func (d *decoder) message(body []byte, lsn pglogrepl.LSN) error {
+	if d.prefix == "" {
+		return nil
+	}
+	// flags(1) lsn(8) prefix\0 length(4) content
+	if len(body) < 14 {
+		return fmt.Errorf("%w: short logical message at LSN %s", errProtocol, lsn)
+	}
+	transactional := body[0]&1 == 1
+	msgLSN := pglogrepl.LSN(binary.BigEndian.Uint64(body[1:9]))
+	rest := body[9:]
+	end := -1
+	for i, c := range rest {
+		if c == 0 {
+			end = i
+			break
+		}
+	}
+	if end < 0 || len(rest) < end+5 {
+		return fmt.Errorf("%w: malformed logical message at LSN %s", errProtocol, lsn)
+	}
+	if string(rest[:end]) != d.prefix {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint32(rest[end+1:]))
+	content := rest[end+5:]
+	if n > len(content) {
+		return fmt.Errorf("%w: truncated logical message at LSN %s", errProtocol, lsn)
+	}
+	content = content[:n]
+	if !transactional || !d.inTx {
+		d.metrics.SkippedOperations.WithLabelValues("nontransactional_message").Inc()
+		if d.onNonTxMsg != nil {
+			d.onNonTxMsg(msgLSN)
+		}
+		return nil
+	}
+	ev, err := DecodeMessage(content, d.cols.Extra)
+	origin := "LSN " + string(appendLSN(nil, msgLSN)) + " (logical message)"
+	if err != nil {
+		return &outboxcdc.BadRowError{Origin: origin, MessageID: ev.MessageID, Reason: err.Error()}
+	}
+	ev.CommitTime = d.commitTime
+	ev.Origin = origin
+	d.events = append(d.events, ev)
+	d.txBytes += len(content) + eventOverhead
+	return nil
+}
+
+// DecodeMessage decodes a logical message's JSON content (see MessageFormat)
+// into an Event, with the extra members named in extra.
+func DecodeMessage(content []byte, extra []string) (outboxcdc.Event, error) {
+	var ev outboxcdc.Event
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(content, &obj); err != nil || obj == nil {
+		return ev, fmt.Errorf("logical message content is not a JSON object (see wal.MessageFormat)")
+	}
+	var errs []error
+	field := func(key string) string {
+		raw, ok := obj[key]
+		if !ok || isNull(raw) {
+			return ""
+		}
+		if raw[0] == '"' {
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %v", key, err))
+			}
+			return s
+		}
+		if raw[0] == '{' || raw[0] == '[' {
+			errs = append(errs, fmt.Errorf("%s must be a string, not %s", key, kindOf(raw)))
+			return ""
+		}
+		return string(raw)
+	}
+	ev.MessageID = field("message_id")
+	ev.AggregateType = field("aggregate_type")
+	ev.AggregateID = field("aggregate_id")
+	ev.EventType = field("event_type")
+	if raw, ok := obj["payload"]; ok && !isNull(raw) {
+		ev.Payload = []byte(raw)
+	}
+	for _, name := range extra {
+		raw, ok := obj[name]
+		if !ok {
+			continue
+		}
+		c := outboxcdc.Column{Name: name}
+		switch {
+		case isNull(raw):
+			c.Null = true
+		case raw[0] == '"':
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %v", name, err))
+			}
+			c.Value = []byte(s)
+		default:
+			c.Value = []byte(raw)
+		}
+		ev.Extra = append(ev.Extra, c)
+	}
+	return ev, errors.Join(errs...)
+}
+
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
+
+func kindOf(raw json.RawMessage) string {
+	if raw[0] == '{' {
+		return "an object"
+	}
+	return "an array"
+}
+
+// decodeBytea decodes bytea's text output in place and returns the new
+// length: hex ("\x0a0b", the default bytea_output, which the replication
+// connection also requests) or the legacy escape format.
+func decodeBytea(b []byte) (int, error) {
+	if len(b) >= 2 && b[0] == '\\' && b[1] == 'x' {
+		h := b[2:]
+		if len(h)%2 != 0 {
+			return 0, errors.New("odd hex length")
+		}
+		for i := 0; i < len(h)/2; i++ {
+			hi, ok1 := unhex(h[2*i])
+			lo, ok2 := unhex(h[2*i+1])
+			if !ok1 || !ok2 {
+				return 0, errors.New("bad hex digit")
+			}
+			b[i] = hi<<4 | lo
+		}
+		return len(h) / 2, nil
+	}
+	w := 0
+	for r := 0; r < len(b); {
+		c := b[r]
+		if c != '\\' {
+			b[w] = c
+			w++
+			r++
+			continue
+		}
+		if r+1 < len(b) && b[r+1] == '\\' {
+			b[w] = '\\'
+			w++
+			r += 2
+			continue
+		}
+		if r+3 < len(b) && isOct(b[r+1]) && isOct(b[r+2]) && isOct(b[r+3]) {
+			b[w] = (b[r+1]-'0')<<6 | (b[r+2]-'0')<<3 | (b[r+3] - '0')
+			w++
+			r += 4
+			continue
+		}
+		return 0, errors.New("bad escape sequence")
+	}
+	return w, nil
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func isOct(c byte) bool { return c >= '0' && c <= '7' }
+
+// pgEpoch is 2000-01-01 UTC, the origin of PostgreSQL timestamps.
+const pgEpochUnixMicros = 946684800 * 1000000
+
+func pgTime(b []byte) time.Time {
+	us := int64(binary.BigEndian.Uint64(b))
+	return time.UnixMicro(pgEpochUnixMicros + us)
+}
