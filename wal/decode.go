@@ -52,7 +52,7 @@ type relation struct {
 	bytea  []bool
 	role   [numRoles]int // column index, -1 when the role is unnamed
 	extra  []extraCol    // requested extras that exist, in request order
-	err    error         // set when a role column is missing
+	missing int           // role whose column is missing, or -1
 }
 
 type extraCol struct {
@@ -142,7 +142,7 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*committed, error) {
 		if err := rm.Decode(body); err != nil {
 			return nil, fmt.Errorf("%w: Relation at LSN %s: %v", errProtocol, lsn, err)
 		}
-		d.relation(&rm, lsn)
+		d.relation(&rm)
 	case msgInsert:
 		return nil, d.insert(body, lsn)
 	case msgUpdate, msgDelete:
@@ -191,8 +191,8 @@ func (d *decoder) lookup(id uint32) *relation {
 	return r
 }
 
-func (d *decoder) relation(rm *pglogrepl.RelationMessage, lsn pglogrepl.LSN) {
-	r := &relation{ncols: len(rm.Columns)}
+func (d *decoder) relation(rm *pglogrepl.RelationMessage) {
+	r := &relation{ncols: len(rm.Columns), missing: -1}
 	d.rels[rm.RelationID] = r
 	d.lastRel = nil
 	if d.table == "" || rm.Namespace != d.schema || rm.RelationName != d.table {
@@ -218,11 +218,8 @@ func (d *decoder) relation(rm *pglogrepl.RelationMessage, lsn pglogrepl.LSN) {
 			continue
 		}
 		r.role[role] = index(name)
-		if r.role[role] < 0 && r.err == nil {
-			r.err = fmt.Errorf("outbox table %s.%s has no column %q (the %s role) as of LSN %s: "+
-				"it was dropped or renamed (ALTER TABLE). Restore the column, or change the route "+
-				"preset to match the table, then restart; rows are read again from the checkpoint",
-				d.schema, d.table, name, roleYAML[role], lsn)
+		if r.role[role] < 0 && r.missing < 0 {
+			r.missing = role
 		}
 	}
 	for _, name := range d.cols.Extra {
@@ -254,8 +251,12 @@ func (d *decoder) insert(body []byte, lsn pglogrepl.LSN) error {
 	if !r.outbox {
 		return nil
 	}
-	if r.err != nil {
-		return r.err
+	if r.missing >= 0 {
+		names := [numRoles]string{d.cols.MessageID, d.cols.AggregateType, d.cols.AggregateID, d.cols.EventType, d.cols.Payload}
+		return fmt.Errorf("outbox table %s.%s has no column %q (the %s role) for the row inserted at LSN %s: "+
+			"it was dropped or renamed (ALTER TABLE). Restore the column, or change the route "+
+			"preset to match the table, then restart; rows are read again from the checkpoint",
+			d.schema, d.table, names[r.missing], roleYAML[r.missing], lsn)
 	}
 	if !d.inTx {
 		return fmt.Errorf("%w: Insert outside a transaction at LSN %s", errProtocol, lsn)

@@ -1,0 +1,92 @@
+package wal
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// heartbeatPrefix is the logical message prefix of heartbeats. With
+// source.messages.prefix unset pgoutput does not even send them; either way
+// the decoder ignores them. Their only job is to move this database's WAL
+// so that keepalives carry a newer WAL end for the idle advance.
+const heartbeatPrefix = "outbox-cdc-heartbeat"
+
+var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+// monitor refreshes the slot lag metrics and writes heartbeats on its own
+// small connection until ctx is done. Failures are logged and retried on
+// the next tick; they never stop the stream.
+func (s *Source) monitor(ctx context.Context) {
+	var db *pgx.Conn
+	defer func() { closeMeta(db) }()
+	conn := func() *pgx.Conn {
+		if db != nil && !db.IsClosed() {
+			return db
+		}
+		c, err := s.connectMeta(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Debug().Err(err).Msg("monitor connection failed")
+			}
+			return nil
+		}
+		db = c
+		return db
+	}
+	drop := func() { closeMeta(db); db = nil }
+
+	lagTick := time.NewTicker(s.cfg.LagInterval)
+	defer lagTick.Stop()
+	var hbC <-chan time.Time
+	if s.cfg.Heartbeat.Interval > 0 {
+		hb := time.NewTicker(s.cfg.Heartbeat.Interval)
+		defer hb.Stop()
+		hbC = hb.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lagTick.C:
+			c := conn()
+			if c == nil {
+				continue
+			}
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			var lag float64
+			var status string
+			err := c.QueryRow(qctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::float8, 0), coalesce(wal_status, '')
+				FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&lag, &status)
+			cancel()
+			if err != nil {
+				if err != pgx.ErrNoRows && ctx.Err() == nil {
+					s.log.Debug().Err(err).Msg("slot lag query failed")
+					drop()
+				}
+				continue
+			}
+			s.lagBytes.Set(lag)
+			for _, w := range walStatuses {
+				v := 0.0
+				if w == status {
+					v = 1
+				}
+				s.walStatus.WithLabelValues(w).Set(v)
+			}
+		case <-hbC:
+			c := conn()
+			if c == nil {
+				continue
+			}
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.Exec(qctx, `SELECT pg_logical_emit_message(false, '`+heartbeatPrefix+`', '')`)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn().Err(err).Msg("heartbeat failed")
+				drop()
+			}
+		}
+	}
+}

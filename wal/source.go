@@ -1,0 +1,718 @@
+// Package wal is the PostgreSQL source: it streams a permanent logical
+// replication slot with the pgoutput plugin and turns every committed INSERT
+// into the outbox table (and, optionally, every transactional logical
+// decoding message with a configured prefix) into an outboxcdc.Event.
+//
+// Positions are LSNs (see Kind). The slot is only ever confirmed up to the
+// last position the pipeline Acked, i.e. a durable checkpoint, so after any
+// crash the server still holds everything after the checkpoint.
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Source is the PostgreSQL outboxcdc.Source. Create it with New; Run is
+// called once.
+//
+// Flow control and the slot. One goroutine owns the replication connection:
+// it reads pgoutput messages, decodes whole transactions into a bounded
+// queue and answers the server. Another goroutine moves queued transactions
+// to the pipeline's channel and may block there as long as the sink does.
+// When the queue holds BufferBytes the reader stops reading (the server
+// keeps the WAL; TCP pushes back on the walsender) but keeps sending standby
+// status updates every StatusInterval, which is all wal_sender_timeout
+// needs: a stalled sink never gets the walsender killed.
+//
+// Every status update reports as flushed (and applied) only the last
+// position passed to Ack, never what was received, so confirmed_flush_lsn
+// never passes the durable checkpoint. The single exception is the idle
+// advance: when a keepalive arrives outside a transaction and every
+// transaction queued so far has been Acked, nothing is in flight, so the
+// keepalive's WAL end (everything before it was decoded and sent to us) is
+// confirmed too. That keeps an idle outbox from pinning WAL.
+type Source struct {
+	cfg           Config
+	schema, table string
+	cols          outboxcdc.Columns
+	log           zerolog.Logger
+	m             *outboxcdc.SourceMetrics
+	lagBytes      prometheus.Gauge
+	walStatus     *prometheus.GaugeVec
+
+	ack     atomic.Uint64 // last Acked LSN
+	ready   atomic.Pointer[readyState]
+	running atomic.Bool
+}
+
+type readyState struct{ err error }
+
+// New checks cfg and returns a source. name is the connector name, from
+// which the slot and publication names are derived when not configured.
+// m may be nil (metrics are then not exported); reg may be nil.
+func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics, reg prometheus.Registerer) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Slot == "" {
+		cfg.Slot = DeriveName(name)
+	}
+	if cfg.Publication == "" {
+		cfg.Publication = DeriveName(name)
+	}
+	if m == nil {
+		m = outboxcdc.NewSourceMetrics(nil)
+	}
+	s := &Source{
+		cfg:  cfg,
+		cols: cols,
+		log:  log.With().Str("component", "wal").Str("slot", cfg.Slot).Logger(),
+		m:    m,
+		lagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_cdc_postgres_slot_lag_bytes",
+			Help: "Bytes of WAL between the server's current position and the slot's confirmed_flush_lsn.",
+		}),
+		walStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_cdc_postgres_slot_wal_status",
+			Help: "1 for the slot's current wal_status in pg_replication_slots (reserved, extended, unreserved, lost).",
+		}, []string{"status"}),
+	}
+	if cfg.Table != "" {
+		s.schema, s.table, _ = splitTable(cfg.Table)
+	}
+	if reg != nil {
+		if err := reg.Register(s.lagBytes); err != nil {
+			return nil, fmt.Errorf("register slot lag metric: %w", err)
+		}
+		if err := reg.Register(s.walStatus); err != nil {
+			return nil, fmt.Errorf("register slot wal_status metric: %w", err)
+		}
+	}
+	s.setReady(errors.New("postgres source: not started"))
+	return s, nil
+}
+
+// Slot returns the replication slot name in use.
+func (s *Source) Slot() string { return s.cfg.Slot }
+
+// Publication returns the publication name in use.
+func (s *Source) Publication() string { return s.cfg.Publication }
+
+// Ack records that everything up to pos is durably checkpointed. The next
+// status update confirms it to the slot. It never blocks.
+func (s *Source) Ack(pos outboxcdc.Position) {
+	lsn, err := ParsePosition(pos)
+	if err != nil {
+		s.log.Error().Err(err).Msg("ignoring Ack of a position this source did not issue")
+		return
+	}
+	for {
+		cur := s.ack.Load()
+		if uint64(lsn) <= cur || s.ack.CompareAndSwap(cur, uint64(lsn)) {
+			return
+		}
+	}
+}
+
+// Ready returns nil while the replication stream is up.
+func (s *Source) Ready() error { return s.ready.Load().err }
+
+func (s *Source) setReady(err error) { s.ready.Store(&readyState{err: err}) }
+
+// runState is what survives reconnections within one Run.
+type runState struct {
+	checkpoint bool          // Run was given a position
+	haveSlot   bool          // the slot was found or created during this Run
+	resume     pglogrepl.LSN // end of the last Tx queued, else the start position
+	idle       pglogrepl.LSN // highest WAL end confirmed by the idle advance
+	q          *queue
+}
+
+// Run streams from just after from (or, without a checkpoint, from where
+// Config.Start says) until ctx is done or a permanent error. See
+// outboxcdc.Source.
+func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- outboxcdc.Tx) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("postgres source: Run called twice")
+	}
+	st := &runState{q: newQueue(s.cfg.BufferBytes)}
+	if !from.IsZero() {
+		lsn, err := ParsePosition(from)
+		if err != nil {
+			return err
+		}
+		st.checkpoint = true
+		st.resume = lsn
+		s.ack.Store(uint64(lsn))
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	fwdDone := make(chan struct{})
+	go func() {
+		defer close(fwdDone)
+		for {
+			tx, ok := st.q.pop(ctx)
+			if !ok {
+				return
+			}
+			select {
+			case out <- tx:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.monitor(ctx) }()
+	defer func() {
+		cancel()
+		<-fwdDone
+		wg.Wait()
+		s.m.Connected.Set(0)
+	}()
+
+	backoff := s.cfg.Reconnect.Min
+	for first := true; ; first = false {
+		if !first {
+			s.m.Reconnects.Inc()
+		}
+		began := time.Now()
+		streamed, err := s.session(ctx, st, first)
+		s.m.Connected.Set(0)
+		if ctx.Err() != nil {
+			s.setReady(errors.New("postgres source: stopped"))
+			return ctx.Err()
+		}
+		s.setReady(fmt.Errorf("postgres source: %w", err))
+		if isPermanent(err) {
+			s.log.Error().Err(err).Str("resume_lsn", st.resume.String()).Msg("stopping: permanent error")
+			// Deliver the whole transactions already decoded so the
+			// checkpoint gets as close to the problem as possible.
+			st.q.close()
+			select {
+			case <-fwdDone:
+			case <-ctx.Done():
+			}
+			return err
+		}
+		if streamed && time.Since(began) > 10*time.Second {
+			backoff = s.cfg.Reconnect.Min
+		}
+		s.log.Warn().Err(err).Str("resume_lsn", st.resume.String()).Dur("backoff", backoff).
+			Msg("replication stream lost; reconnecting")
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, s.cfg.Reconnect.Max)
+	}
+}
+
+// session prepares the slot and streams until an error. streamed reports
+// whether START_REPLICATION succeeded.
+func (s *Source) session(ctx context.Context, st *runState, first bool) (streamed bool, err error) {
+	meta, err := s.connectMeta(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer closeMeta(meta)
+
+	version, err := s.preflight(ctx, meta)
+	if err != nil {
+		return false, err
+	}
+	if err := s.ensurePublication(ctx, meta); err != nil {
+		return false, err
+	}
+	if err := s.ensureSlot(ctx, meta, st); err != nil {
+		return false, err
+	}
+
+	conn, err := s.connectReplication(ctx)
+	if err != nil {
+		return false, err
+	}
+	args := []string{"publication_names '" + s.cfg.Publication + "'"}
+	if version >= 140000 {
+		args = append(args, "proto_version '2'")
+		if s.cfg.Messages.Prefix != "" {
+			args = append(args, "messages 'true'")
+		}
+	} else {
+		args = append(args, "proto_version '1'")
+	}
+	start := st.resume
+	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		closeRepl(conn)
+		if pgCode(err) == codeObjectInUse {
+			return false, s.slotBusy(ctx, meta, err)
+		}
+		return false, classify(fmt.Errorf("START_REPLICATION slot %s at %s: %w", s.cfg.Slot, start, err))
+	}
+	closeMeta(meta)
+	meta = nil
+
+	ev := s.log.Info().Str("start_lsn", start.String()).Str("publication", s.cfg.Publication).Int("server_version", version)
+	if first {
+		ev.Msg("streaming started")
+	} else {
+		ev.Msg("streaming resumed after reconnect")
+	}
+	s.m.Connected.Set(1)
+	s.setReady(nil)
+	return true, s.stream(ctx, conn, st, start)
+}
+
+// stream runs the read loop on a started replication connection.
+func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, skipBelow pglogrepl.LSN) error {
+	raw := conn.Conn()
+	stop := make(chan struct{})
+	watcherDone := make(chan struct{})
+	go func() {
+		// Wake a blocked read when ctx ends; the loop re-checks ctx after
+		// every deadline it sets, so this cannot be lost.
+		defer close(watcherDone)
+		select {
+		case <-ctx.Done():
+			_ = raw.SetReadDeadline(time.Now())
+		case <-stop:
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-watcherDone
+		closeRepl(conn)
+	}()
+
+	dec := newDecoder(s.schema, s.table, s.cfg.Messages.Prefix, s.cols, s.m)
+	dec.onNonTxMsg = func(lsn pglogrepl.LSN) {
+		s.log.Warn().Str("lsn", lsn.String()).Str("prefix", s.cfg.Messages.Prefix).
+			Msg("skipping a non-transactional logical message with the outbox prefix: emit it with pg_logical_emit_message(true, ...)")
+	}
+	var received pglogrepl.LSN
+	var lastEmpty time.Time
+	interval := s.cfg.StatusInterval
+
+	status := func() error {
+		flush := pglogrepl.LSN(s.ack.Load())
+		if st.idle > flush {
+			flush = st.idle
+		}
+		write := max(received, flush)
+		if flush == 0 {
+			write = 0 // pglogrepl would report write as flush
+		}
+		_ = raw.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: write, WALFlushPosition: flush, WALApplyPosition: flush,
+		})
+		if err != nil {
+			return fmt.Errorf("send standby status update: %w", err)
+		}
+		return nil
+	}
+	next := time.Now().Add(interval)
+	arm := func() error {
+		next = time.Now().Add(interval)
+		_ = raw.SetReadDeadline(next)
+		return ctx.Err()
+	}
+	if err := status(); err != nil {
+		return err
+	}
+	if err := arm(); err != nil {
+		return err
+	}
+
+	for {
+		if st.q.full() {
+			if err := s.paused(ctx, st.q, &next, status, arm); err != nil {
+				return err
+			}
+			continue
+		}
+		msg, err := conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				if err := status(); err != nil {
+					return err
+				}
+				if err := arm(); err != nil {
+					return err
+				}
+				continue
+			}
+			return fmt.Errorf("replication stream: %w", classify(err))
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("keepalive: %w", err)
+				}
+				received = max(received, pkm.ServerWALEnd)
+				// Idle advance: nothing decoded-but-unacked exists when we
+				// are between transactions and the last queued one is Acked.
+				if !dec.inTx && pglogrepl.LSN(s.ack.Load()) >= st.resume && pkm.ServerWALEnd > st.idle {
+					st.idle = pkm.ServerWALEnd
+				}
+				if pkm.ReplyRequested {
+					if err := status(); err != nil {
+						return err
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("xlogdata: %w", err)
+				}
+				received = max(received, xld.WALStart)
+				c, err := dec.handle(xld.WALData, xld.WALStart)
+				if err != nil {
+					if errors.Is(err, errProtocol) {
+						return err
+					}
+					return permanent(err)
+				}
+				if c == nil || c.end <= skipBelow {
+					continue // not a commit, or one Postgres resent
+				}
+				s.m.TransactionsRead.Inc()
+				s.m.LagSeconds.Set(time.Since(c.commitTime).Seconds())
+				if len(c.events) == 0 {
+					// Empty transactions only keep the checkpoint moving on
+					// a busy server; once a second is plenty.
+					now := time.Now()
+					if now.Sub(lastEmpty) < time.Second || !st.q.empty() {
+						continue
+					}
+					lastEmpty = now
+				} else {
+					s.m.EventsRead.Add(float64(len(c.events)))
+				}
+				st.q.push(outboxcdc.Tx{Events: c.events, End: MakePosition(c.end), CommitTime: c.commitTime}, c.bytes+txOverhead)
+				st.resume = c.end
+			}
+		case *pgproto3.ErrorResponse:
+			return classify(fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m)))
+		case *pgproto3.CopyDone:
+			return errors.New("replication stream: server ended the copy stream")
+		}
+	}
+}
+
+const txOverhead = 128
+
+// paused waits while the queue is full, sending status updates on time, so
+// the connection stays healthy however long the pipeline blocks.
+func (s *Source) paused(ctx context.Context, q *queue, next *time.Time, status, arm func() error) error {
+	for q.full() {
+		t := time.NewTimer(time.Until(*next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-q.space:
+			t.Stop()
+		case <-t.C:
+			if err := status(); err != nil {
+				return err
+			}
+			if err := arm(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Source) connectMeta(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return nil, permanent(errors.New("source.dsn: not a valid PostgreSQL connection string"))
+	}
+	delete(cfg.RuntimeParams, "replication")
+	cfg.RuntimeParams["application_name"] = "outbox-cdc"
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return nil, classify(fmt.Errorf("connect to %s: %w", outboxcdc.RedactDSN(s.cfg.DSN), err))
+	}
+	return conn, nil
+}
+
+func closeMeta(c *pgx.Conn) {
+	if c == nil || c.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return nil, permanent(errors.New("source.dsn: not a valid PostgreSQL connection string"))
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "outbox-cdc"
+	// Stable text forms for what pgoutput renders: bytea as hex (decoded to
+	// raw bytes), timestamptz in UTC ISO form.
+	cfg.RuntimeParams["bytea_output"] = "hex"
+	cfg.RuntimeParams["DateStyle"] = "ISO, YMD"
+	cfg.RuntimeParams["TimeZone"] = "UTC"
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return nil, classify(fmt.Errorf("replication connection to %s: %w", outboxcdc.RedactDSN(s.cfg.DSN), err))
+	}
+	return conn, nil
+}
+
+func closeRepl(c *pgconn.PgConn) {
+	_ = c.Conn().SetDeadline(time.Now().Add(2 * time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.Close(ctx)
+}
+
+// preflight checks server settings and returns server_version_num.
+func (s *Source) preflight(ctx context.Context, db *pgx.Conn) (int, error) {
+	var walLevel, versionText string
+	var recovery bool
+	err := db.QueryRow(ctx, `SELECT current_setting('wal_level'), current_setting('server_version_num'), pg_is_in_recovery()`).
+		Scan(&walLevel, &versionText, &recovery)
+	if err != nil {
+		return 0, classify(fmt.Errorf("read server settings: %w", err))
+	}
+	if err := checkWalLevel(walLevel); err != nil {
+		return 0, err
+	}
+	version, _ := strconv.Atoi(versionText)
+	if s.cfg.Messages.Prefix != "" && version < 140000 {
+		return 0, permanent(fmt.Errorf("source.messages.prefix needs PostgreSQL 14 or later (pgoutput's messages option); this server is %s", versionText))
+	}
+	if recovery && version < 160000 {
+		return 0, permanent(errors.New("the server is a standby (in recovery): logical decoding needs the primary before PostgreSQL 16; point source.dsn at the primary"))
+	}
+	return version, nil
+}
+
+func checkWalLevel(level string) error {
+	if level != "logical" {
+		return permanent(fmt.Errorf("wal_level is %q, logical decoding needs 'logical': run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL", level))
+	}
+	return nil
+}
+
+func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn) error {
+	pub := s.cfg.Publication
+	tableIdent := pgx.Identifier{s.schema, s.table}.Sanitize()
+	if s.table != "" {
+		var exists bool
+		if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, tableIdent).Scan(&exists); err != nil {
+			return classify(fmt.Errorf("look up table %s: %w", s.cfg.Table, err))
+		}
+		if !exists {
+			return permanent(fmt.Errorf("source.table: table %s does not exist in this database (check source.dsn's database and the schema)", tableIdent))
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		var pubInsert bool
+		err := db.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, pub).Scan(&pubInsert)
+		if errors.Is(err, pgx.ErrNoRows) {
+			create := "CREATE PUBLICATION " + pgx.Identifier{pub}.Sanitize()
+			if s.table != "" {
+				create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert')"
+			}
+			if !s.cfg.Create {
+				return permanent(fmt.Errorf("publication %q does not exist and source.create is false: run %s; (as the table's owner) or set source.create: true", pub, create))
+			}
+			if _, err := db.Exec(ctx, create); err != nil {
+				if pgCode(err) == codeDuplicateObject && attempt == 0 {
+					continue
+				}
+				return classify(fmt.Errorf("%s: %w (the role must own the table, or create the publication as its owner)", create, err))
+			}
+			s.log.Info().Str("publication", pub).Str("table", s.cfg.Table).Msg("created publication")
+			continue
+		}
+		if err != nil {
+			return classify(fmt.Errorf("look up publication %q: %w", pub, err))
+		}
+		if s.table == "" {
+			return nil
+		}
+		if !pubInsert {
+			return permanent(fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert');", pub, pgx.Identifier{pub}.Sanitize()))
+		}
+		var n int
+		err = db.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
+			pub, s.schema, s.table).Scan(&n)
+		if err != nil {
+			return classify(fmt.Errorf("look up publication %q tables: %w", pub, err))
+		}
+		if n == 0 {
+			return permanent(fmt.Errorf("publication %q exists but does not include the outbox table %s, so its rows would never be streamed: run ALTER PUBLICATION %s ADD TABLE %s; or point source.publication at a publication that includes it",
+				pub, tableIdent, pgx.Identifier{pub}.Sanitize(), tableIdent))
+		}
+		return nil
+	}
+}
+
+type slotInfo struct {
+	plugin, slotType, database, walStatus string
+	active                                bool
+	activePID                             int32
+	confirmed                             pglogrepl.LSN
+}
+
+func querySlot(ctx context.Context, db *pgx.Conn, name string) (*slotInfo, error) {
+	var si slotInfo
+	var confirmed string
+	err := db.QueryRow(ctx, `SELECT coalesce(plugin::text, ''), slot_type::text, coalesce(database::text, ''), active,
+		coalesce(active_pid, 0), coalesce(confirmed_flush_lsn::text, ''), coalesce(wal_status, '')
+		FROM pg_replication_slots WHERE slot_name = $1`, name).
+		Scan(&si.plugin, &si.slotType, &si.database, &si.active, &si.activePID, &confirmed, &si.walStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("look up replication slot %q: %w", name, err))
+	}
+	if confirmed != "" {
+		if si.confirmed, err = pglogrepl.ParseLSN(confirmed); err != nil {
+			return nil, fmt.Errorf("slot %q confirmed_flush_lsn %q: %w", name, confirmed, err)
+		}
+	}
+	return &si, nil
+}
+
+// ensureSlot verifies (or creates) the slot and fixes the start position.
+func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) error {
+	slot := s.cfg.Slot
+	si, err := querySlot(ctx, db, slot)
+	if err != nil {
+		return err
+	}
+	if si == nil {
+		switch {
+		case st.checkpoint:
+			return permanent(fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed from it: "+
+				"the slot was dropped and the changes after the checkpoint are gone from the server. It was NOT recreated. "+
+				"To start over knowingly, delete the checkpoint and restart (the slot is then created and streaming starts at its creation point); "+
+				"rows committed in between must be republished by other means", slot, st.resume))
+		case st.haveSlot:
+			return permanent(fmt.Errorf("replication slot %q was dropped while streaming (last position %s); the changes after it are gone. It was NOT recreated; restart after deciding how to recover", slot, st.resume))
+		case !s.cfg.Create:
+			return permanent(fmt.Errorf("replication slot %q does not exist and source.create is false: run SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.create: true", slot, slot))
+		}
+		var lsn string
+		err := db.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&lsn)
+		if err != nil && pgCode(err) != codeDuplicateObject {
+			return classify(fmt.Errorf("create replication slot %q: %w (the role needs the REPLICATION attribute)", slot, err))
+		}
+		if err == nil {
+			s.log.Info().Str("consistent_lsn", lsn).Msg("created replication slot (pgoutput)")
+		}
+		if si, err = querySlot(ctx, db, slot); err != nil {
+			return err
+		}
+		if si == nil {
+			return fmt.Errorf("replication slot %q vanished right after creation", slot)
+		}
+	}
+	if si.slotType != "logical" || si.plugin != "pgoutput" {
+		return permanent(fmt.Errorf("replication slot %q is a %s slot with plugin %q, not a logical pgoutput slot: choose another source.slot, or drop it if it is unused", slot, si.slotType, si.plugin))
+	}
+	var dbName string
+	if err := db.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName); err != nil {
+		return classify(err)
+	}
+	if si.database != dbName {
+		return permanent(fmt.Errorf("replication slot %q belongs to database %q, but source.dsn connects to %q: choose another source.slot or fix the DSN", slot, si.database, dbName))
+	}
+	if si.walStatus == "lost" {
+		return permanent(fmt.Errorf("replication slot %q is invalidated (wal_status = lost): the server removed WAL it still needed (max_slot_wal_keep_size), so changes are gone. "+
+			"Drop the slot, delete the checkpoint, restart, and republish what was missed", slot))
+	}
+	if si.walStatus == "unreserved" {
+		s.log.Warn().Msg("replication slot wal_status is 'unreserved': the server is about to remove WAL it needs; the connector is falling behind max_slot_wal_keep_size")
+	}
+	if si.active {
+		return s.slotBusy(ctx, db, fmt.Errorf("replication slot %q is active for PID %d", slot, si.activePID))
+	}
+
+	if !st.haveSlot {
+		st.haveSlot = true
+		var current pglogrepl.LSN
+		var currentText string
+		if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&currentText); err == nil {
+			current, _ = pglogrepl.ParseLSN(currentText)
+		}
+		switch {
+		case st.checkpoint:
+			if current != 0 && st.resume > current {
+				return permanent(fmt.Errorf("the checkpoint (LSN %s) is ahead of this server's WAL (%s): it was written against another server or cluster; point source.dsn at the right server or delete the checkpoint knowingly", st.resume, current))
+			}
+			if st.resume < si.confirmed {
+				s.log.Info().Str("checkpoint_lsn", st.resume.String()).Str("confirmed_flush_lsn", si.confirmed.String()).
+					Msg("checkpoint is behind the slot's confirmed position; the server resumes at the slot's position")
+			}
+		case s.cfg.Start == StartLatest && current > si.confirmed:
+			st.resume = current
+		default:
+			st.resume = si.confirmed
+		}
+		if !st.checkpoint {
+			s.ack.Store(uint64(st.resume))
+			s.log.Info().Str("start", s.cfg.Start).Str("start_lsn", st.resume.String()).
+				Str("confirmed_flush_lsn", si.confirmed.String()).Msg("no checkpoint: first run")
+		}
+	}
+	return nil
+}
+
+// slotBusy logs who holds the slot and returns a retryable error.
+func (s *Source) slotBusy(ctx context.Context, db *pgx.Conn, cause error) error {
+	var pid int32
+	var app, addr string
+	if db != nil {
+		_ = db.QueryRow(ctx, `SELECT coalesce(r.active_pid, 0), coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local')
+			FROM pg_replication_slots r LEFT JOIN pg_stat_activity a ON a.pid = r.active_pid WHERE r.slot_name = $1`, s.cfg.Slot).
+			Scan(&pid, &app, &addr)
+	}
+	s.log.Warn().Int32("active_pid", pid).Str("holder_application", app).Str("holder_addr", addr).
+		Msg("replication slot is in use by another connection (another instance, or a walsender that has not exited yet); retrying")
+	return fmt.Errorf("slot busy: %w", cause)
+}
