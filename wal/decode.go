@@ -47,11 +47,11 @@ var errProtocol = errors.New("unexpected pgoutput message")
 // message so that ALTER TABLE mid-stream is picked up. Role and extra column
 // indexes are resolved here, once, not per row.
 type relation struct {
-	outbox bool
-	ncols  int
-	bytea  []bool
-	role   [numRoles]int // column index, -1 when the role is unnamed
-	extra  []extraCol    // requested extras that exist, in request order
+	outbox  bool
+	ncols   int
+	bytea   []bool
+	role    [numRoles]int // column index, -1 when the role is unnamed
+	extra   []extraCol    // requested extras that exist, in request order
 	missing int           // role whose column is missing, or -1
 }
 
