@@ -188,12 +188,14 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	}()
 
 	backoff := s.cfg.Reconnect.Min
+	lost := false // a stream was up and broke: the next session is a reconnect
 	for first := true; ; first = false {
-		if !first {
+		if lost {
 			s.m.Reconnects.Inc()
 		}
 		began := time.Now()
 		streamed, err := s.session(ctx, st, first)
+		lost = lost || streamed
 		s.m.Connected.Set(0)
 		if ctx.Err() != nil {
 			s.setReady(errors.New("postgres source: stopped"))
@@ -313,7 +315,10 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 	interval := s.cfg.StatusInterval
 
 	status := func() error {
-		flush := pglogrepl.LSN(s.ack.Load())
+		// Only a durable checkpoint is confirmed: the last Ack, clamped
+		// defensively to the last transaction handed out, or the idle
+		// advance when nothing is in flight.
+		flush := min(pglogrepl.LSN(s.ack.Load()), st.resume)
 		if st.idle > flush {
 			flush = st.idle
 		}

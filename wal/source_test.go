@@ -796,3 +796,51 @@ func TestDrainRate(t *testing.T) {
 	el := time.Since(began)
 	t.Logf("drained %d rows in %s: %.0f rows/s", n, el.Round(time.Millisecond), float64(n)/el.Seconds())
 }
+
+// A second instance on the same slot waits (retrying, not failing) until the
+// first releases it.
+func TestSlotActiveRetries(t *testing.T) {
+	e := newPgEnv(t)
+	a, _ := e.source(e.config(), seedCols)
+	ra := start(t, a, "", 16)
+	ra.waitReady()
+	pidA := e.activePID()
+	b, _ := e.source(e.config(), seedCols)
+	rb := start(t, b, "", 16)
+	time.Sleep(time.Second)
+	select {
+	case err := <-rb.done:
+		t.Fatalf("second instance stopped: %v", err)
+	default:
+	}
+	if b.Ready() == nil || !strings.Contains(b.Ready().Error(), "active") {
+		t.Fatalf("second instance ready state: %v", b.Ready())
+	}
+	_ = ra.stop()
+	rb.waitReady()
+	if pid := e.activePID(); pid == pidA || pid == 0 {
+		t.Fatalf("slot holder %d (first was %d)", pid, pidA)
+	}
+	e.insertTx("after")
+	if got := ids(rb.next(10 * time.Second)); got != "after" {
+		t.Fatalf("got %s", got)
+	}
+}
+
+func TestSlotWithOtherPluginIsFatal(t *testing.T) {
+	e := newPgEnv(t)
+	if _, err := e.db.Exec(context.Background(), `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, e.slot); err != nil {
+		t.Skipf("test_decoding unavailable: %v", err)
+	}
+	src, _ := e.source(e.config(), seedCols)
+	r := start(t, src, "", 16)
+	select {
+	case err := <-r.done:
+		r.once.Do(func() {})
+		if err == nil || !strings.Contains(err.Error(), `plugin "test_decoding"`) {
+			t.Fatalf("got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+}

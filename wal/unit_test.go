@@ -282,3 +282,13 @@ func BenchmarkDecodeInsert(b *testing.B) {
 		}
 	}
 }
+
+func TestCheckWalLevel(t *testing.T) {
+	if err := checkWalLevel("logical"); err != nil {
+		t.Fatal(err)
+	}
+	err := checkWalLevel("replica")
+	if err == nil || !isPermanent(err) || !strings.Contains(err.Error(), "ALTER SYSTEM SET wal_level = logical") {
+		t.Fatalf("got %v", err)
+	}
+}
