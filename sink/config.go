@@ -1,0 +1,195 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// KafkaConfig configures the Kafka sink. The producer is always idempotent
+// with acks=all and one request in flight per broker, so records of one
+// partition are written in order and never duplicated by the client's own
+// retries; none of that is configurable.
+type KafkaConfig struct {
+	// Brokers are the bootstrap servers, host:port.
+	Brokers []string `yaml:"brokers"`
+	// ClientID is sent to the brokers (quotas, logs).
+	ClientID string `yaml:"client_id"`
+	// KafkaVersion is the oldest broker version the producer may assume, as
+	// "2.8.0"; it decides the protocol versions used. At least 0.11.0.
+	KafkaVersion string `yaml:"kafka_version"`
+	// Compression: none, gzip, snappy, lz4 or zstd (zstd needs 2.1.0+).
+	Compression string `yaml:"compression"`
+	// MaxMessageBytes is the largest record batch the producer builds and the
+	// largest single record it accepts (Java: max.request.size). Keep it at
+	// or below the topic's max.message.bytes.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+	// Linger is how long the producer waits to fill a batch. 0 sends at once
+	// when the connection is idle; under load records still batch, because
+	// the records that arrive while a request is in flight go in the next one.
+	Linger time.Duration `yaml:"linger"`
+	// BatchBytes sends a batch before Linger has passed once it holds this
+	// many bytes. Used only when Linger > 0.
+	BatchBytes int `yaml:"batch_bytes"`
+	// MaxInFlightBytes bounds the record bytes (Record.Size) handed to the
+	// producer and not yet acknowledged; Write blocks while it is reached.
+	// A single larger record is still sent, alone.
+	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
+	// ProduceTimeout is how long a broker may wait for the in-sync replicas
+	// before answering a produce request (Java: request.timeout.ms).
+	ProduceTimeout time.Duration `yaml:"produce_timeout"`
+	// DialTimeout bounds connecting to a broker.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
+	// between attempts of a Write while the brokers fail (doubling from Min
+	// up to Max).
+	RetryBackoffMin time.Duration `yaml:"retry_backoff_min"`
+	RetryBackoffMax time.Duration `yaml:"retry_backoff_max"`
+	// ReadyInterval is how often an idle sink checks that a broker answers,
+	// for Ready and the connected gauge.
+	ReadyInterval time.Duration `yaml:"ready_interval"`
+}
+
+// DefaultKafkaConfig returns the defaults; Brokers still has to be set.
+func DefaultKafkaConfig() KafkaConfig {
+	return KafkaConfig{
+		ClientID:         "outbox-cdc",
+		KafkaVersion:     "2.8.0",
+		Compression:      "none",
+		MaxMessageBytes:  1000000,
+		Linger:           0,
+		BatchBytes:       1 << 20,
+		MaxInFlightBytes: 64 << 20,
+		ProduceTimeout:   10 * time.Second,
+		DialTimeout:      10 * time.Second,
+		RetryBackoffMin:  100 * time.Millisecond,
+		RetryBackoffMax:  10 * time.Second,
+		ReadyInterval:    5 * time.Second,
+	}
+}
+
+// Validate checks the configuration; messages name the yaml key under sink.
+func (c *KafkaConfig) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("sink.%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Brokers) == 0 {
+		bad("brokers", "at least one broker (host:port) is required")
+	}
+	for _, b := range c.Brokers {
+		if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
+			bad("brokers", "%q is not host:port", b)
+		}
+	}
+	if c.ClientID == "" {
+		bad("client_id", "must not be empty")
+	}
+	if v, err := sarama.ParseKafkaVersion(c.KafkaVersion); err != nil {
+		bad("kafka_version", "%q is not a Kafka version such as 2.8.0", c.KafkaVersion)
+	} else if !v.IsAtLeast(sarama.V0_11_0_0) {
+		bad("kafka_version", "%s is too old: the idempotent producer needs 0.11.0 or later", c.KafkaVersion)
+	} else if c.Compression == "zstd" && !v.IsAtLeast(sarama.V2_1_0_0) {
+		bad("compression", "zstd needs kafka_version 2.1.0 or later")
+	}
+	var codec sarama.CompressionCodec
+	if err := codec.UnmarshalText([]byte(c.Compression)); err != nil {
+		bad("compression", "%q is not one of none, gzip, snappy, lz4, zstd", c.Compression)
+	}
+	if c.MaxMessageBytes < 1024 || c.MaxMessageBytes > int(sarama.MaxRequestSize) {
+		bad("max_message_bytes", "%d is outside 1024..%d", c.MaxMessageBytes, sarama.MaxRequestSize)
+	}
+	if c.Linger < 0 {
+		bad("linger", "must not be negative")
+	}
+	if c.Linger > 0 && c.BatchBytes <= 0 {
+		bad("batch_bytes", "must be positive when linger is set")
+	}
+	if c.MaxInFlightBytes <= 0 {
+		bad("max_in_flight_bytes", "must be positive")
+	}
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			bad(key, "must be a positive duration such as 10s")
+		}
+	}
+	positive("produce_timeout", c.ProduceTimeout)
+	positive("dial_timeout", c.DialTimeout)
+	positive("retry_backoff_min", c.RetryBackoffMin)
+	positive("retry_backoff_max", c.RetryBackoffMax)
+	positive("ready_interval", c.ReadyInterval)
+	if c.RetryBackoffMax < c.RetryBackoffMin {
+		bad("retry_backoff_max", "%v is below retry_backoff_min %v", c.RetryBackoffMax, c.RetryBackoffMin)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := c.sarama().Validate(); err != nil {
+		return fmt.Errorf("sink: kafka settings rejected by the client: %w", err)
+	}
+	return nil
+}
+
+// innerRetries is how often sarama itself re-sends a failed batch (the
+// idempotent producer needs at least 1). Write is the one retry layer that
+// backs off: sarama's own retries are immediate, so that a leader that moved
+// is found at once, and a dead cluster fails an attempt in milliseconds.
+// sarama sleeps its backoff once per record while a partition has no leader,
+// which would stretch an attempt to minutes with a backoff set.
+const innerRetries = 1
+
+// sarama builds the client configuration. cfg must be valid.
+func (c *KafkaConfig) sarama() *sarama.Config {
+	s := sarama.NewConfig()
+	s.ClientID = c.ClientID
+	if v, err := sarama.ParseKafkaVersion(c.KafkaVersion); err == nil {
+		s.Version = v
+	}
+	s.Net.MaxOpenRequests = 1
+	s.Net.DialTimeout = c.DialTimeout
+	s.Net.ReadTimeout = c.ProduceTimeout + 10*time.Second
+	s.Net.WriteTimeout = c.ProduceTimeout + 10*time.Second
+
+	// Only the topics produced to; never the whole cluster's metadata, and
+	// creating the client does not contact a broker.
+	s.Metadata.Full = false
+	s.Metadata.Retry.Max = 0
+
+	p := &s.Producer
+	p.Idempotent = true
+	p.RequiredAcks = sarama.WaitForAll
+	p.Timeout = c.ProduceTimeout
+	p.MaxMessageBytes = c.MaxMessageBytes
+	p.Partitioner = newPartitioner
+	_ = p.Compression.UnmarshalText([]byte(c.Compression))
+	p.Return.Successes = true
+	p.Return.Errors = true
+	p.Retry.Max = innerRetries
+	p.Retry.Backoff = 0
+	p.Retry.BackoffFunc = func(int, int) time.Duration { return 0 }
+	p.Transaction.Retry.Max = 3
+	p.Transaction.Retry.Backoff = c.RetryBackoffMin
+	if c.Linger > 0 {
+		p.Flush.Frequency = c.Linger
+		p.Flush.Bytes = c.BatchBytes
+	}
+	// Flush.* all zero: a batch goes out as soon as the broker connection
+	// is free (see Linger).
+	s.ChannelBufferSize = 1024
+	return s
+}
+
+// backoff returns min*2^n capped at max.
+func backoff(minD, maxD time.Duration, n int) time.Duration {
+	d := minD
+	for i := 0; i < n && d < maxD; i++ {
+		d *= 2
+	}
+	return min(d, maxD)
+}
+
+func (c *KafkaConfig) brokersString() string { return strings.Join(c.Brokers, ",") }

@@ -1,0 +1,669 @@
+// Package sink holds the destinations records are written to: Kafka (the
+// product) and stdout (for trying things out). Both implement
+// outboxcdc.Sink.
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Kafka writes records to Kafka with an idempotent sarama AsyncProducer
+// (acks=all, one request in flight per broker), choosing the partition of a
+// keyed record as the Java client does (JavaPartition).
+//
+// # Retries and ordering
+//
+// A Write is a series of attempts. An attempt hands the records still to be
+// delivered to one producer, in order, and waits for an answer to every one
+// of them. sarama itself retries a failed batch once, at once (leader
+// moved, stale metadata), keeping the partition's order; then it fails the
+// batch. Within an attempt, a later batch of the same partition may still
+// succeed after an earlier one failed (sarama bumps the producer epoch and
+// carries on), so re-sending only the failed records could write a key's
+// records out of order. After an attempt the sink therefore re-sends, for
+// every partition that saw a failure, the first failed record and every
+// record after it in that partition — including ones already acknowledged —
+// in their original order. When the partition is unknown (the record failed
+// before one was chosen) the same rule applies to the whole topic.
+//
+// The consequence is at-least-once: after a failure a consumer may see some
+// records of a partition twice (at most the records of that partition in
+// one Write), and the copies written last are always in order. Between
+// attempts the sink backs off exponentially (retry_backoff_min doubling up to
+// retry_backoff_max) and starts a new producer, which gets a new producer id
+// from the broker, clears sarama's per-topic circuit breaker and recovers
+// from sequence errors after a broker lost its state. Retryable failures are
+// retried until ctx is done; a permanent failure (see IsPermanent) ends the
+// Write at once with an *Error naming the record, topic, partition and Kafka
+// error code.
+//
+// # Memory
+//
+// The bytes (Record.Size) of records handed to the producer and not yet
+// answered are bounded by max_in_flight_bytes; Write blocks while the bound
+// is reached. Records of an abandoned Write (ctx done, permanent error) stay
+// counted until the producer answers them.
+type Kafka struct {
+	cfg KafkaConfig
+	log zerolog.Logger
+	m   *metrics
+	mem byteSem
+
+	// headerKeys caches header keys as bytes; used by Write only, which is
+	// never called concurrently.
+	headerKeys map[string][]byte
+
+	writing sync.Mutex // held by Write, so Close can wait for it
+
+	mu     sync.Mutex
+	cur    *conn
+	dial   *dialing
+	closed bool
+	bg     sync.WaitGroup // retiring connections
+
+	ready    atomic.Pointer[readiness]
+	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
+	lastFail atomic.Int64 // unix nanos of the last failed attempt
+
+	stop      chan struct{}
+	probeDone chan struct{}
+}
+
+type readiness struct{ err error }
+
+// NewKafka validates cfg and returns a Kafka sink. It does not wait for the
+// brokers: it connects in the background (Ready says when it has) and Write
+// waits for the connection, so starting while Kafka is down is not an error.
+// Metrics are registered on reg (nil registers none).
+func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*Kafka, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	k := &Kafka{
+		cfg:        cfg,
+		log:        log.With().Str("component", "sink").Str("sink", "kafka").Logger(),
+		m:          newMetrics(reg),
+		mem:        byteSem{limit: cfg.MaxInFlightBytes},
+		headerKeys: make(map[string][]byte),
+		stop:       make(chan struct{}),
+		probeDone:  make(chan struct{}),
+	}
+	k.ready.Store(&readiness{errors.New("kafka: not connected yet")})
+	k.log.Info().Strs("brokers", cfg.Brokers).Str("client_id", cfg.ClientID).
+		Str("compression", cfg.Compression).Dur("linger", cfg.Linger).
+		Msg("kafka sink starting (idempotent producer, acks=all, Java murmur2 partitioning)")
+	go k.probeLoop()
+	return k, nil
+}
+
+// pending is one record of a Write. The Metadata of the sarama message sent
+// for it points back to the pending, which is how an answer finds its
+// record without a map or an allocation.
+type pending struct {
+	rec     *outboxcdc.Record
+	key     byteRef
+	value   byteRef
+	headers []sarama.RecordHeader
+	index   int
+	size    int64
+	// Set before each send, read by the answer goroutine.
+	att *attempt
+	// Set by the answer goroutine before it counts the answer.
+	err       error
+	partition int32
+}
+
+// byteRef is a sarama.Encoder over a byte slice. Used by pointer so that
+// storing it in the Encoder interface does not allocate.
+type byteRef struct{ b []byte }
+
+func (r *byteRef) Encode() ([]byte, error) { return r.b, nil }
+func (r *byteRef) Length() int             { return len(r.b) }
+
+// attempt tracks the answers to one attempt's records.
+type attempt struct {
+	left    atomic.Int64
+	done    chan struct{} // closed when every record is answered
+	failed  chan struct{} // closed on the first permanent failure
+	once    sync.Once
+	permErr atomic.Pointer[pending]
+}
+
+func (a *attempt) answered(p *pending) {
+	if p.err != nil && permanent(p.err) {
+		a.once.Do(func() {
+			a.permErr.Store(p)
+			close(a.failed)
+		})
+	}
+	if a.left.Add(-1) == 0 {
+		close(a.done)
+	}
+}
+
+// Write sends records and returns nil once every one is acknowledged by all
+// in-sync replicas. See the type's documentation for retries and ordering.
+// It returns a permanent *Error, or ctx's error (wrapping the last
+// retryable failure in its message) when ctx ends first.
+func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	k.writing.Lock()
+	defer k.writing.Unlock()
+	start := time.Now()
+	pend := make([]pending, len(records))
+	nh := 0
+	for i := range records {
+		nh += len(records[i].Headers)
+	}
+	var hdrs []sarama.RecordHeader
+	if nh > 0 {
+		hdrs = make([]sarama.RecordHeader, 0, nh)
+	}
+	var bytes float64
+	todo := make([]*pending, len(records))
+	for i := range records {
+		r := &records[i]
+		p := &pend[i]
+		p.rec = r
+		p.index = i
+		p.size = int64(r.Size())
+		p.key.b = r.Key
+		p.value.b = r.Value
+		if len(r.Headers) > 0 {
+			from := len(hdrs)
+			for _, h := range r.Headers {
+				hdrs = append(hdrs, sarama.RecordHeader{Key: k.headerKey(h.Key), Value: h.Value})
+				bytes += float64(len(h.Key) + len(h.Value))
+			}
+			p.headers = hdrs[from:len(hdrs):len(hdrs)]
+		}
+		bytes += float64(len(r.Key) + len(r.Value))
+		todo[i] = p
+	}
+
+	var lastErr error
+	for n := 1; ; n++ {
+		retry, failErr, err := k.attempt(ctx, todo)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+				if lastErr != nil {
+					return fmt.Errorf("kafka: %d of %d records not acknowledged after %d attempts (last failure: %v): %w",
+						len(todo), len(records), n, lastErr, ctxErr)
+				}
+				return fmt.Errorf("kafka: %d of %d records not acknowledged: %w", len(todo), len(records), ctxErr)
+			}
+			return err
+		}
+		if retry == nil {
+			k.m.records.Add(float64(len(records)))
+			k.m.bytes.Add(bytes)
+			k.m.writeTime.Observe(time.Since(start).Seconds())
+			k.reached()
+			if n > 1 {
+				k.log.Info().Int("records", len(records)).Int("attempts", n).
+					Dur("took", time.Since(start)).Msg("kafka write succeeded after retries")
+			}
+			return nil
+		}
+		lastErr = failErr
+		wait := backoff(k.cfg.RetryBackoffMin, k.cfg.RetryBackoffMax, n-1)
+		k.log.Warn().Err(failErr).Int("attempt", n).Int("resend", len(retry)).Int("records", len(records)).
+			Dur("backoff", wait).Msg("kafka write failed, retrying")
+		todo = retry
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("kafka: %d of %d records not acknowledged after %d attempts (last failure: %v): %w",
+				len(todo), len(records), n, lastErr, ctx.Err())
+		case <-k.stop:
+			t.Stop()
+			return k.stopped(ctx, errClosed)
+		}
+	}
+}
+
+// attempt sends todo (in record order) over one producer and waits for
+// every answer. It returns the records to send again with the failure that
+// caused it (retry nil: all acknowledged), or err to end the Write
+// (permanent, ctx, closed).
+func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending, failure, err error) {
+	c, err := k.conn(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		e := &Error{Index: -1, Partition: -1, Err: err, Permanent: permanent(err)}
+		if e.Permanent {
+			k.m.permanent.Inc()
+			k.log.Error().Err(err).Msg("kafka producer cannot start")
+			return nil, nil, e
+		}
+		k.failed(e)
+		k.m.retryable.Inc()
+		return todo, e, nil
+	}
+
+	a := &attempt{done: make(chan struct{}), failed: make(chan struct{})}
+	a.left.Store(int64(len(todo)))
+	input := c.producer.Input()
+	// New messages for every attempt: sarama may still read a message
+	// after answering it.
+	msgs := make([]sarama.ProducerMessage, len(todo))
+	for i, p := range todo {
+		p.att = a
+		p.err = nil
+		p.partition = -1
+		m := &msgs[i]
+		m.Topic = p.rec.Topic
+		m.Timestamp = p.rec.Timestamp
+		m.Headers = p.headers
+		m.Metadata = p
+		m.Partition = -1
+		if p.rec.Key != nil {
+			m.Key = &p.key
+		}
+		if p.rec.Value != nil {
+			m.Value = &p.value
+		}
+		if err := k.mem.acquire(ctx, a.failed, k.stop, p.size); err != nil {
+			if errors.Is(err, errAborted) {
+				return nil, nil, k.permanentFailure(a)
+			}
+			return nil, nil, k.stopped(ctx, err)
+		}
+		select {
+		case input <- m:
+			continue
+		case <-a.failed:
+			err = k.permanentFailure(a)
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-k.stop:
+			err = k.stopped(ctx, errClosed)
+		}
+		k.mem.release(p.size)
+		return nil, nil, err
+	}
+	select {
+	case <-a.done:
+	case <-a.failed:
+		return nil, nil, k.permanentFailure(a)
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-k.stop:
+		return nil, nil, k.stopped(ctx, errClosed)
+	}
+
+	retry, first, failures := resendSet(todo)
+	if first == nil {
+		return nil, nil, nil
+	}
+	k.m.retryable.Add(float64(failures))
+	e := &Error{Index: first.index, Topic: first.rec.Topic, Partition: first.partition, Err: first.err}
+	k.failed(e)
+	// A fresh producer for the next attempt (see the type's documentation).
+	k.retire(c)
+	return retry, e, nil
+}
+
+// stopped turns errClosed into a permanent Error (ctx errors pass).
+func (k *Kafka) stopped(ctx context.Context, err error) error {
+	if errors.Is(err, errClosed) {
+		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+	}
+	return err
+}
+
+// resendSet returns, after an attempt in which every record was answered,
+// the records to send again: per partition, the first failed record and all
+// records after it (per topic when the failed record has no partition). It
+// also returns the first failed record and the number of failures; first is
+// nil when every record was acknowledged. todo is in record order.
+func resendSet(todo []*pending) (retry []*pending, first *pending, failures int) {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	var fromTP map[tp]int
+	var fromTopic map[string]int
+	for _, p := range todo {
+		if p.err == nil {
+			continue
+		}
+		failures++
+		if first == nil {
+			first = p
+			fromTP = make(map[tp]int)
+			fromTopic = make(map[string]int)
+		}
+		if p.partition >= 0 {
+			if _, ok := fromTP[tp{p.rec.Topic, p.partition}]; !ok {
+				fromTP[tp{p.rec.Topic, p.partition}] = p.index
+			}
+		} else if _, ok := fromTopic[p.rec.Topic]; !ok {
+			fromTopic[p.rec.Topic] = p.index
+		}
+	}
+	if first == nil {
+		return nil, nil, 0
+	}
+	for _, p := range todo {
+		again := p.err != nil
+		if from, ok := fromTP[tp{p.rec.Topic, p.partition}]; ok && p.partition >= 0 && p.index > from {
+			again = true
+		}
+		if from, ok := fromTopic[p.rec.Topic]; ok && p.index > from {
+			again = true
+		}
+		if again {
+			retry = append(retry, p)
+		}
+	}
+	return retry, first, failures
+}
+
+// permanentFailure returns the first permanent failure of a.
+func (k *Kafka) permanentFailure(a *attempt) error {
+	p := a.permErr.Load()
+	e := &Error{Index: p.index, Topic: p.rec.Topic, Partition: p.partition, Err: p.err, Permanent: true}
+	k.m.permanent.Inc()
+	k.log.Error().Err(e).Msg("kafka rejected a record permanently")
+	return e
+}
+
+// answer is called by a connection's answer goroutine for every record.
+func (k *Kafka) answer(msg *sarama.ProducerMessage, err error) {
+	p, ok := msg.Metadata.(*pending)
+	if !ok {
+		return
+	}
+	p.err = err
+	p.partition = msg.Partition
+	k.mem.release(p.size)
+	p.att.answered(p)
+}
+
+func (k *Kafka) headerKey(s string) []byte {
+	if b, ok := k.headerKeys[s]; ok {
+		return b
+	}
+	b := []byte(s)
+	if len(k.headerKeys) < 256 {
+		k.headerKeys[s] = b
+	}
+	return b
+}
+
+// Ready returns nil while a broker answers: the last produce succeeded, or
+// (when idle) the last periodic check reached the cluster.
+func (k *Kafka) Ready() error { return k.ready.Load().err }
+
+// reached records that a broker answered.
+func (k *Kafka) reached() {
+	k.lastOK.Store(time.Now().UnixNano())
+	if prev := k.ready.Swap(&readiness{}); prev.err != nil {
+		k.m.connected.Set(1)
+		k.log.Info().Msg("kafka reachable")
+	}
+}
+
+// failed records a failed attempt or check.
+func (k *Kafka) failed(err error) {
+	k.lastFail.Store(time.Now().UnixNano())
+	prev := k.ready.Swap(&readiness{fmt.Errorf("kafka unreachable or failing: %w", err)})
+	k.m.connected.Set(0)
+	if prev.err == nil {
+		k.log.Warn().Err(err).Msg("kafka not reachable")
+	}
+}
+
+// Close stops the sink: a Write in progress returns a permanent error, and
+// records still in flight (of abandoned Writes) get up to closeWait to be
+// answered before the producer is abandoned.
+func (k *Kafka) Close() error {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return nil
+	}
+	k.closed = true
+	d := k.dial
+	k.mu.Unlock()
+	close(k.stop)
+	<-k.probeDone
+	// Wait for a Write to notice stop: sarama panics on a send to a closed
+	// producer.
+	k.writing.Lock()
+	defer k.writing.Unlock()
+
+	deadline := time.NewTimer(closeWait)
+	defer deadline.Stop()
+	if d != nil {
+		select {
+		case <-d.done: // a connection that came up is retired by dialConn
+		case <-deadline.C:
+		}
+	}
+	k.mu.Lock()
+	c := k.cur
+	k.mu.Unlock()
+	if c != nil {
+		k.retire(c)
+	}
+	done := make(chan struct{})
+	go func() { k.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-deadline.C:
+		k.log.Warn().Dur("waited", closeWait).Msg("kafka producer did not shut down in time; abandoning it")
+	}
+	k.ready.Store(&readiness{errClosed})
+	k.m.connected.Set(0)
+	k.log.Info().Msg("kafka sink closed")
+	return nil
+}
+
+const closeWait = 10 * time.Second
+
+// conn is one sarama client and idempotent producer with the goroutine
+// that reads its answers.
+type conn struct {
+	client   sarama.Client
+	producer sarama.AsyncProducer
+	done     chan struct{} // answer goroutine finished
+}
+
+type dialing struct {
+	done chan struct{}
+	c    *conn
+	err  error
+}
+
+// conn returns the current connection, starting one if there is none. The
+// start runs in its own goroutine (sarama's producer setup is not
+// cancellable), shared by concurrent callers; conn returns when it is done
+// or ctx is.
+func (k *Kafka) conn(ctx context.Context) (*conn, error) {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return nil, errClosed
+	}
+	if k.cur != nil {
+		c := k.cur
+		k.mu.Unlock()
+		return c, nil
+	}
+	d := k.dial
+	if d == nil {
+		d = &dialing{done: make(chan struct{})}
+		k.dial = d
+		go k.dialConn(d)
+	}
+	k.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.c, d.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-k.stop:
+		return nil, errClosed
+	}
+}
+
+func (k *Kafka) dialConn(d *dialing) {
+	c, err := k.newConn()
+	k.mu.Lock()
+	k.dial = nil
+	closed := k.closed
+	if err == nil && !closed {
+		k.cur = c
+	}
+	k.mu.Unlock()
+	switch {
+	case err != nil:
+		d.err = err
+	case closed:
+		d.err = errClosed
+		k.retire(c)
+	default:
+		d.c = c
+		k.reached()
+		k.log.Debug().Msg("kafka producer started")
+	}
+	close(d.done)
+}
+
+func (k *Kafka) newConn() (*conn, error) {
+	client, err := sarama.NewClient(k.cfg.Brokers, k.cfg.sarama())
+	if err != nil {
+		return nil, err
+	}
+	producer, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	c := &conn{client: client, producer: producer, done: make(chan struct{})}
+	go c.answers(k)
+	return c, nil
+}
+
+func (c *conn) answers(k *Kafka) {
+	defer close(c.done)
+	ok, fail := c.producer.Successes(), c.producer.Errors()
+	for ok != nil || fail != nil {
+		select {
+		case m, open := <-ok:
+			if !open {
+				ok = nil
+				continue
+			}
+			k.answer(m, nil)
+		case e, open := <-fail:
+			if !open {
+				fail = nil
+				continue
+			}
+			k.answer(e.Msg, e.Err)
+		}
+	}
+}
+
+// retire makes c no longer current and shuts it down in the background,
+// after its in-flight records are answered.
+func (k *Kafka) retire(c *conn) {
+	k.mu.Lock()
+	if k.cur == c {
+		k.cur = nil
+	}
+	k.bg.Add(1)
+	k.mu.Unlock()
+	go func() {
+		defer k.bg.Done()
+		c.producer.AsyncClose()
+		<-c.done
+		_ = c.client.Close()
+	}()
+}
+
+// probeLoop keeps Ready current while no Write proves the connection: it
+// starts the producer early (so the first Write does not wait for it) and,
+// when no broker answered for ready_interval, asks one.
+func (k *Kafka) probeLoop() {
+	defer close(k.probeDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-k.stop
+		cancel()
+	}()
+	t := time.NewTicker(k.cfg.ReadyInterval)
+	defer t.Stop()
+	for {
+		k.probe(ctx)
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (k *Kafka) probe(ctx context.Context) {
+	iv := k.cfg.ReadyInterval.Nanoseconds()
+	now := time.Now().UnixNano()
+	if now-k.lastOK.Load() < iv {
+		return
+	}
+	c, err := k.conn(ctx)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, errClosed) {
+			k.failed(err)
+		}
+		return
+	}
+	if time.Now().UnixNano()-k.lastOK.Load() < iv {
+		return // just connected
+	}
+	topics, err := c.client.Topics()
+	if err == nil {
+		if len(topics) > 0 {
+			err = c.client.RefreshMetadata(topics...)
+		} else if b := c.client.LeastLoadedBroker(); b == nil {
+			err = sarama.ErrOutOfBrokers
+		} else {
+			_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	k.mu.Lock()
+	current := k.cur == c
+	k.mu.Unlock()
+	switch {
+	case !current:
+		// Retired meanwhile; the Write that retired it reports.
+	case err != nil:
+		k.failed(err)
+	case time.Now().UnixNano()-k.lastFail.Load() >= iv:
+		// Do not mark ready while Writes keep failing even though the
+		// cluster answers metadata (e.g. NOT_ENOUGH_REPLICAS).
+		k.reached()
+	}
+}
