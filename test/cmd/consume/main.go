@@ -27,7 +27,7 @@ func main() {
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	switch {
 	case *regex != "":
-		opts = append(opts, kgo.ConsumeRegex(), kgo.ConsumeTopics(*regex), kgo.MetadataMinAge(100*time.Millisecond))
+		opts = append(opts, kgo.ConsumeRegex(), kgo.ConsumeTopics(*regex), kgo.MetadataMinAge(50*time.Millisecond), kgo.MetadataMaxAge(250*time.Millisecond))
 	case *topics != "":
 		opts = append(opts, kgo.ConsumeTopics(strings.Split(*topics, ",")...))
 	default:

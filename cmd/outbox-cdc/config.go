@@ -1,0 +1,266 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/binlog"
+	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/router"
+	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/wal"
+)
+
+// Config is the whole configuration file. Each section's fields belong to
+// the package that uses them; this struct only assembles them.
+type Config struct {
+	// Name identifies the connector: it derives the MySQL server_id, the
+	// Postgres slot and publication names and (later) the transactional id.
+	Name       string                   `yaml:"name"`
+	Source     SourceConfig             `yaml:"source"`
+	Route      router.Config            `yaml:"route"`
+	Sink       SinkConfig               `yaml:"sink"`
+	Checkpoint CheckpointConfig         `yaml:"checkpoint"`
+	Pipeline   outboxcdc.PipelineConfig `yaml:"pipeline"`
+	HTTP       HTTPConfig               `yaml:"http"`
+	Log        LogConfig                `yaml:"log"`
+}
+
+// SourceConfig selects the source; only the chosen type's section is used.
+// In the file the type's keys sit directly under source: (source.dsn, ...).
+type SourceConfig struct {
+	Type     string        `yaml:"type"`
+	MySQL    binlog.Config `yaml:"-"`
+	Postgres wal.Config    `yaml:"-"`
+}
+
+// SinkConfig selects the sink.
+type SinkConfig struct {
+	Type             string `yaml:"type"`
+	sink.KafkaConfig `yaml:",inline"`
+}
+
+// CheckpointConfig selects the checkpoint store.
+type CheckpointConfig struct {
+	Type                  string `yaml:"type"`
+	checkpoint.FileConfig `yaml:",inline"`
+}
+
+// HTTPConfig is the metrics and health endpoint.
+type HTTPConfig struct {
+	// Listen is host:port; empty turns the endpoint off. Loopback by default:
+	// expose it deliberately.
+	Listen string `yaml:"listen"`
+}
+
+// LogConfig sets the log output.
+type LogConfig struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // auto | json | console
+}
+
+func defaultConfig() Config {
+	return Config{
+		Name:       "outbox-cdc",
+		Source:     SourceConfig{Type: "mysql", MySQL: binlog.DefaultConfig(), Postgres: wal.DefaultConfig()},
+		Route:      router.DefaultConfig(),
+		Sink:       SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig()},
+		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig()},
+		Pipeline:   outboxcdc.DefaultPipelineConfig(),
+		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464"},
+		Log:        LogConfig{Level: "info", Format: "auto"},
+	}
+}
+
+// sourceTypes maps source.type to the struct its keys decode into.
+var sourceTypes = map[string]func(*SourceConfig) any{
+	"mysql":    func(s *SourceConfig) any { return &s.MySQL },
+	"postgres": func(s *SourceConfig) any { return &s.Postgres },
+}
+
+// validKeys is every key path the file and the environment may set, given
+// the source type.
+func validKeys(sourceType string) keySet {
+	keys := keySet{}
+	keysOf(reflect.TypeOf(Config{}), "", keys)
+	cfg := defaultConfig()
+	if pick, ok := sourceTypes[sourceType]; ok {
+		keysOf(reflect.TypeOf(pick(&cfg.Source)), "source", keys)
+	} else {
+		// Unknown type: accept every source's keys so the type error is the one reported.
+		for _, pick := range sourceTypes {
+			keysOf(reflect.TypeOf(pick(&cfg.Source)), "source", keys)
+		}
+	}
+	return keys
+}
+
+// loadConfig reads the file at path (optional), applies OUTBOX_CDC_*
+// environment overrides, decodes strictly and validates every section. Any
+// mistake is a *configError.
+func loadConfig(path string, env map[string]string) (Config, error) {
+	var root yaml.Node
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, configErrorf("read configuration: %v", err)
+		}
+		if err := yaml.Unmarshal(raw, &root); err != nil {
+			return Config{}, configErrorf("%s: %v", path, err)
+		}
+	}
+	cfg := defaultConfig()
+	// The source type decides which source keys exist.
+	if v, ok := env[envName("source.type")]; ok {
+		cfg.Source.Type = v
+	} else if n := lookup(&root, "source.type"); n != nil {
+		cfg.Source.Type = n.Value
+	}
+	if _, ok := sourceTypes[cfg.Source.Type]; !ok {
+		return Config{}, configErrorf("source.type: unknown source %q (want mysql or postgres)", cfg.Source.Type)
+	}
+	keys := validKeys(cfg.Source.Type)
+	if _, err := applyEnv(&root, keys, env); err != nil {
+		return Config{}, err
+	}
+	if err := warnUnknownEnv(env, keys); err != nil {
+		return Config{}, err
+	}
+	if err := checkKeys(&root, "", keys); err != nil {
+		if path != "" {
+			return Config{}, configErrorf("%s: %v", path, err)
+		}
+		return Config{}, err
+	}
+	if len(root.Content) > 0 {
+		if err := decode(root.Content[0], &cfg); err != nil {
+			return Config{}, err
+		}
+		if n := lookup(&root, "source"); n != nil {
+			if err := decode(withoutKey(n, "type"), sourceTypes[cfg.Source.Type](&cfg.Source)); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// warnUnknownEnv rejects OUTBOX_CDC_* variables that match no key, which
+// are almost always typos. OUTBOX_CDC_TEST_* belong to the test suite.
+func warnUnknownEnv(env map[string]string, keys keySet) error {
+	known := map[string]bool{}
+	for p := range keys {
+		known[envName(p)] = true
+	}
+	var bad []string
+	for k := range env {
+		if strings.HasPrefix(k, "OUTBOX_CDC_") && !strings.HasPrefix(k, "OUTBOX_CDC_TEST_") && !known[k] {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	byEnv := keySet{}
+	for p, t := range keys {
+		byEnv[envName(p)] = t
+	}
+	return configErrorf("environment variable %s matches no configuration key%s", bad[0], didYouMean(bad[0], byEnv))
+}
+
+func withoutKey(m *yaml.Node, key string) *yaml.Node {
+	c := *m
+	c.Content = nil
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value != key {
+			c.Content = append(c.Content, m.Content[i], m.Content[i+1])
+		}
+	}
+	return &c
+}
+
+// Validate checks every section; the first problem is returned as a
+// *configError naming the key.
+func (c Config) Validate() error {
+	// Packages name their keys relative to their section or with it; make
+	// every message start with the full key path.
+	wrap := func(section string, err error) error {
+		if err == nil {
+			return nil
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, section+".") && !strings.HasPrefix(msg, section+":") {
+			msg = section + "." + msg
+		}
+		return &configError{msg: msg}
+	}
+	if strings.TrimSpace(c.Name) == "" {
+		return configErrorf("name: must not be empty")
+	}
+	switch c.Source.Type {
+	case "mysql":
+		if err := c.Source.MySQL.Validate(); err != nil {
+			return wrap("source", err)
+		}
+	case "postgres":
+		if err := c.Source.Postgres.Validate(); err != nil {
+			return wrap("source", err)
+		}
+	default:
+		return configErrorf("source.type: unknown source %q (want mysql or postgres)", c.Source.Type)
+	}
+	if err := c.Route.Validate(); err != nil {
+		return wrap("route", err)
+	}
+	switch c.Sink.Type {
+	case "kafka":
+		if err := c.Sink.KafkaConfig.Validate(); err != nil {
+			return wrap("sink", err)
+		}
+	case "stdout":
+	default:
+		return configErrorf("sink.type: unknown sink %q (want kafka or stdout)", c.Sink.Type)
+	}
+	switch c.Checkpoint.Type {
+	case "file":
+		if err := c.Checkpoint.FileConfig.Validate(); err != nil {
+			return wrap("checkpoint", err)
+		}
+	default:
+		return configErrorf("checkpoint.type: unknown checkpoint store %q (want file)", c.Checkpoint.Type)
+	}
+	if err := c.Pipeline.Validate(); err != nil {
+		return wrap("pipeline", err)
+	}
+	if c.HTTP.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+			return configErrorf("http.listen: %q is not host:port (%v)", c.HTTP.Listen, err)
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return configErrorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "auto", "json", "console":
+	default:
+		return configErrorf("log.format: %q is not one of auto, json, console", c.Log.Format)
+	}
+	return nil
+}
+
+func (c Config) String() string {
+	return fmt.Sprintf("source=%s sink=%s checkpoint=%s", c.Source.Type, c.Sink.Type, c.Checkpoint.Type)
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const minimal = `
+source:
+  type: mysql
+  dsn: "root:secret@tcp(127.0.0.1:3306)/shop"
+sink:
+  type: kafka
+  brokers: ["127.0.0.1:9092"]
+`
+
+func TestLoadConfigFileAndEnv(t *testing.T) {
+	p := writeFile(t, minimal)
+	cfg, err := loadConfig(p, map[string]string{
+		"OUTBOX_CDC_SOURCE_DSN":       "app:pw@tcp(db:3306)/orders",
+		"OUTBOX_CDC_SINK_BROKERS":     "k1:9092, k2:9092",
+		"OUTBOX_CDC_SOURCE_SERVER_ID": "4242",
+		"OUTBOX_CDC_ROUTE_TOPIC":      "events.{event_type}",
+		"OUTBOX_CDC_TEST_MYSQL_DSN":   "ignored: belongs to the tests",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.MySQL.DSN != "app:pw@tcp(db:3306)/orders" {
+		t.Errorf("dsn %q", cfg.Source.MySQL.DSN)
+	}
+	if cfg.Source.MySQL.ServerID != 4242 {
+		t.Errorf("server_id %d", cfg.Source.MySQL.ServerID)
+	}
+	if got := strings.Join(cfg.Sink.Brokers, ","); got != "k1:9092,k2:9092" {
+		t.Errorf("brokers %q", got)
+	}
+	if cfg.Route.Topic != "events.{event_type}" || cfg.Source.MySQL.Table != "outbox_message" || cfg.Checkpoint.Path == "" {
+		t.Errorf("route/defaults wrong: %+v", cfg)
+	}
+}
+
+func TestLoadConfigEnvOnly(t *testing.T) {
+	cfg, err := loadConfig("", map[string]string{
+		"OUTBOX_CDC_SOURCE_TYPE": "postgres",
+		"OUTBOX_CDC_SOURCE_DSN":  "postgres://u@h/db",
+		"OUTBOX_CDC_SINK_TYPE":   "stdout",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.Type != "postgres" || cfg.Source.Postgres.DSN != "postgres://u@h/db" || cfg.Sink.Type != "stdout" {
+		t.Fatalf("%+v", cfg)
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	cases := []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"unknown key with hint", minimal + "checkpont:\n  path: x\n", nil, `unknown configuration key "checkpont" (did you mean "checkpoint"?)`},
+		{"unknown nested key", strings.Replace(minimal, "dsn:", "dns:", 1), nil, `"source.dns" (did you mean "source.dsn"?)`},
+		{"postgres key on mysql", minimal + "  slot: x\n", nil, ""},
+		{"unknown source type", strings.Replace(minimal, "type: mysql", "type: oracle", 1), nil, "source.type"},
+		{"unknown sink type", strings.Replace(minimal, "type: kafka", "type: pulsar", 1), nil, "sink.type"},
+		{"bad start", minimal, map[string]string{"OUTBOX_CDC_SOURCE_START": "yesterday"}, "source.start"},
+		{"no brokers", strings.Replace(minimal, `brokers: ["127.0.0.1:9092"]`, "brokers: []", 1), nil, "sink.brokers"},
+		{"bad type", minimal + "pipeline:\n  max_batch_records: lots\n", nil, "invalid configuration"},
+		{"typo in env", minimal, map[string]string{"OUTBOX_CDC_SOURCE_DNS": "x"}, "OUTBOX_CDC_SOURCE_DSN"},
+		{"bad listen", minimal + "http:\n  listen: nope\n", nil, "http.listen"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := loadConfig(writeFile(t, c.file), c.env)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if _, ok := err.(*configError); !ok {
+				t.Fatalf("not a configError: %T %v", err, err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not mention %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "outbox-cdc ") {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+	errb.Reset()
+	p := writeFile(t, minimal+"bogus: 1\n")
+	if code := run([]string{"run", "--config", p}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "bogus") {
+		t.Fatalf("bad config: exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"frobnicate"}, &out, &errb); code != 2 {
+		t.Fatalf("unknown command: exit %d", code)
+	}
+	// A wrong DSN password must not be printed.
+	errb.Reset()
+	p = writeFile(t, strings.Replace(minimal, "type: kafka", "type: nope", 1))
+	run([]string{"run", "--config", p}, &out, &errb)
+	if strings.Contains(errb.String(), "secret") {
+		t.Fatalf("password printed: %q", errb.String())
+	}
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// This file turns a YAML document plus OUTBOX_CDC_* environment variables
+// into typed configuration structs, strictly: every key must name a field,
+// and a wrong one gets a did-you-mean hint.
+
+// configError is a configuration mistake: the process exits 2.
+type configError struct{ msg string }
+
+func (e *configError) Error() string { return e.msg }
+
+func configErrorf(format string, args ...any) error {
+	return &configError{msg: fmt.Sprintf(format, args...)}
+}
+
+// keySet is every valid dotted key path of a config struct, with the Go type
+// of each leaf.
+type keySet map[string]reflect.Type
+
+// keysOf collects the yaml key paths of struct type t under prefix.
+func keysOf(t reflect.Type, prefix string, into keySet) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" {
+			continue
+		}
+		ft := f.Type
+		if strings.Contains(opts, "inline") {
+			keysOf(ft, prefix, into)
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		path := name
+		if prefix != "" {
+			path = prefix + "." + name
+		}
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Time{}) && ft != reflect.TypeOf(yaml.Node{}) {
+			into[path] = ft
+			keysOf(ft, path, into)
+			continue
+		}
+		into[path] = ft
+	}
+}
+
+// checkKeys walks a mapping node and reports the first key not in keys.
+func checkKeys(n *yaml.Node, prefix string, keys keySet) error {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		return checkKeys(n.Content[0], prefix, keys)
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := k.Value
+		if prefix != "" {
+			path = prefix + "." + k.Value
+		}
+		t, ok := keys[path]
+		if !ok {
+			return configErrorf("line %d: unknown configuration key %q%s", k.Line, path, didYouMean(path, keys))
+		}
+		if t.Kind() == reflect.Struct {
+			if err := checkKeys(v, path, keys); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func didYouMean(path string, keys keySet) string {
+	best, bestD := "", 4
+	for k := range keys {
+		if d := editDistance(path, k); d < bestD || (d == bestD && k < best) {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		// Same leaf name under another section?
+		leaf := path[strings.LastIndex(path, ".")+1:]
+		var cands []string
+		for k := range keys {
+			if strings.HasSuffix(k, "."+leaf) || k == leaf {
+				cands = append(cands, k)
+			}
+		}
+		sort.Strings(cands)
+		if len(cands) > 0 {
+			return fmt.Sprintf(" (did you mean %s?)", strings.Join(cands, " or "))
+		}
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// envName is the environment variable that overrides a key path:
+// source.server_id -> OUTBOX_CDC_SOURCE_SERVER_ID.
+func envName(path string) string {
+	return "OUTBOX_CDC_" + strings.ToUpper(strings.ReplaceAll(path, ".", "_"))
+}
+
+// applyEnv sets every key path that has an environment variable in env onto
+// the document root (creating sections as needed). Lists take
+// comma-separated values. It returns the variables it used.
+func applyEnv(root *yaml.Node, keys keySet, env map[string]string) ([]string, error) {
+	if root.Kind == 0 {
+		root.Kind = yaml.DocumentNode
+	}
+	if len(root.Content) == 0 {
+		root.Content = []*yaml.Node{{Kind: yaml.MappingNode, Tag: "!!map"}}
+	}
+	doc := root.Content[0]
+	if doc.Kind != yaml.MappingNode {
+		return nil, configErrorf("the configuration must be a YAML mapping")
+	}
+	paths := make([]string, 0, len(keys))
+	for p := range keys {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var used []string
+	for _, p := range paths {
+		t := keys[p]
+		if t.Kind() == reflect.Struct {
+			continue
+		}
+		name := envName(p)
+		val, ok := env[name]
+		if !ok {
+			continue
+		}
+		leaf := &yaml.Node{Kind: yaml.ScalarNode, Value: val}
+		if t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8 {
+			leaf = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+			for _, item := range strings.Split(val, ",") {
+				if item = strings.TrimSpace(item); item != "" {
+					leaf.Content = append(leaf.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: item})
+				}
+			}
+		} else if t.Kind() == reflect.String {
+			leaf.Tag = "!!str" // "0123" stays a string
+		}
+		setPath(doc, strings.Split(p, "."), leaf)
+		used = append(used, name)
+	}
+	return used, nil
+}
+
+func setPath(m *yaml.Node, parts []string, leaf *yaml.Node) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == parts[0] {
+			if len(parts) == 1 {
+				m.Content[i+1] = leaf
+				return
+			}
+			if m.Content[i+1].Kind != yaml.MappingNode {
+				m.Content[i+1] = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+			}
+			setPath(m.Content[i+1], parts[1:], leaf)
+			return
+		}
+	}
+	key := &yaml.Node{Kind: yaml.ScalarNode, Value: parts[0]}
+	if len(parts) == 1 {
+		m.Content = append(m.Content, key, leaf)
+		return
+	}
+	sub := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	m.Content = append(m.Content, key, sub)
+	setPath(sub, parts[1:], leaf)
+}
+
+// lookup returns the node at a dotted path, or nil.
+func lookup(n *yaml.Node, path string) *yaml.Node {
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil
+		}
+		n = n.Content[0]
+	}
+	for _, part := range strings.Split(path, ".") {
+		if n.Kind != yaml.MappingNode {
+			return nil
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == part {
+				next = n.Content[i+1]
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	return n
+}
+
+// decode decodes node into out (whose keys checkKeys has already checked)
+// and turns yaml's type errors into configuration errors.
+func decode(n *yaml.Node, out any) error {
+	if n == nil {
+		return nil
+	}
+	if err := n.Decode(out); err != nil {
+		return configErrorf("invalid configuration: %v", err)
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+// Command outbox-cdc streams committed outbox rows from the MySQL/MariaDB
+// binlog or the PostgreSQL WAL to Kafka.
+//
+//	outbox-cdc run --config FILE     stream until SIGINT/SIGTERM
+//	outbox-cdc version               print the version
+//
+// Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on a
+// configuration or usage error (reported before connecting anywhere).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  outbox-cdc run --config FILE    stream committed outbox rows to the sink
+  outbox-cdc version              print the version
+
+Every configuration key can be set from the environment: source.dsn is
+OUTBOX_CDC_SOURCE_DSN, sink.brokers is OUTBOX_CDC_SINK_BROKERS (comma-separated).
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "version", "--version", "-v":
+		fmt.Fprintf(stdout, "outbox-cdc %s\n", buildVersion())
+		return 0
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "run":
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "outbox-cdc run: unexpected argument %q\n", fs.Arg(0))
+			return 2
+		}
+		cfg, err := loadConfig(*cfgPath, environ())
+		if err != nil {
+			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		if err := runConnector(ctx, cfg, stderr); err != nil {
+			var ce *configError
+			if errors.As(err, &ce) {
+				fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+				return 2
+			}
+			return 1 // already logged
+		}
+		return 0
+	default:
+		fmt.Fprintf(stderr, "outbox-cdc: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func environ() map[string]string {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
