@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -191,5 +190,3 @@ func backoff(minD, maxD time.Duration, n int) time.Duration {
 	}
 	return min(d, maxD)
 }
-
-func (c *KafkaConfig) brokersString() string { return strings.Join(c.Brokers, ",") }

@@ -246,14 +246,17 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		e := &Error{Index: -1, Partition: -1, Err: err, Permanent: permanent(err)}
+		if errors.Is(err, errClosed) {
+			return nil, nil, k.stopped(ctx, err)
+		}
+		e := &Error{Index: -1, Partition: -1, Err: fmt.Errorf("starting the producer: %w", err), Permanent: permanent(err)}
 		if e.Permanent {
-			k.m.permanent.Inc()
-			k.log.Error().Err(err).Msg("kafka producer cannot start")
+			k.m.permanent.Add(float64(len(todo)))
+			k.log.Error().Err(e).Msg("kafka producer cannot start")
 			return nil, nil, e
 		}
 		k.failed(e)
-		k.m.retryable.Inc()
+		k.m.retryable.Add(float64(len(todo)))
 		return todo, e, nil
 	}
 
@@ -444,19 +447,15 @@ func (k *Kafka) Close() error {
 	d := k.dial
 	k.mu.Unlock()
 	close(k.stop)
-	<-k.probeDone
+	deadline := time.Now().Add(closeWait)
+	// The probe may be inside a metadata request; it ends by itself.
+	waitUntil(k.probeDone, deadline)
 	// Wait for a Write to notice stop: sarama panics on a send to a closed
 	// producer.
 	k.writing.Lock()
 	defer k.writing.Unlock()
-
-	deadline := time.NewTimer(closeWait)
-	defer deadline.Stop()
 	if d != nil {
-		select {
-		case <-d.done: // a connection that came up is retired by dialConn
-		case <-deadline.C:
-		}
+		waitUntil(d.done, deadline) // a connection that came up is retired by dialConn
 	}
 	k.mu.Lock()
 	c := k.cur
@@ -466,9 +465,7 @@ func (k *Kafka) Close() error {
 	}
 	done := make(chan struct{})
 	go func() { k.bg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-deadline.C:
+	if !waitUntil(done, deadline) {
 		k.log.Warn().Dur("waited", closeWait).Msg("kafka producer did not shut down in time; abandoning it")
 	}
 	k.ready.Store(&readiness{errClosed})
@@ -478,6 +475,18 @@ func (k *Kafka) Close() error {
 }
 
 const closeWait = 10 * time.Second
+
+// waitUntil waits for ch to close until deadline; it reports whether it did.
+func waitUntil(ch <-chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
 
 // conn is one sarama client and idempotent producer with the goroutine
 // that reads its answers.
