@@ -6,7 +6,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,17 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-cdc/outbox-cdc/sink"
-	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
 var binary string
@@ -44,56 +40,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// seedTable is the outbox table of the article (DIGEST.md).
-const seedTable = `CREATE TABLE outbox_message (
-  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
-  message_id VARCHAR(64) NOT NULL,
-  aggregate_type VARCHAR(64) NOT NULL,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSON NOT NULL,
-  status TINYINT NOT NULL DEFAULT 0,
-  retry_count INT NOT NULL DEFAULT 0,
-  next_retry_at DATETIME DEFAULT NULL,
-  created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
-  updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-  INDEX idx_status_next_retry (status, next_retry_at),
-  INDEX idx_aggregate (aggregate_type, aggregate_id),
-  UNIQUE KEY uk_message_id (message_id)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
-
-// mysqlDB creates a fresh database for the test with the seed outbox table
-// and an orders table, and returns its DSN and a handle.
-func mysqlDB(t *testing.T) (string, *sql.DB) {
-	t.Helper()
-	base := testenv.MySQLDSN(t)
-	cfg, err := mysql.ParseDSN(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "e2e_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
-	admin := testenv.MySQL(t)
-	for _, q := range []string{"DROP DATABASE IF EXISTS " + name, "CREATE DATABASE " + name} {
-		if _, err := admin.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + name) })
-	cfg.DBName = name
-	dsn := cfg.FormatDSN()
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	for _, q := range []string{seedTable, "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_no VARCHAR(32) NOT NULL)"} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dsn, db
 }
 
 func freeAddr(t *testing.T) string {
@@ -264,7 +210,7 @@ func (c *consumer) quiet(t *testing.T, d time.Duration) []consumed {
 // checkDelivery asserts that every expected message id arrived at least
 // once (exactly once when exact), that nothing unexpected arrived, that each
 // record's partition is the Java murmur2 partition of its key, and that per
-// aggregate the first deliveries keep commit order.
+// aggregate and topic the first deliveries keep commit order.
 func checkDelivery(t *testing.T, got []consumed, want []string, partitions int32, exact bool) {
 	t.Helper()
 	order := map[string]int{}
@@ -288,10 +234,12 @@ func checkDelivery(t *testing.T, got []consumed, want []string, partitions int32
 			dups++
 			continue
 		}
-		if prev, ok := lastByKey[r.Key]; ok && idx < prev {
-			t.Fatalf("aggregate %s out of order: %s (commit #%d) after commit #%d", r.Key, id, idx, prev)
+		// Order holds per partition stream: one key within one topic.
+		stream := r.Topic + "/" + r.Key
+		if prev, ok := lastByKey[stream]; ok && idx < prev {
+			t.Fatalf("aggregate %s out of order in %s: %s (commit #%d) after commit #%d", r.Key, r.Topic, id, idx, prev)
 		}
-		lastByKey[r.Key] = idx
+		lastByKey[stream] = idx
 	}
 	var missing []string
 	for _, id := range want {

@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+)
+
+// backend is one source database prepared for a test: a fresh database
+// (MySQL) or schema (PostgreSQL) holding the seed outbox table and an
+// orders table.
+type backend struct {
+	kind string
+	db   *sql.DB
+	// insertOutbox and insertOrder are the statements in this dialect.
+	insertOutbox, insertOrder string
+	// sourceYAML is the source: section for a connector named name.
+	sourceYAML func(name string) string
+}
+
+var backends = []struct {
+	kind  string
+	setup func(t *testing.T) *backend
+}{
+	{"mysql", mysqlBackend},
+	{"postgres", postgresBackend},
+}
+
+// forEachBackend runs test once per source database.
+func forEachBackend(t *testing.T, test func(t *testing.T, b *backend)) {
+	for _, be := range backends {
+		t.Run(be.kind, func(t *testing.T) { test(t, be.setup(t)) })
+	}
+}
+
+func testObjectName(t *testing.T) string {
+	return "e2e_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
+}
+
+// seedTableMySQL is the outbox table of the article (DIGEST.md).
+const seedTableMySQL = `CREATE TABLE outbox_message (
+  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+  message_id VARCHAR(64) NOT NULL,
+  aggregate_type VARCHAR(64) NOT NULL,
+  aggregate_id VARCHAR(64) NOT NULL,
+  event_type VARCHAR(64) NOT NULL,
+  payload JSON NOT NULL,
+  status TINYINT NOT NULL DEFAULT 0,
+  retry_count INT NOT NULL DEFAULT 0,
+  next_retry_at DATETIME DEFAULT NULL,
+  created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  INDEX idx_status_next_retry (status, next_retry_at),
+  INDEX idx_aggregate (aggregate_type, aggregate_id),
+  UNIQUE KEY uk_message_id (message_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+
+// seedTablePostgres is the same table in PostgreSQL.
+const seedTablePostgres = `CREATE TABLE %s.outbox_message (
+  id BIGSERIAL PRIMARY KEY,
+  message_id VARCHAR(64) NOT NULL UNIQUE,
+  aggregate_type VARCHAR(64) NOT NULL,
+  aggregate_id VARCHAR(64) NOT NULL,
+  event_type VARCHAR(64) NOT NULL,
+  payload JSONB NOT NULL,
+  status SMALLINT NOT NULL DEFAULT 0,
+  retry_count INT NOT NULL DEFAULT 0,
+  next_retry_at TIMESTAMPTZ,
+  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)`
+
+func mysqlBackend(t *testing.T) *backend {
+	t.Helper()
+	base := testenv.MySQLDSN(t)
+	cfg, err := mysql.ParseDSN(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := testObjectName(t)
+	admin := testenv.MySQL(t)
+	for _, q := range []string{"DROP DATABASE IF EXISTS " + name, "CREATE DATABASE " + name} {
+		if _, err := admin.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + name) })
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, q := range []string{seedTableMySQL, "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_no VARCHAR(32) NOT NULL)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &backend{
+		kind:         "mysql",
+		db:           db,
+		insertOutbox: "INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, ?, ?, ?, ?)",
+		insertOrder:  "INSERT INTO orders (order_no) VALUES (?)",
+		sourceYAML: func(string) string {
+			return fmt.Sprintf("  type: mysql\n  dsn: %q\n  table: outbox_message\n  start: latest\n", dsn)
+		},
+	}
+}
+
+func postgresBackend(t *testing.T) *backend {
+	t.Helper()
+	dsn := testenv.PostgresDSN(t)
+	schema := testObjectName(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"DROP SCHEMA IF EXISTS " + schema + " CASCADE",
+		"CREATE SCHEMA " + schema,
+		fmt.Sprintf(seedTablePostgres, schema),
+		"CREATE TABLE " + schema + ".orders (id BIGSERIAL PRIMARY KEY, order_no VARCHAR(32) NOT NULL)",
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slot := strings.ReplaceAll(schema, "-", "_")
+	t.Cleanup(func() {
+		// The connector is gone by now (its cleanup ran first); the slot
+		// must not outlive the test or it pins WAL.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := 0; i < 50; i++ {
+			_, err := db.ExecContext(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot)
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // the walsender may still be exiting
+		}
+		db.ExecContext(ctx, "DROP PUBLICATION IF EXISTS "+slot)
+		db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		db.Close()
+	})
+	return &backend{
+		kind:         "postgres",
+		db:           db,
+		insertOutbox: "INSERT INTO " + schema + ".outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4, $5)",
+		insertOrder:  "INSERT INTO " + schema + ".orders (order_no) VALUES ($1)",
+		sourceYAML: func(string) string {
+			return fmt.Sprintf("  type: postgres\n  dsn: %q\n  table: %s.outbox_message\n  slot: %s\n  publication: %s\n", dsn, schema, slot, slot)
+		},
+	}
+}
+
+type row struct{ id, aggType, aggID, evType, payload string }
+
+// insertTx commits an orders row and the outbox rows in one transaction,
+// or rolls it back.
+func (b *backend) insertTx(t testing.TB, rows []row, commit bool) {
+	t.Helper()
+	tx, err := b.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(b.insertOrder, rows[0].aggID); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if _, err := tx.Exec(b.insertOutbox, r.id, r.aggType, r.aggID, r.evType, r.payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if commit {
+		err = tx.Commit()
+	} else {
+		err = tx.Rollback()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// table is the outbox table's name for statements in tests.
+func (b *backend) table() string {
+	_, rest, _ := strings.Cut(b.insertOutbox, "INTO ")
+	name, _, _ := strings.Cut(rest, " ")
+	return name
+}
+
+// config writes a connector configuration for this backend.
+func (b *backend) config(t *testing.T, name string, brokers []string) string {
+	return writeConfig(t, fmt.Sprintf(`
+name: %s
+source:
+%sroute:
+  preset: seed
+  topic: "outbox.event.{aggregate_type}"
+sink:
+  type: kafka
+  brokers: [%q]
+checkpoint:
+  type: file
+  path: %q
+`, name, b.sourceYAML(name), brokers[0], filepath.Join(t.TempDir(), "checkpoint")))
+}
