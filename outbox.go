@@ -190,6 +190,22 @@ type Sink interface {
 	Close() error
 }
 
+// AtomicSink is a Sink that can store the source position together with a
+// batch of records in one atomic write (a Kafka transaction holding the
+// records and a progress record). With it the pipeline needs no separate
+// Checkpointer: consumers reading committed data see every row exactly once.
+type AtomicSink interface {
+	Sink
+	// Load returns the position stored by the last committed WriteAtomic,
+	// or a zero Position when there is none. Called once, before writing.
+	Load(ctx context.Context) (Position, error)
+	// WriteAtomic makes records and end visible together or not at all.
+	// records may be empty (progress only). An error means nothing of this
+	// call became visible (or, if the outcome is unknown, the caller must
+	// restart and Load again).
+	WriteAtomic(ctx context.Context, records []Record, end Position) error
+}
+
 // Checkpointer stores the position the connector resumes from.
 type Checkpointer interface {
 	// Load returns the saved position, or a zero Position and nil when none

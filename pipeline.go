@@ -74,20 +74,41 @@ type Pipeline struct {
 	router  Router
 	sink    Sink
 	cp      Checkpointer
+	atomic  AtomicSink // set in exactly-once mode: records and position in one write
 	log     zerolog.Logger
 	metrics *pipelineMetrics
 }
 
-// NewPipeline wires the parts. reg may be nil.
+// NewPipeline wires the parts. reg may be nil. With a nil cp the sink must
+// be an AtomicSink, which then stores the position with every batch
+// (exactly-once); otherwise the pipeline writes, then saves to cp.
 func NewPipeline(cfg PipelineConfig, src Source, router Router, sink Sink, cp Checkpointer, log zerolog.Logger, reg prometheus.Registerer) (*Pipeline, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Pipeline{
+	p := &Pipeline{
 		cfg: cfg, src: src, router: router, sink: sink, cp: cp,
 		log:     log.With().Str("component", "pipeline").Logger(),
 		metrics: newPipelineMetrics(reg),
-	}, nil
+	}
+	if cp == nil {
+		atomic, ok := sink.(AtomicSink)
+		if !ok {
+			return nil, errors.New("pipeline: no checkpoint store and the sink cannot store positions itself")
+		}
+		p.atomic = atomic
+		p.cp = atomicCheckpointer{atomic}
+	}
+	return p, nil
+}
+
+// atomicCheckpointer loads from an AtomicSink; its Save is never called
+// because the position was written with the records.
+type atomicCheckpointer struct{ s AtomicSink }
+
+func (a atomicCheckpointer) Load(ctx context.Context) (Position, error) { return a.s.Load(ctx) }
+func (a atomicCheckpointer) Save(context.Context, Position) error {
+	return errors.New("atomic sink: Save must not be called")
 }
 
 // batch is the records of one or more whole source transactions and the
@@ -305,17 +326,26 @@ func sourceStopped(err error) error {
 func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 	lastLog := time.Now()
 	for b := range batches {
-		if len(b.records) > 0 {
-			start := time.Now()
+		start := time.Now()
+		switch {
+		case p.atomic != nil:
+			if err := p.atomic.WriteAtomic(ctx, b.records, b.end); err != nil {
+				return fmt.Errorf("atomic write of %d records with position %s: %w", len(b.records), b.end, err)
+			}
+		case len(b.records) > 0:
 			if err := p.sink.Write(ctx, b.records); err != nil {
 				return fmt.Errorf("sink write of %d records (after checkpoint, up to %s): %w", len(b.records), b.end, err)
 			}
+		}
+		if len(b.records) > 0 {
 			p.metrics.writeSeconds.Observe(time.Since(start).Seconds())
 			p.metrics.records.Add(float64(len(b.records)))
 			p.metrics.batchRecords.Observe(float64(len(b.records)))
 		}
-		if err := p.cp.Save(ctx, b.end); err != nil {
-			return fmt.Errorf("save checkpoint %s: %w", b.end, err)
+		if p.atomic == nil {
+			if err := p.cp.Save(ctx, b.end); err != nil {
+				return fmt.Errorf("save checkpoint %s: %w", b.end, err)
+			}
 		}
 		p.metrics.checkpoints.Inc()
 		p.metrics.checkpointTime.SetToCurrentTime()

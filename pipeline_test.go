@@ -308,3 +308,65 @@ func TestPositionKind(t *testing.T) {
 		t.Fatal("a position without a prefix has a kind")
 	}
 }
+
+// atomicSink stores the position with the records, as a Kafka transaction
+// with a progress record would; a failing write makes nothing visible.
+type atomicSink struct {
+	flakySink
+	pos Position
+}
+
+func (s *atomicSink) Load(context.Context) (Position, error) { return s.pos, nil }
+
+func (s *atomicSink) WriteAtomic(ctx context.Context, recs []Record, end Position) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes++
+	if s.writes == s.failOn {
+		return errors.New("transaction aborted")
+	}
+	for _, r := range recs {
+		s.acked[string(r.Headers[0].Value)]++
+	}
+	s.pos = end
+	return nil
+}
+
+// TestPipelineAtomicSinkExactlyOnce restarts after failed transactions and
+// checks that every record is visible exactly once.
+func TestPipelineAtomicSinkExactlyOnce(t *testing.T) {
+	const txCount, perTx = 200, 2
+	sink := &atomicSink{flakySink: flakySink{acked: map[string]int{}}}
+	for restarts := 0; ; restarts++ {
+		if restarts > 100 {
+			t.Fatal("no progress")
+		}
+		sink.mu.Lock()
+		sink.writes, sink.failOn = 0, 2+restarts%4
+		sink.mu.Unlock()
+		p, err := NewPipeline(smallBatches(), &fakeSource{txCount: txCount, perTx: perTx}, idRouter{}, sink, nil, zerolog.Nop(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = p.Run(context.Background())
+		if errors.Is(err, errExhausted) {
+			break
+		}
+		if err == nil || !strings.Contains(err.Error(), "transaction aborted") {
+			t.Fatalf("want the aborted transaction, got %v", err)
+		}
+	}
+	if sink.pos != fakePos(txCount) {
+		t.Fatalf("final position %s", sink.pos)
+	}
+	for i := 1; i <= txCount; i++ {
+		for j := 0; j < perTx; j++ {
+			if n := sink.acked[fmt.Sprintf("%d.%d", i, j)]; n != 1 {
+				t.Fatalf("record %d.%d visible %d times", i, j, n)
+			}
+		}
+	}
+	if _, err := NewPipeline(smallBatches(), &fakeSource{}, idRouter{}, &flakySink{}, nil, zerolog.Nop(), nil); err == nil {
+		t.Fatal("a plain sink without a checkpoint store was accepted")
+	}
+}
