@@ -39,8 +39,9 @@ func main() {
 }
 
 const usage = `usage:
-  outbox-cdc run --config FILE    stream committed outbox rows to the sink
-  outbox-cdc version              print the version
+  outbox-cdc run --config FILE           stream committed outbox rows to the sink
+  outbox-cdc config print --config FILE  print the effective configuration, secrets redacted
+  outbox-cdc version                     print the version
 
 Every configuration key can be set from the environment: source.dsn is
 OUTBOX_CDC_SOURCE_DSN, sink.brokers is OUTBOX_CDC_SINK_BROKERS (comma-separated).
@@ -59,20 +60,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	case "run":
-		fs := flag.NewFlagSet("run", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
-		if fs.NArg() > 0 {
-			fmt.Fprintf(stderr, "outbox-cdc run: unexpected argument %q\n", fs.Arg(0))
-			return 2
-		}
-		cfg, err := loadConfig(*cfgPath, environ())
-		if err != nil {
-			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
-			return 2
+		cfg, code := parseConfigFlags("run", args[1:], stderr)
+		if code != 0 {
+			return code
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
@@ -85,10 +75,45 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1 // already logged
 		}
 		return 0
+	case "config":
+		if len(args) < 2 || args[1] != "print" {
+			fmt.Fprintf(stderr, "outbox-cdc config: want 'config print --config FILE'\n")
+			return 2
+		}
+		cfg, code := parseConfigFlags("config print", args[2:], stderr)
+		if code != 0 {
+			return code
+		}
+		if err := printConfig(stdout, cfg); err != nil {
+			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+			return 1
+		}
+		return 0
 	default:
 		fmt.Fprintf(stderr, "outbox-cdc: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+}
+
+// parseConfigFlags parses --config and loads the configuration; a non-zero
+// code means the caller exits with it (the problem is already printed).
+func parseConfigFlags(cmd string, args []string, stderr io.Writer) (Config, int) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "outbox-cdc %s: unexpected argument %q\n", cmd, fs.Arg(0))
+		return Config{}, 2
+	}
+	cfg, err := loadConfig(*cfgPath, environ())
+	if err != nil {
+		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+		return Config{}, 2
+	}
+	return cfg, 0
 }
 
 func environ() map[string]string {

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+)
+
+// printConfig writes the effective configuration (defaults, then the file,
+// then the environment) as YAML, with secrets redacted, in the shape the
+// file takes: the chosen source's keys directly under source:.
+func printConfig(w io.Writer, cfg Config) error {
+	root := toNode(reflect.ValueOf(cfg))
+	src := toNode(reflect.ValueOf(sourceTypes[cfg.Source.Type](&cfg.Source)).Elem())
+	src.Content = append([]*yaml.Node{scalar("type"), scalar(cfg.Source.Type)}, src.Content...)
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "source" {
+			root.Content[i+1] = src
+		}
+	}
+	redactNode(root, "")
+	if _, err := fmt.Fprintln(w, "# effective configuration (secrets redacted)"); err != nil {
+		return err
+	}
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+func scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s} }
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// toNode renders a config value as a YAML node in field order, following
+// the yaml tags (inline, "-") and writing durations as "1s", not nanoseconds.
+func toNode(v reflect.Value) *yaml.Node {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}
+		}
+		v = v.Elem()
+	}
+	switch {
+	case v.Type() == durationType:
+		return scalar(time.Duration(v.Int()).String())
+	case v.Kind() == reflect.Struct:
+		m := &yaml.Node{Kind: yaml.MappingNode}
+		t := v.Type()
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "-" {
+				continue
+			}
+			if strings.Contains(opts, "inline") {
+				m.Content = append(m.Content, toNode(v.Field(i)).Content...)
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			m.Content = append(m.Content, scalar(name), toNode(v.Field(i)))
+		}
+		return m
+	case v.Kind() == reflect.Slice || v.Kind() == reflect.Array:
+		s := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+		for i := 0; i < v.Len(); i++ {
+			s.Content = append(s.Content, toNode(v.Index(i)))
+		}
+		return s
+	case v.Kind() == reflect.Map:
+		m := &yaml.Node{Kind: yaml.MappingNode}
+		iter := v.MapRange()
+		for iter.Next() {
+			m.Content = append(m.Content, scalar(fmt.Sprint(iter.Key().Interface())), toNode(iter.Value()))
+		}
+		return m
+	case v.Kind() == reflect.String:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v.String()}
+	case v.Kind() == reflect.Bool:
+		return scalar(strconv.FormatBool(v.Bool()))
+	default:
+		return scalar(fmt.Sprint(v.Interface()))
+	}
+}
+
+// redactNode hides DSN passwords and any value whose key names a secret.
+func redactNode(n *yaml.Node, key string) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			redactNode(n.Content[i+1], n.Content[i].Value)
+		}
+	case yaml.SequenceNode:
+		for _, c := range n.Content {
+			redactNode(c, key)
+		}
+	case yaml.ScalarNode:
+		k := strings.ToLower(key)
+		switch {
+		case k == "dsn":
+			n.Value = outboxcdc.RedactDSN(n.Value)
+		case n.Value != "" && (strings.Contains(k, "password") || strings.Contains(k, "secret") || strings.HasSuffix(k, "_key") || k == "token"):
+			n.Value = "xxxxx"
+		}
+	}
+}
