@@ -41,7 +41,24 @@ type Config struct {
 	// (the last two are Debezium's table.fields.additional.placement form).
 	// A role column may be listed too (e.g. "type:header:eventType").
 	Headers []string `yaml:"headers"`
+	// PayloadFormat is "any" (the default: the payload bytes are sent as
+	// stored, whatever they are, as Debezium's EventRouter does) or "json"
+	// (a payload that is not valid JSON makes the row bad, see
+	// pipeline.on_error).
+	PayloadFormat string `yaml:"payload_format"`
+	// TombstoneOnEmptyPayload sends a row whose payload is NULL or empty as
+	// a tombstone (null value) with the aggregate id as key and the usual
+	// headers, as Debezium's route.tombstone.on.empty.payload does. Off (the
+	// default): a NULL payload makes the row bad and an empty payload is
+	// sent as an empty value.
+	TombstoneOnEmptyPayload bool `yaml:"tombstone_on_empty_payload"`
 }
+
+// Payload formats.
+const (
+	PayloadAny  = "any"
+	PayloadJSON = "json"
+)
 
 // ColumnNames names the outbox table column that plays each role.
 type ColumnNames struct {
@@ -54,7 +71,7 @@ type ColumnNames struct {
 
 // DefaultConfig is the seed preset with Debezium's default topic naming.
 func DefaultConfig() Config {
-	return Config{Preset: PresetSeed, Topic: DefaultTopic}
+	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny}
 }
 
 type preset struct {
@@ -166,6 +183,9 @@ type compiled struct {
 	columns  outboxcdc.Columns
 	template template
 	headers  []headerSpec
+	// json: the payload must be valid JSON; tombstone: a NULL or empty
+	// payload becomes a null value.
+	json, tombstone bool
 }
 
 func (c Config) compile() (*compiled, error) {
@@ -212,7 +232,13 @@ func (c Config) compile() (*compiled, error) {
 		}
 		headers = append(headers, h)
 	}
-	return &compiled{names: names, columns: cols, template: tpl, headers: headers}, nil
+	switch c.PayloadFormat {
+	case "", PayloadAny, PayloadJSON:
+	default:
+		return nil, fmt.Errorf("route.payload_format: %q is not %s or %s", c.PayloadFormat, PayloadAny, PayloadJSON)
+	}
+	return &compiled{names: names, columns: cols, template: tpl, headers: headers,
+		json: c.PayloadFormat == PayloadJSON, tombstone: c.TombstoneOnEmptyPayload}, nil
 }
 
 // parseHeaderEntry splits "col", "col:alias", "col:header" or

@@ -13,8 +13,13 @@
 //   - Key: the aggregate id, so one aggregate's events keep their order in
 //     one partition. An empty aggregate id makes the row bad.
 //   - Value: the payload bytes exactly as stored. A NULL payload makes the
-//     row bad (a later tombstone_on_empty_payload option may turn it into a
-//     tombstone instead); an empty payload is sent as an empty value.
+//     row bad and an empty payload is sent as an empty value, unless
+//     tombstone_on_empty_payload is on: then both are sent as a tombstone
+//     (null value, key and headers as usual), as Debezium's
+//     route.tombstone.on.empty.payload does. With payload_format: json a
+//     payload that is not valid JSON makes the row bad (an empty payload
+//     too, unless it becomes a tombstone); the default "any" sends any
+//     bytes, as Debezium's EventRouter does.
 //   - Headers: the preset's built-in headers (seed: id, event_type,
 //     aggregate_type; debezium: id only, as the EventRouter), then the
 //     configured columns in order. A NULL column gives a header with a nil
@@ -26,6 +31,7 @@
 package router
 
 import (
+	"encoding/json"
 	"strconv"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -63,8 +69,20 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 	if ev.AggregateID == "" {
 		return outboxcdc.Record{}, r.bad(ev, "aggregate id column "+quote(c.names.AggregateID)+" (the record key) is NULL or empty")
 	}
-	if ev.Payload == nil {
-		return outboxcdc.Record{}, r.bad(ev, "payload column "+quote(c.names.Payload)+" is NULL")
+	value := ev.Payload
+	switch {
+	case len(value) == 0 && c.tombstone:
+		value = nil
+	case value == nil:
+		return outboxcdc.Record{}, r.bad(ev, "payload column "+quote(c.names.Payload)+
+			" is NULL (set route.tombstone_on_empty_payload to send such rows as tombstones)")
+	case c.json && !json.Valid(value):
+		what := "is not valid JSON"
+		if len(value) == 0 {
+			what = "is empty, which is not valid JSON"
+		}
+		return outboxcdc.Record{}, r.bad(ev, "payload column "+quote(c.names.Payload)+" "+what+
+			" ("+strconv.Itoa(len(value))+" bytes) and route.payload_format is json")
 	}
 	topic, why, badRole := c.template.render(ev)
 	if why != "" {
@@ -115,7 +133,7 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 	return outboxcdc.Record{
 		Topic:     topic,
 		Key:       key,
-		Value:     ev.Payload,
+		Value:     value,
 		Headers:   headers,
 		Timestamp: ev.CommitTime,
 	}, nil

@@ -107,6 +107,32 @@ func TestRoute(t *testing.T) {
 			ev.Payload = nil
 			return ev
 		}},
+		{"tombstone_null_payload", Config{TombstoneOnEmptyPayload: true}, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Payload = nil
+			return ev
+		}},
+		{"tombstone_empty_payload", Config{Preset: PresetDebezium, TombstoneOnEmptyPayload: true}, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Payload = []byte{}
+			return ev
+		}},
+		{"json_payload_valid", Config{PayloadFormat: PayloadJSON}, seedEvent},
+		{"bad_json_payload_invalid", Config{PayloadFormat: PayloadJSON}, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Payload = []byte(`{"orderNo": "SO-1",`)
+			return ev
+		}},
+		{"bad_json_payload_empty", Config{PayloadFormat: PayloadJSON}, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Payload = []byte{}
+			return ev
+		}},
+		{"json_payload_empty_tombstone", Config{PayloadFormat: PayloadJSON, TombstoneOnEmptyPayload: true}, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Payload = []byte{}
+			return ev
+		}},
 		{"bad_empty_routing_value", seed, func() outboxcdc.Event {
 			ev := seedEvent()
 			ev.AggregateType = ""
@@ -153,7 +179,7 @@ func TestRoute(t *testing.T) {
 				got.Error = err.Error()
 			} else {
 				got.Record = render(rec)
-				if cap(ev.Payload) > 0 && &rec.Value[:1][0] != &ev.Payload[:1][0] {
+				if rec.Value != nil && cap(ev.Payload) > 0 && &rec.Value[:1][0] != &ev.Payload[:1][0] {
 					t.Error("Value is a copy of the payload, want the payload's bytes")
 				}
 			}
@@ -361,5 +387,52 @@ func BenchmarkRoute(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestRoutePayloadOptions pins what the golden JSON shows for the payload
+// options: a tombstone is a nil value with the key kept, and the JSON check
+// only applies with payload_format: json.
+func TestRoutePayloadOptions(t *testing.T) {
+	cases := []struct {
+		name      string
+		cfg       Config
+		payload   []byte
+		tombstone bool
+		bad       bool
+	}{
+		{"null, option off", DefaultConfig(), nil, false, true},
+		{"empty, option off", DefaultConfig(), []byte{}, false, false},
+		{"null, option on", Config{TombstoneOnEmptyPayload: true}, nil, true, false},
+		{"empty, option on", Config{TombstoneOnEmptyPayload: true}, []byte{}, true, false},
+		{"not json, any", DefaultConfig(), []byte("plain text"), false, false},
+		{"not json, json", Config{PayloadFormat: PayloadJSON}, []byte("plain text"), false, true},
+		{"json scalar, json", Config{PayloadFormat: PayloadJSON}, []byte(`"a string"`), false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := New(c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := seedEvent()
+			ev.Payload = c.payload
+			rec, err := r.Route(&ev)
+			if (err != nil) != c.bad {
+				t.Fatalf("error %v, want bad=%v", err, c.bad)
+			}
+			if err != nil {
+				return
+			}
+			if (rec.Value == nil) != c.tombstone {
+				t.Fatalf("value %q (nil=%v), want tombstone=%v", rec.Value, rec.Value == nil, c.tombstone)
+			}
+			if string(rec.Key) != ev.AggregateID {
+				t.Fatalf("key %q", rec.Key)
+			}
+		})
+	}
+	if _, err := New(Config{PayloadFormat: "xml"}); err == nil || !strings.Contains(err.Error(), "route.payload_format") {
+		t.Fatalf("payload_format xml: %v", err)
 	}
 }
