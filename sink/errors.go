@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/IBM/sarama"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Error is a record the Kafka sink could not deliver. Write returns it (for
@@ -49,6 +50,12 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// FailedRecord implements outboxcdc.RecordError, so the pipeline can name
+// the row and, with on_error: dlq, divert just this record.
+func (e *Error) FailedRecord() (index int, permanent bool) { return e.Index, e.Permanent }
+
+var _ outboxcdc.RecordError = (*Error)(nil)
 
 // IsPermanent reports whether err is (or wraps) a sink Error that retrying
 // cannot fix. Context errors are not permanent.

@@ -194,6 +194,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 	}
 
 	var lastErr error
+	var lastWarn time.Time
 	for n := 1; ; n++ {
 		retry, failErr, err := k.attempt(ctx, todo)
 		if err != nil {
@@ -219,8 +220,16 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		}
 		lastErr = failErr
 		wait := backoff(k.cfg.RetryBackoffMin, k.cfg.RetryBackoffMax, n-1)
-		k.log.Warn().Err(failErr).Int("attempt", n).Int("resend", len(retry)).Int("records", len(records)).
-			Dur("backoff", wait).Msg("kafka write failed, retrying")
+		// One warning when a Write starts failing, then one per
+		// retryLogInterval while it keeps failing; every attempt at debug.
+		ev := k.log.Debug()
+		if n == 1 || time.Since(lastWarn) >= retryLogInterval {
+			lastWarn = time.Now()
+			ev = k.log.Warn()
+		}
+		ev.Err(failErr).Int("attempt", n).Int("resend", len(retry)).Int("records", len(records)).
+			Dur("failing_for", time.Since(start).Round(time.Millisecond)).Dur("backoff", wait).
+			Msg("kafka write failed, retrying; nothing is checkpointed until it succeeds")
 		todo = retry
 		t := time.NewTimer(wait)
 		select {
@@ -235,6 +244,9 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		}
 	}
 }
+
+// retryLogInterval rate-limits the warnings of a Write that keeps failing.
+const retryLogInterval = 30 * time.Second
 
 // attempt sends todo (in record order) over one producer and waits for
 // every answer. It returns the records to send again with the failure that
