@@ -17,7 +17,24 @@ type Router interface {
 	Route(ev *Event) (Record, error)
 }
 
-// PipelineConfig bounds the pipeline's memory and shutdown time.
+// PipelineConfig bounds the pipeline's memory and shutdown time and says
+// what happens to rows that cannot be delivered.
+//
+// # Memory while the sink is slow or down
+//
+// The pipeline stops reading ahead when the sink does not keep up: the
+// writer holds the batch being written, one finished batch waits for it,
+// the batcher fills one more, and then the batcher stops taking
+// transactions, so at most QueueTransactions transactions wait in the queue
+// and the source blocks (the Postgres source keeps answering keepalives;
+// nothing is confirmed to the server). The pipeline's share of memory is
+// therefore at most about
+//
+//	3 × (MaxBatchBytes + the largest transaction) + QueueTransactions × the largest transaction
+//
+// in record bytes (Record.Size), plus the source's own bounded read buffers
+// and the Kafka sink's max_in_flight_bytes, however long the outage lasts.
+// A transaction is never split, so a single huge transaction is held whole.
 type PipelineConfig struct {
 	// MaxBatchRecords and MaxBatchBytes bound one sink write. Several source
 	// transactions go into one write while a backlog exists; a transaction is
@@ -31,6 +48,16 @@ type PipelineConfig struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// LogInterval is how often the checkpoint position is logged.
 	LogInterval time.Duration `yaml:"log_interval"`
+	// OnError says what to do with a row the router rejects (a
+	// *BadRowError) or whose record the sink rejects permanently (a
+	// RecordError): "halt" (the default) stops with the row's message id
+	// and position after checkpointing every transaction before it; "dlq"
+	// writes a dead-letter record (DeadLetterTo) to DLQTopic in the row's
+	// place and carries on. A row is never skipped silently.
+	OnError string `yaml:"on_error"`
+	// DLQTopic is the dead-letter topic for on_error: dlq. The command
+	// defaults it to "<name>.dlq" (DefaultDeadLetterTopic).
+	DLQTopic string `yaml:"dlq_topic"`
 }
 
 // DefaultPipelineConfig returns the defaults.
@@ -41,6 +68,7 @@ func DefaultPipelineConfig() PipelineConfig {
 		QueueTransactions: 64,
 		ShutdownTimeout:   30 * time.Second,
 		LogInterval:       30 * time.Second,
+		OnError:           OnErrorHalt,
 	}
 }
 
@@ -57,6 +85,13 @@ func (c PipelineConfig) Validate() error {
 		return fmt.Errorf("pipeline.shutdown_timeout must be positive, got %s", c.ShutdownTimeout)
 	case c.LogInterval <= 0:
 		return fmt.Errorf("pipeline.log_interval must be positive, got %s", c.LogInterval)
+	case c.OnError != OnErrorHalt && c.OnError != OnErrorDLQ:
+		return fmt.Errorf("pipeline.on_error: %q is not %s or %s", c.OnError, OnErrorHalt, OnErrorDLQ)
+	}
+	if c.DLQTopic != "" {
+		if err := validTopic(c.DLQTopic); err != nil {
+			return fmt.Errorf("pipeline.dlq_topic: %w", err)
+		}
 	}
 	return nil
 }
@@ -75,6 +110,7 @@ type Pipeline struct {
 	sink    Sink
 	cp      Checkpointer
 	atomic  AtomicSink // set in exactly-once mode: records and position in one write
+	dead    DeadLetter // set with on_error: dlq
 	log     zerolog.Logger
 	metrics *pipelineMetrics
 }
@@ -99,6 +135,12 @@ func NewPipeline(cfg PipelineConfig, src Source, router Router, sink Sink, cp Ch
 		p.atomic = atomic
 		p.cp = atomicCheckpointer{atomic}
 	}
+	if cfg.OnError == OnErrorDLQ {
+		if cfg.DLQTopic == "" {
+			return nil, errors.New("pipeline.dlq_topic: required with on_error: dlq")
+		}
+		p.dead = DeadLetterTo(cfg.DLQTopic)
+	}
 	return p, nil
 }
 
@@ -114,11 +156,44 @@ func (a atomicCheckpointer) Save(context.Context, Position) error {
 // batch is the records of one or more whole source transactions and the
 // position just past the last of them.
 type batch struct {
-	records    []Record
+	records []Record
+	// events[i] is the row records[i] was made from.
+	events []*Event
+	// dead holds the records replaced by dead-letter records, by index;
+	// nil while there are none.
+	dead map[int]*deadEntry
+	// marks[j] is where the j-th transaction of the batch ends.
+	marks      []txMark
 	bytes      int
 	txs        int
 	end        Position
 	commitTime time.Time
+}
+
+type txMark struct {
+	records int // records in the batch up to and including this transaction
+	end     Position
+}
+
+// deadEntry is a row whose record was replaced by a dead-letter record.
+type deadEntry struct {
+	orig      *Record // the routed record; nil for a bad row
+	cause     error
+	class     string
+	omitValue bool // the dead-letter record leaves the payload out
+}
+
+// before returns the records and end position of the whole transactions
+// that precede record i (end is zero when there are none).
+func (b *batch) before(i int) (int, Position) {
+	n, end := 0, Position("")
+	for _, m := range b.marks {
+		if m.records > i {
+			break
+		}
+		n, end = m.records, m.end
+	}
+	return n, end
 }
 
 // Ready returns nil while both the source and the sink are connected.
@@ -203,7 +278,10 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}
 	berr := <-batchErr
 	var bad *BadRowError
-	if ctx.Err() != nil && !errors.As(berr, &bad) {
+	if errors.As(berr, &bad) {
+		return fmt.Errorf("%w; stopping with every transaction before it checkpointed (pipeline.on_error is halt; set it to dlq to send such rows to a dead-letter topic instead)", berr)
+	}
+	if ctx.Err() != nil {
 		// A stop was requested; the source's error is then only its reaction.
 		if writeCtx.Err() != nil {
 			return fmt.Errorf("shutdown: final flush did not finish within %s", p.cfg.ShutdownTimeout)
@@ -290,20 +368,40 @@ type sourceRun struct {
 	err  error
 }
 
-// add routes tx's events into b. On a routing error b is left as it was
-// before tx, so the batch ends at the last good transaction.
+// add routes tx's events into b. A row the router rejects becomes a
+// dead-letter record with on_error: dlq; otherwise b is left as it was
+// before tx, so the batch ends at the last good transaction, and the
+// error is returned.
 func (p *Pipeline) add(b *batch, tx Tx) error {
 	start, startBytes := len(b.records), b.bytes
 	for i := range tx.Events {
-		rec, err := p.router.Route(&tx.Events[i])
+		ev := &tx.Events[i]
+		rec, err := p.router.Route(ev)
 		if err != nil {
-			b.records, b.bytes = b.records[:start], startBytes
 			p.metrics.badRows.Inc()
-			return err
+			var bad *BadRowError
+			if p.dead == nil || !errors.As(err, &bad) {
+				b.records, b.events, b.bytes = b.records[:start], b.events[:start], startBytes
+				for k := range b.dead {
+					if k >= start {
+						delete(b.dead, k)
+					}
+				}
+				return err
+			}
+			rec = p.dead(Failure{Event: ev, Err: err, Class: FailureBadRow})
+			if b.dead == nil {
+				b.dead = map[int]*deadEntry{}
+			}
+			b.dead[len(b.records)] = &deadEntry{cause: err, class: FailureBadRow}
+			p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).Str("class", FailureBadRow).
+				Str("dlq_topic", rec.Topic).AnErr("error", err).Msg("bad outbox row: sending it to the dead-letter topic")
 		}
 		b.bytes += rec.Size()
 		b.records = append(b.records, rec)
+		b.events = append(b.events, ev)
 	}
+	b.marks = append(b.marks, txMark{records: len(b.records), end: tx.End})
 	b.txs++
 	b.end = tx.End
 	if !tx.CommitTime.IsZero() {
@@ -327,28 +425,20 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 	lastLog := time.Now()
 	for b := range batches {
 		start := time.Now()
-		switch {
-		case p.atomic != nil:
-			if err := p.atomic.WriteAtomic(ctx, b.records, b.end); err != nil {
-				return fmt.Errorf("atomic write of %d records with position %s: %w", len(b.records), b.end, err)
-			}
-		case len(b.records) > 0:
-			if err := p.sink.Write(ctx, b.records); err != nil {
-				return fmt.Errorf("sink write of %d records (after checkpoint, up to %s): %w", len(b.records), b.end, err)
-			}
+		if err := p.deliver(ctx, b); err != nil {
+			return err
 		}
 		if len(b.records) > 0 {
 			p.metrics.writeSeconds.Observe(time.Since(start).Seconds())
 			p.metrics.records.Add(float64(len(b.records)))
 			p.metrics.batchRecords.Observe(float64(len(b.records)))
 		}
-		if p.atomic == nil {
-			if err := p.cp.Save(ctx, b.end); err != nil {
-				return fmt.Errorf("save checkpoint %s: %w", b.end, err)
-			}
+		for _, d := range b.dead {
+			p.metrics.deadLetters.WithLabelValues(d.class).Inc()
 		}
-		p.metrics.checkpoints.Inc()
-		p.metrics.checkpointTime.SetToCurrentTime()
+		if err := p.checkpoint(ctx, b.end); err != nil {
+			return err
+		}
 		if !b.commitTime.IsZero() {
 			p.metrics.lag.Set(time.Since(b.commitTime).Seconds())
 		}
@@ -361,6 +451,113 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 	return nil
 }
 
+// write hands records to the sink; in exactly-once mode together with end.
+func (p *Pipeline) write(ctx context.Context, records []Record, end Position) error {
+	switch {
+	case p.atomic != nil:
+		if err := p.atomic.WriteAtomic(ctx, records, end); err != nil {
+			return fmt.Errorf("atomic write of %d records with position %s: %w", len(records), end, err)
+		}
+	case len(records) > 0:
+		if err := p.sink.Write(ctx, records); err != nil {
+			return fmt.Errorf("sink write of %d records (after checkpoint, up to %s): %w", len(records), end, err)
+		}
+	}
+	return nil
+}
+
+// checkpoint saves end (unless the atomic sink stored it with the records).
+func (p *Pipeline) checkpoint(ctx context.Context, end Position) error {
+	if p.atomic == nil {
+		if err := p.cp.Save(ctx, end); err != nil {
+			return fmt.Errorf("save checkpoint %s: %w; stopping before acknowledging anything further (the records written since the last checkpoint will be sent again after a restart)", end, err)
+		}
+	}
+	p.metrics.checkpoints.Inc()
+	p.metrics.checkpointTime.SetToCurrentTime()
+	return nil
+}
+
+// deliver writes b until every record is acknowledged. When the sink
+// rejects one record permanently (a RecordError), with on_error: dlq that
+// record is replaced by a dead-letter record and the whole batch is written
+// again: records before it that were already acknowledged are then sent a
+// second time (at-least-once; per key the last copies keep commit order).
+// If the dead-letter record is rejected too, it is tried once more without
+// the payload, then the pipeline halts. With on_error: halt, the whole
+// transactions before the rejected row are written and checkpointed, and
+// the error names the row.
+func (p *Pipeline) deliver(ctx context.Context, b *batch) error {
+	for {
+		err := p.write(ctx, b.records, b.end)
+		if err == nil {
+			return nil
+		}
+		var re RecordError
+		if !errors.As(err, &re) {
+			return err
+		}
+		i, permanent := re.FailedRecord()
+		if !permanent || i < 0 || i >= len(b.records) || ctx.Err() != nil {
+			return err
+		}
+		ev := b.events[i]
+		if p.dead == nil {
+			return p.halt(ctx, b, i, err)
+		}
+		d := b.dead[i]
+		switch {
+		case d == nil:
+			orig := b.records[i]
+			d = &deadEntry{orig: &orig, cause: err, class: FailureRejected}
+			if b.dead == nil {
+				b.dead = map[int]*deadEntry{}
+			}
+			b.dead[i] = d
+		case !d.omitValue:
+			d.omitValue = true
+			p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).AnErr("error", err).
+				Msg("dead-letter record rejected; sending it again without the payload")
+		default:
+			return fmt.Errorf("outbox row at %s (message id %s): its dead-letter record was rejected too, even without the payload: %w (the row failed with: %v)",
+				ev.Origin, idOrNone(ev.MessageID), err, d.cause)
+		}
+		b.records[i] = p.dead(Failure{Event: ev, Record: d.orig, Err: d.cause, Class: d.class, OmitValue: d.omitValue})
+		if d.class == FailureRejected && !d.omitValue {
+			p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).Str("class", d.class).
+				Str("dlq_topic", b.records[i].Topic).AnErr("error", err).
+				Msg("record rejected by the sink: sending the row to the dead-letter topic and writing the batch again")
+		}
+	}
+}
+
+// halt writes and checkpoints the whole transactions before record i,
+// which the sink rejected, and returns the error that stops the pipeline.
+func (p *Pipeline) halt(ctx context.Context, b *batch, i int, cause error) error {
+	ev := b.events[i]
+	n, end := b.before(i)
+	at := "the checkpoint did not move"
+	if !end.IsZero() {
+		if err := p.write(ctx, b.records[:n], end); err != nil {
+			p.log.Warn().Err(err).Msg("could not write the transactions before the rejected row")
+		} else if err := p.checkpoint(ctx, end); err != nil {
+			p.log.Warn().Err(err).Msg("could not checkpoint the transactions before the rejected row")
+		} else {
+			p.src.Ack(end)
+			at = "checkpoint saved at " + string(end) + ", just before its transaction"
+		}
+	}
+	return fmt.Errorf("outbox row at %s (message id %s) was rejected by the sink: %w; stopping (%s; pipeline.on_error is halt, set it to dlq to send such rows to a dead-letter topic instead)",
+		ev.Origin, idOrNone(ev.MessageID), cause, at)
+}
+
+func idOrNone(id string) string {
+	if id == "" {
+		return "(none)"
+	}
+	return id
+}
+
 type pipelineMetrics struct {
 	records        prometheus.Counter
 	badRows        prometheus.Counter
@@ -369,6 +566,7 @@ type pipelineMetrics struct {
 	lag            prometheus.Gauge
 	batchRecords   prometheus.Histogram
 	writeSeconds   prometheus.Histogram
+	deadLetters    *prometheus.CounterVec
 }
 
 func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
@@ -379,7 +577,7 @@ func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
 		}),
 		badRows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_cdc_bad_rows_total",
-			Help: "Outbox rows that could not be routed (the connector stops on them).",
+			Help: "Outbox rows that could not be routed (the connector stops on them, or sends them to the dead-letter topic with on_error: dlq).",
 		}),
 		checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_cdc_checkpoint_saves_total",
@@ -404,8 +602,14 @@ func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
+	m.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "outbox_cdc_dlq_records_total",
+		Help: "Dead-letter records acknowledged by the sink (on_error: dlq), by class: bad_row (the route rejected the row) or rejected (the sink refused its record).",
+	}, []string{"class"})
+	m.deadLetters.WithLabelValues(FailureBadRow)
+	m.deadLetters.WithLabelValues(FailureRejected)
 	if reg != nil {
-		reg.MustRegister(m.records, m.badRows, m.checkpoints, m.checkpointTime, m.lag, m.batchRecords, m.writeSeconds)
+		reg.MustRegister(m.records, m.badRows, m.checkpoints, m.checkpointTime, m.lag, m.batchRecords, m.writeSeconds, m.deadLetters)
 	}
 	return m
 }
