@@ -58,6 +58,7 @@ const (
 	erSpecificAccess     = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR
 	erTableAccess        = 1142 // ER_TABLEACCESS_DENIED_ERROR
 	erMasterFatalReading = 1236 // ER_MASTER_FATAL_ERROR_READING_BINLOG
+	erSlaveSameID        = 4052 // MariaDB ER_SLAVE_SAME_ID
 	erServerShutdown     = 1053 // ER_SERVER_SHUTDOWN
 	erConnKilled         = 1927 // MariaDB ER_CONNECTION_KILLED
 	erQueryInterrupted   = 1317 // ER_QUERY_INTERRUPTED
@@ -98,6 +99,8 @@ func classifyConnErr(err error) error {
 	case 0:
 	case erAccessDenied, erDBAccessDenied, erSpecificAccess, erTableAccess:
 		return joinSentinel(ErrAccess, err, "grant the connector's user REPLICATION SLAVE, REPLICATION CLIENT and SELECT on the outbox table")
+	case erSlaveSameID:
+		return joinSentinel(ErrServerIDConflict, err, "another replica or connector uses this server_id: give each connector its own server_id (or a unique connector name)")
 	case erMasterFatalReading:
 		if strings.Contains(msg, "same server_uuid/server_id") || strings.Contains(msg, "same server_id") {
 			return joinSentinel(ErrServerIDConflict, err, "give each connector its own server_id (or a unique connector name)")

@@ -56,6 +56,7 @@ type Source struct {
 	qualifiedTable  string // "db.table", for messages
 	running         atomic.Bool
 	connID          atomic.Uint32 // the binlog dump connection's id, 0 when none
+	prevConnID      uint32        // the last dump connection's id; Run's goroutine only
 	mu              sync.Mutex
 	notReady        error // nil while streaming
 	lastAck         atomic.Pointer[outboxcdc.Position]
@@ -217,6 +218,16 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		return false, err
 	}
 
+	if id := s.prevConnID; id != 0 {
+		// A dump thread of ours that the server still believes alive (the
+		// network broke, the syncer could not kill it on close) would make
+		// MariaDB refuse our server_id as taken.
+		if _, err := db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatUint(uint64(id), 10)); err == nil {
+			s.log.Info().Uint32("connection_id", id).Msg("killed the previous binlog dump connection")
+		}
+		s.prevConnID = 0
+	}
+
 	host, port := s.hostPort()
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:            s.serverID,
@@ -254,6 +265,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		return false, classifyConnErr(fmt.Errorf("start binlog dump: %w", err))
 	}
 	s.connID.Store(syncer.LastConnectionID())
+	s.prevConnID = syncer.LastConnectionID()
 	s.log.Info().Str("position", start.String()).Str("flavor", info.flavor).Str("version", info.version).
 		Uint32("server_id", s.serverID).Str("table", s.qualifiedTable).Bool("column_names_in_binlog", info.rowMetadataFull).
 		Msg("binlog stream started")

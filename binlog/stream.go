@@ -2,6 +2,7 @@ package binlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -64,7 +65,15 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 			st.mysqlGTID, st.mysqlGNO, st.hasMySQLGTID = u, e.GNO, true
 		}
 	case *replication.MariadbGTIDEvent:
-		st.mariaGTID, st.hasMariaGTID = e.GTID, true
+		// e.GTID is not read here: go-mysql keeps a pointer to it in its
+		// own GTID tracking and overwrites it from its reader goroutine
+		// when the next GTID of the domain arrives. The raw event is
+		// immutable.
+		g, err := rawMariaDBGTID(ev)
+		if err != nil {
+			return nil, err
+		}
+		st.mariaGTID, st.hasMariaGTID = g, true
 		// A MariaDB GTID event also opens the transaction (it replaces
 		// BEGIN) unless the transaction is a single standalone statement.
 		if !e.IsStandalone() {
@@ -118,6 +127,22 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 		}
 	}
 	return nil, nil
+}
+
+// rawMariaDBGTID decodes a MariaDB GTID event's GTID from its raw bytes:
+// after the 19-byte header, the sequence number (8 bytes) and the domain
+// id (4 bytes), little-endian; the server id is the header's.
+func rawMariaDBGTID(ev *replication.BinlogEvent) (mysql.MariadbGTID, error) {
+	d := ev.RawData
+	if len(d) < replication.EventHeaderSize+12 {
+		return mysql.MariadbGTID{}, fmt.Errorf("%w: short MariaDB GTID event (%d bytes)", ErrUnsupported, len(d))
+	}
+	d = d[replication.EventHeaderSize:]
+	return mysql.MariadbGTID{
+		SequenceNumber: binary.LittleEndian.Uint64(d),
+		DomainID:       binary.LittleEndian.Uint32(d[8:]),
+		ServerID:       ev.Header.ServerID,
+	}, nil
 }
 
 func startOf(ev *replication.BinlogEvent) uint32 {
