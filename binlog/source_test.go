@@ -210,8 +210,8 @@ func TestTransactionsArriveOnceInOrder(t *testing.T) {
 
 	f.insertTx("a1")
 	f.insertTx("b1", "b2", "b3")
-	f.exec("INSERT INTO "+f.table+" (message_id, aggregate_type, aggregate_id, event_type, payload, status, next_retry_at) VALUES "+
-		"('c1', 'PAYMENT', '42', 'PAID', '{\"amount\":  1.50, \"items\":[1,2]}', 2, '2024-03-05 06:07:08'), "+
+	f.exec("INSERT INTO " + f.table + " (message_id, aggregate_type, aggregate_id, event_type, payload, status, next_retry_at) VALUES " +
+		"('c1', 'PAYMENT', '42', 'PAID', '{\"amount\":  1.50, \"items\":[1,2]}', 2, '2024-03-05 06:07:08'), " +
 		"('c2', 'PAYMENT', '43', 'PAID', '[]', 1, NULL)")
 
 	tx := r.next()
@@ -288,7 +288,7 @@ func TestNothingForRollbackUpdateDeleteOtherTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec("INSERT INTO "+f.table+" (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('gone', 'X', 'x', 'X', '{}')"); err != nil {
+	if _, err := tx.Exec("INSERT INTO " + f.table + " (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('gone', 'X', 'x', 'X', '{}')"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -310,6 +310,26 @@ func TestNothingForRollbackUpdateDeleteOtherTables(t *testing.T) {
 	if err := tx2.Commit(); err != nil {
 		t.Fatal(err)
 	}
+	// Rolled back with a non-transactional table in it: the binlog holds
+	// BEGIN, the rows of both tables and ROLLBACK; the outbox row must not leak.
+	myisam := uniqueName("myisam")
+	f.exec("CREATE TABLE " + myisam + " (id INT PRIMARY KEY) ENGINE=MyISAM")
+	t.Cleanup(func() { f.db.Exec("DROP TABLE IF EXISTS " + myisam) })
+	conn, err := f.db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"BEGIN",
+		"INSERT INTO " + f.table + " (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('gone2', 'X', 'x', 'X', '{}')",
+		"INSERT INTO " + myisam + " VALUES (1)",
+		"ROLLBACK",
+	} {
+		if _, err := conn.ExecContext(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	conn.Close()
 	f.insertTx("keep2")
 
 	expectIDs(t, r.next(), "keep1")
@@ -489,4 +509,85 @@ func TestServerIDConflict(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("two replicas with one server_id both kept streaming")
 	}
+}
+
+// TestWithoutColumnNamesInBinlog turns binlog_row_metadata down to MINIMAL
+// (global: this test is not parallel, and restores it) so the source maps
+// columns from information_schema, and then fails clearly when the table
+// changes shape.
+func TestWithoutColumnNamesInBinlog(t *testing.T) {
+	f := newFixture(t)
+	var old string
+	if err := f.db.QueryRow("SELECT @@GLOBAL.binlog_row_metadata").Scan(&old); err != nil {
+		t.Skipf("server has no binlog_row_metadata: %v", err)
+	}
+	f.exec("SET GLOBAL binlog_row_metadata = MINIMAL")
+	t.Cleanup(func() { f.db.Exec("SET GLOBAL binlog_row_metadata = " + old) })
+
+	r := f.start(f.config(), seedColumns, "")
+	r.waitReady()
+	f.insertTx("m1", "m2")
+	tx := r.next()
+	expectIDs(t, tx, "m1", "m2")
+	if tx.Events[0].AggregateID != "agg-m1" || string(tx.Events[1].Payload) != `{"id": "m2"}` {
+		t.Errorf("columns mapped wrongly: %+v", tx.Events)
+	}
+	f.exec("ALTER TABLE " + f.table + " ADD COLUMN tenant VARCHAR(10) NULL")
+	f.insertTx("m3")
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case <-r.done:
+			if !errors.Is(r.err, ErrTable) || !strings.Contains(r.err.Error(), "changed shape") {
+				t.Fatalf("got %v, want ErrTable saying the table changed shape", r.err)
+			}
+			t.Logf("error: %v", r.err)
+			return
+		case tx := <-r.out:
+			if len(tx.Events) > 0 {
+				t.Fatalf("delivered %v from a table that changed shape", ids(tx))
+			}
+		case <-timeout:
+			t.Fatal("no error after the table changed shape")
+		}
+	}
+}
+
+// TestDrainThroughput measures how fast a backlog of outbox rows drains
+// (rows/s), with other tables' rows interleaved that must be skipped.
+func TestDrainThroughput(t *testing.T) {
+	if testing.Short() {
+		t.Skip("throughput measurement")
+	}
+	f := newFixture(t)
+	start := f.start(f.config(), seedColumns, "")
+	start.waitReady()
+	f.insertTx("mark")
+	from := start.next().End
+	start.stop()
+	<-start.done
+
+	const txs, perTx = 200, 500
+	payload := `{"order_id": 123456, "customer": "someone@example.com", "items": [{"sku": "A-1", "qty": 2}, {"sku": "B-7", "qty": 1}], "total": "99.90"}`
+	var b strings.Builder
+	for i := range txs {
+		b.Reset()
+		b.WriteString("INSERT INTO " + f.table + " (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ")
+		for j := range perTx {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "('%d-%d', 'ORDER', 'o%d', 'ORDER_CREATED', '%s')", i, j, j%97, payload)
+		}
+		f.exec(b.String())
+	}
+	r := f.start(f.config(), seedColumns, from)
+	t0 := time.Now()
+	n := 0
+	for n < txs*perTx {
+		tx := r.next()
+		n += len(tx.Events)
+	}
+	el := time.Since(t0)
+	t.Logf("drained %d rows in %d transactions in %v: %.0f rows/s", n, txs, el.Round(time.Millisecond), float64(n)/el.Seconds())
 }

@@ -23,10 +23,10 @@ type schemaColumn struct {
 // resolved once per TableMapEvent (per table id), so rows are decoded by
 // index, without names or maps.
 type layout struct {
-	tableID                                                  uint64
-	ncols                                                    int
+	tableID                                                   uint64
+	ncols                                                     int
 	messageID, aggregateType, aggregateID, eventType, payload int
-	extra                                                    []extraColumn
+	extra                                                     []extraColumn
 }
 
 type extraColumn struct {
