@@ -144,10 +144,13 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 			return Config{}, err
 		}
 		if n := lookup(&root, "source"); n != nil {
-			if err := decode(withoutKey(n, "type"), sourceTypes[cfg.Source.Type](&cfg.Source)); err != nil {
+			if err := decodeAt("source", withoutKey(n, "type"), sourceTypes[cfg.Source.Type](&cfg.Source)); err != nil {
 				return Config{}, err
 			}
 		}
+	}
+	if cfg.Pipeline.OnError == outboxcdc.OnErrorDLQ && cfg.Pipeline.DLQTopic == "" {
+		cfg.Pipeline.DLQTopic = outboxcdc.DefaultDeadLetterTopic(cfg.Name)
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err

@@ -243,8 +243,14 @@ func decode(n *yaml.Node, out any) error {
 	if n == nil {
 		return nil
 	}
+	return decodeAt("", n, out)
+}
+
+// decodeAt decodes n, whose keys sit under prefix, and names the key of a
+// value of the wrong type (see keysAtLines).
+func decodeAt(prefix string, n *yaml.Node, out any) error {
 	if err := n.Decode(out); err != nil {
-		return configErrorf("invalid configuration: %v", err)
+		return configErrorf("invalid configuration: %v%s", err, keysAtLines(prefix, n, err))
 	}
 	return nil
 }
