@@ -469,6 +469,8 @@ func TestReconnectAfterKill(t *testing.T) {
 		}
 		f.exec(fmt.Sprintf("KILL %d", id))
 		f.insertTx(fmt.Sprintf("k%d-d", round))
+		ack := r.src.Ack
+		go ack("mysql:file:ignored:4") // safe from another goroutine, concurrently with Run
 		expectIDs(t, r.next(), fmt.Sprintf("k%d-a", round))
 		expectIDs(t, r.next(), fmt.Sprintf("k%d-b", round), fmt.Sprintf("k%d-c", round))
 		expectIDs(t, r.next(), fmt.Sprintf("k%d-d", round))
@@ -590,4 +592,52 @@ func TestDrainThroughput(t *testing.T) {
 	}
 	el := time.Since(t0)
 	t.Logf("drained %d rows in %d transactions in %v: %.0f rows/s", n, txs, el.Round(time.Millisecond), float64(n)/el.Seconds())
+}
+
+// TestXA: XA COMMIT ONE PHASE is an ordinary transaction; a two-phase XA
+// PREPARE holding outbox rows is refused (they could still be rolled back,
+// and holding them across restarts is not supported), never delivered early.
+func TestXA(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r := f.start(f.config(), seedColumns, "")
+	r.waitReady()
+	conn, err := f.db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	run := func(qs ...string) {
+		t.Helper()
+		for _, q := range qs {
+			if _, err := conn.ExecContext(context.Background(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+	ins := func(id string) string {
+		return "INSERT INTO " + f.table + " (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('" + id + "', 'X', 'x', 'X', '{}')"
+	}
+	xid := uniqueName("xa")
+	run("XA START '"+xid+"1'", ins("xa1"), "XA END '"+xid+"1'", "XA COMMIT '"+xid+"1' ONE PHASE")
+	expectIDs(t, r.next(), "xa1")
+
+	run("XA START '"+xid+"2'", ins("xa2"), "XA END '"+xid+"2'", "XA PREPARE '"+xid+"2'")
+	t.Cleanup(func() { f.db.Exec("XA ROLLBACK '" + xid + "2'") })
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case <-r.done:
+			if !errors.Is(r.err, ErrUnsupported) || !strings.Contains(r.err.Error(), "XA PREPARE") {
+				t.Fatalf("got %v, want ErrUnsupported naming XA PREPARE", r.err)
+			}
+			return
+		case tx := <-r.out:
+			if len(tx.Events) > 0 {
+				t.Fatalf("delivered %v from a prepared XA transaction", ids(tx))
+			}
+		case <-timeout:
+			t.Fatal("no error for a prepared XA transaction with outbox rows")
+		}
+	}
 }
