@@ -99,6 +99,7 @@ func validKeys(sourceType string) keySet {
 			keysOf(reflect.TypeOf(pick(&cfg.Source)), "source", keys)
 		}
 	}
+	withFileKeys(keys)
 	return keys
 }
 
@@ -137,6 +138,9 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 		if path != "" {
 			return Config{}, configErrorf("%s: %v", path, err)
 		}
+		return Config{}, err
+	}
+	if err := resolveFileKeys(&root, "", keys, os.ReadFile); err != nil {
 		return Config{}, err
 	}
 	if len(root.Content) > 0 {

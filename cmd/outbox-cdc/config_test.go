@@ -153,3 +153,36 @@ func TestConfigPrintRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestSecretsFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	dsnFile := filepath.Join(dir, "dsn")
+	os.WriteFile(dsnFile, []byte("app:s3cret@tcp(db:3306)/orders\n"), 0o600)
+	brokersFile := filepath.Join(dir, "brokers")
+	os.WriteFile(brokersFile, []byte("k1:9092,k2:9092\n"), 0o600)
+
+	file := strings.Replace(minimal, `dsn: "root:secret@tcp(127.0.0.1:3306)/shop"`, "dsn_file: "+dsnFile, 1)
+	cfg, err := loadConfig(writeFile(t, file), map[string]string{"OUTBOX_CDC_SINK_BROKERS_FILE": brokersFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source.MySQL.DSN != "app:s3cret@tcp(db:3306)/orders" {
+		t.Fatalf("dsn from file: %q", cfg.Source.MySQL.DSN)
+	}
+	if strings.Join(cfg.Sink.Brokers, ",") != "k1:9092,k2:9092" {
+		t.Fatalf("brokers from env file: %q", cfg.Sink.Brokers)
+	}
+
+	// The environment's dsn_file overrides the file's dsn.
+	cfg, err = loadConfig(writeFile(t, minimal), map[string]string{"OUTBOX_CDC_SOURCE_DSN_FILE": dsnFile})
+	if err != nil || cfg.Source.MySQL.DSN != "app:s3cret@tcp(db:3306)/orders" {
+		t.Fatalf("env dsn_file over file dsn: %v %q", err, cfg.Source.MySQL.DSN)
+	}
+	both := strings.Replace(minimal, "  dsn:", "  dsn_file: "+dsnFile+"\n  dsn:", 1)
+	if _, err := loadConfig(writeFile(t, both), nil); err == nil || !strings.Contains(err.Error(), "both set") {
+		t.Fatalf("dsn and dsn_file both set in one file: %v", err)
+	}
+	if _, err := loadConfig(writeFile(t, file), map[string]string{"OUTBOX_CDC_SOURCE_DSN_FILE": filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "source.dsn_file") {
+		t.Fatalf("missing secret file: %v", err)
+	}
+}

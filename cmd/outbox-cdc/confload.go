@@ -62,6 +62,74 @@ func keysOf(t reflect.Type, prefix string, into keySet) {
 	}
 }
 
+// fileSuffix marks a key whose value is read from a file: source.dsn_file
+// (OUTBOX_CDC_SOURCE_DSN_FILE) holds the path of a file containing
+// source.dsn, for Kubernetes and Docker secrets.
+const fileSuffix = "_file"
+
+// withFileKeys adds path_file for every string (and string list) key.
+func withFileKeys(keys keySet) {
+	for p, t := range keys {
+		if t.Kind() == reflect.String || (t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String) {
+			if _, clash := keys[p+fileSuffix]; !clash {
+				keys[p+fileSuffix] = reflect.TypeOf("")
+			}
+		}
+	}
+}
+
+// resolveFileKeys replaces every key_file entry by key with the content of
+// the named file (trailing newlines trimmed; for lists, comma-separated).
+// readFile is os.ReadFile outside tests.
+func resolveFileKeys(n *yaml.Node, prefix string, keys keySet, readFile func(string) ([]byte, error)) error {
+	if n.Kind == yaml.DocumentNode {
+		if len(n.Content) == 0 {
+			return nil
+		}
+		return resolveFileKeys(n.Content[0], prefix, keys, readFile)
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := k.Value
+		if prefix != "" {
+			path = prefix + "." + k.Value
+		}
+		base, isFile := strings.CutSuffix(k.Value, fileSuffix)
+		basePath, _ := strings.CutSuffix(path, fileSuffix)
+		t, known := keys[basePath]
+		if !isFile || !known || v.Kind != yaml.ScalarNode {
+			if err := resolveFileKeys(v, path, keys, readFile); err != nil {
+				return err
+			}
+			continue
+		}
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if n.Content[j].Value == base {
+				return configErrorf("%s and %s are both set; set one", basePath, path)
+			}
+		}
+		raw, err := readFile(v.Value)
+		if err != nil {
+			return configErrorf("%s: %v", path, err)
+		}
+		val := strings.TrimRight(string(raw), "\r\n")
+		leaf := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: val}
+		if t.Kind() == reflect.Slice {
+			leaf = &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+			for _, item := range strings.Split(val, ",") {
+				if item = strings.TrimSpace(item); item != "" {
+					leaf.Content = append(leaf.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: item})
+				}
+			}
+		}
+		k.Value, n.Content[i+1] = base, leaf
+	}
+	return nil
+}
+
 // checkKeys walks a mapping node and reports the first key not in keys.
 func checkKeys(n *yaml.Node, prefix string, keys keySet) error {
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
@@ -182,6 +250,12 @@ func applyEnv(root *yaml.Node, keys keySet, env map[string]string) ([]string, er
 			leaf.Tag = "!!str" // "0123" stays a string
 		}
 		setPath(doc, strings.Split(p, "."), leaf)
+		// The environment overrides the file, also across key and key_file.
+		if base, ok := strings.CutSuffix(p, fileSuffix); ok {
+			deletePath(doc, strings.Split(base, "."))
+		} else {
+			deletePath(doc, strings.Split(p+fileSuffix, "."))
+		}
 		used = append(used, name)
 	}
 	return used, nil
@@ -209,6 +283,21 @@ func setPath(m *yaml.Node, parts []string, leaf *yaml.Node) {
 	sub := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	m.Content = append(m.Content, key, sub)
 	setPath(sub, parts[1:], leaf)
+}
+
+// deletePath removes the key at a dotted path, if present.
+func deletePath(m *yaml.Node, parts []string) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value != parts[0] {
+			continue
+		}
+		if len(parts) == 1 {
+			m.Content = append(m.Content[:i], m.Content[i+2:]...)
+		} else if m.Content[i+1].Kind == yaml.MappingNode {
+			deletePath(m.Content[i+1], parts[1:])
+		}
+		return
+	}
 }
 
 // lookup returns the node at a dotted path, or nil.
