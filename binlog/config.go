@@ -42,22 +42,27 @@ type Config struct {
 	// ReadTimeout drops a connection that sent nothing (not even a
 	// heartbeat) for this long; the source then reconnects.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
-	// ReconnectBackoffMin and ReconnectBackoffMax bound the capped
-	// exponential wait between reconnection attempts.
-	ReconnectBackoffMin time.Duration `yaml:"reconnect_backoff_min"`
-	ReconnectBackoffMax time.Duration `yaml:"reconnect_backoff_max"`
+	// Reconnect bounds the capped exponential wait between reconnection
+	// attempts (the same shape as the postgres source's reconnect).
+	Reconnect BackoffConfig `yaml:"reconnect"`
+}
+
+// BackoffConfig is a capped exponential backoff: the first wait is Min, each
+// further one doubles, up to Max.
+type BackoffConfig struct {
+	Min time.Duration `yaml:"min"`
+	Max time.Duration `yaml:"max"`
 }
 
 // DefaultConfig returns the defaults; DSN is left empty.
 func DefaultConfig() Config {
 	return Config{
-		Table:               "outbox_message",
-		Start:               StartLatest,
-		GTID:                GTIDAuto,
-		HeartbeatPeriod:     5 * time.Second,
-		ReadTimeout:         30 * time.Second,
-		ReconnectBackoffMin: time.Second,
-		ReconnectBackoffMax: 30 * time.Second,
+		Table:           "outbox_message",
+		Start:           StartLatest,
+		GTID:            GTIDAuto,
+		HeartbeatPeriod: 5 * time.Second,
+		ReadTimeout:     30 * time.Second,
+		Reconnect:       BackoffConfig{Min: time.Second, Max: 30 * time.Second},
 	}
 }
 
@@ -88,11 +93,11 @@ func (c Config) Validate() error {
 	if c.ReadTimeout <= c.HeartbeatPeriod {
 		errs = append(errs, fmt.Errorf("read_timeout: %s must be longer than heartbeat_period %s, or an idle server looks dead", c.ReadTimeout, c.HeartbeatPeriod))
 	}
-	if c.ReconnectBackoffMin <= 0 {
-		errs = append(errs, errors.New("reconnect_backoff_min: must be positive"))
+	if c.Reconnect.Min <= 0 {
+		errs = append(errs, errors.New("reconnect.min: must be positive"))
 	}
-	if c.ReconnectBackoffMax < c.ReconnectBackoffMin {
-		errs = append(errs, fmt.Errorf("reconnect_backoff_max: %s is below reconnect_backoff_min %s", c.ReconnectBackoffMax, c.ReconnectBackoffMin))
+	if c.Reconnect.Max < c.Reconnect.Min {
+		errs = append(errs, fmt.Errorf("reconnect.max: %s is below reconnect.min %s", c.Reconnect.Max, c.Reconnect.Min))
 	}
 	return errors.Join(errs...)
 }

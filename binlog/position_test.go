@@ -139,8 +139,8 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.GTID = "yes" }, "gtid:"},
 		{func(c *Config) { c.HeartbeatPeriod = 0 }, "heartbeat_period:"},
 		{func(c *Config) { c.ReadTimeout = c.HeartbeatPeriod }, "read_timeout:"},
-		{func(c *Config) { c.ReconnectBackoffMin = 0 }, "reconnect_backoff_min:"},
-		{func(c *Config) { c.ReconnectBackoffMax = c.ReconnectBackoffMin / 2 }, "reconnect_backoff_max:"},
+		{func(c *Config) { c.Reconnect.Min = 0 }, "reconnect.min:"},
+		{func(c *Config) { c.Reconnect.Max = c.Reconnect.Min / 2 }, "reconnect.max:"},
 	} {
 		c := good
 		tc.mutate(&c)

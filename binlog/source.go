@@ -160,7 +160,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	db.SetConnMaxIdleTime(time.Minute)
 
 	resume := from // the end of the last Tx sent, or the start position
-	backoff := s.cfg.ReconnectBackoffMin
+	backoff := s.cfg.Reconnect.Min
 	for {
 		streamed, err := s.session(ctx, db, &resume, out)
 		s.connID.Store(0)
@@ -175,7 +175,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			return err
 		}
 		if streamed {
-			backoff = s.cfg.ReconnectBackoffMin
+			backoff = s.cfg.Reconnect.Min
 		}
 		s.setReady(fmt.Errorf("binlog stream lost, reconnecting: %w", err))
 		s.log.Warn().Err(err).Str("position", string(resume)).Dur("backoff", backoff).Msg("binlog stream lost; reconnecting")
@@ -187,7 +187,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			return ctx.Err()
 		case <-t.C:
 		}
-		backoff = min(2*backoff, s.cfg.ReconnectBackoffMax)
+		backoff = min(2*backoff, s.cfg.Reconnect.Max)
 		s.m.Reconnects.Inc()
 	}
 }

@@ -95,8 +95,7 @@ func (f *fixture) config(mutate ...func(*Config)) Config {
 	c := DefaultConfig()
 	c.DSN = f.dsn
 	c.Table = f.table
-	c.ReconnectBackoffMin = 50 * time.Millisecond
-	c.ReconnectBackoffMax = 500 * time.Millisecond
+	c.Reconnect = BackoffConfig{Min: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 	c.HeartbeatPeriod = time.Second
 	c.ReadTimeout = 10 * time.Second
 	for _, m := range mutate {
