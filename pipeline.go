@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -251,6 +252,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}()
 
 	// After a graceful stop the writer has ShutdownTimeout to drain.
+	var timedOut atomic.Bool
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -262,6 +264,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		select {
 		case <-t.C:
 			p.log.Error().Dur("timeout", p.cfg.ShutdownTimeout).Msg("shutdown timeout: abandoning unwritten records; they will be sent again after restart")
+			timedOut.Store(true)
 			stopWriting()
 		case <-writeCtx.Done():
 		}
@@ -274,6 +277,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		for range batches {
 		}
 		<-batchErr
+		if timedOut.Load() {
+			// The sink was still retrying (e.g. the broker is down): what was
+			// not checkpointed is sent again after a restart.
+			return fmt.Errorf("shutdown: final flush did not finish within %s (pipeline.shutdown_timeout); the checkpoint stays at the last acknowledged transaction: %w", p.cfg.ShutdownTimeout, werr)
+		}
 		return werr
 	}
 	berr := <-batchErr
