@@ -2,8 +2,12 @@
 // MariaDB/MySQL and PostgreSQL (DSNs from the environment, local defaults
 // otherwise) and an in-process Kafka-protocol broker (kfake).
 //
-// When a service is unreachable the test is skipped on a developer machine
-// but fails when CI=true: an integration test that skips in CI does not count.
+// Without a DSN in the environment and with the local default unreachable,
+// a developer machine with a Docker engine gets MySQL 8 / PostgreSQL 15
+// containers through testcontainers-go instead (choose.go). When a service
+// is still unavailable the test is skipped on a developer machine but fails
+// when CI=true: an integration test that skips in CI does not count, and CI
+// never falls back to a container.
 package testenv
 
 import (
@@ -13,11 +17,9 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
 	"github.com/jackc/pgx/v5"
-	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -50,24 +52,27 @@ func Unavailable(t testing.TB, format string, args ...any) {
 }
 
 // MySQLDSN returns a go-sql-driver DSN for a reachable MySQL/MariaDB whose
-// database exists, or skips/fails the test.
+// database exists, or skips/fails the test. The DSN comes from
+// OUTBOX_CDC_TEST_MYSQL_DSN, else the local default, else (not in CI, with
+// a Docker engine) a MySQL 8 container; see choose.go.
 func MySQLDSN(t testing.TB) string {
 	t.Helper()
-	dsn := os.Getenv(EnvMySQLDSN)
-	if dsn == "" {
-		dsn = DefaultMySQLDSN
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = db.PingContext(ctx)
-		cancel()
-		db.Close()
-	}
-	if err != nil {
-		Unavailable(t, "MySQL/MariaDB at %s: %v", outboxcdc.RedactDSN(dsn), err)
-	}
-	return dsn
+	return mysqlService.dsn(t)
+}
+
+var mysqlService = &service{
+	what:     "MySQL/MariaDB",
+	envVar:   EnvMySQLDSN,
+	localDSN: DefaultMySQLDSN,
+	ping: func(ctx context.Context, dsn string) error {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return db.PingContext(ctx)
+	},
+	container: startMySQL,
 }
 
 // MySQL opens a database/sql handle on MySQLDSN, closed at test end.
@@ -82,24 +87,30 @@ func MySQL(t testing.TB) *sql.DB {
 }
 
 // PostgresDSN returns a libpq-style URL for a reachable PostgreSQL, or
-// skips/fails the test.
+// skips/fails the test. The URL comes from OUTBOX_CDC_TEST_POSTGRES_DSN,
+// else the local default, else (not in CI, with a Docker engine) a
+// PostgreSQL 15 container with wal_level=logical; see choose.go.
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
-	dsn := os.Getenv(EnvPostgresDSN)
-	if dsn == "" {
-		dsn = DefaultPostgresDSN
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err == nil {
-		conn.Close(ctx)
-	}
-	if err != nil {
-		Unavailable(t, "PostgreSQL at %s: %v", outboxcdc.RedactDSN(dsn), err)
-	}
-	return dsn
+	return postgresService.dsn(t)
 }
+
+var postgresService = &service{
+	what:     "PostgreSQL",
+	envVar:   EnvPostgresDSN,
+	localDSN: DefaultPostgresDSN,
+	ping: func(ctx context.Context, dsn string) error {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	},
+	container: startPostgres,
+}
+
+// Kafka needs no container: kfake below is a Kafka-protocol broker that
+// runs in the test process everywhere.
 
 // Kafka starts an in-process Kafka-protocol broker (kfake) with the given
 // extra options and returns it and its bootstrap addresses. It is closed at
