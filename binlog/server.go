@@ -34,33 +34,15 @@ func (s *Source) inspect(ctx context.Context, db *sql.DB) (serverInfo, error) {
 	if strings.Contains(strings.ToLower(info.version), "mariadb") {
 		info.flavor = mysql.MariaDBFlavor
 	}
-	vars := map[string]string{}
-	rows, err := db.QueryContext(ctx, "SHOW GLOBAL VARIABLES WHERE Variable_name IN "+
-		"('log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata', 'gtid_mode')")
+	vars, err := readSettings(ctx, db)
 	if err != nil {
-		return info, classifyConnErr(fmt.Errorf("read binlog settings: %w", err))
-	}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			rows.Close()
-			return info, classifyConnErr(fmt.Errorf("read binlog settings: %w", err))
-		}
-		vars[strings.ToLower(k)] = strings.ToUpper(v)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return info, classifyConnErr(fmt.Errorf("read binlog settings: %w", err))
+		return info, err
 	}
 	var bad []string
-	if v := vars["log_bin"]; v != "ON" && v != "1" {
-		bad = append(bad, fmt.Sprintf("log_bin is %s: start the server with log_bin=<basename> and a non-zero server_id", orUnset(v)))
-	}
-	if v := vars["binlog_format"]; v != "ROW" {
-		bad = append(bad, fmt.Sprintf("binlog_format is %s: SET GLOBAL binlog_format=ROW and put binlog_format=ROW in the server configuration", orUnset(v)))
-	}
-	if v := vars["binlog_row_image"]; v != "FULL" {
-		bad = append(bad, fmt.Sprintf("binlog_row_image is %s: SET GLOBAL binlog_row_image=FULL and put binlog_row_image=FULL in the server configuration", orUnset(v)))
+	for _, r := range settingsResults(vars) {
+		if !r.OK {
+			bad = append(bad, r.Detail+": "+r.Fix)
+		}
 	}
 	if len(bad) > 0 {
 		return info, fmt.Errorf("%w on %s: %s", ErrServerSettings, s.redacted(), strings.Join(bad, "; "))

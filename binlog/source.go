@@ -217,6 +217,9 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	if err := info.accepts(&start); err != nil {
 		return false, err
 	}
+	if err := checkPosition(ctx, db, &info, &start); err != nil {
+		return false, err
+	}
 
 	if id := s.prevConnID; id != 0 {
 		// A dump thread of ours that the server still believes alive (the
