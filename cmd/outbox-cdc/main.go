@@ -2,6 +2,7 @@
 // binlog or the PostgreSQL WAL to Kafka.
 //
 //	outbox-cdc run --config FILE     stream until SIGINT/SIGTERM
+//	outbox-cdc check --config FILE   preflight: PASS/FAIL per prerequisite
 //	outbox-cdc version               print the version
 //
 // Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on a
@@ -41,6 +42,7 @@ func main() {
 const usage = `usage:
   outbox-cdc run --config FILE           stream committed outbox rows to the sink
   outbox-cdc config print --config FILE  print the effective configuration, secrets redacted
+  outbox-cdc check --config FILE [--json] connect and check every prerequisite (exit 0: all pass)
   outbox-cdc version                     print the version
 
 Every configuration key can be set from the environment: source.dsn is
@@ -75,6 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1 // already logged
 		}
 		return 0
+	case "check":
+		return runCheck(args[1:], stdout, stderr)
 	case "config":
 		if len(args) < 2 || args[1] != "print" {
 			fmt.Fprintf(stderr, "outbox-cdc config: want 'config print --config FILE'\n")

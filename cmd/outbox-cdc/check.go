@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/binlog"
+	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/router"
+	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/wal"
+)
+
+// runCheck is `outbox-cdc check --config FILE [--json]`: it connects to the
+// source, the sink and the checkpoint store and prints one line per check.
+// Exit status 0 when every check passed, 1 when one failed, 2 for a usage or
+// configuration error. It changes nothing anywhere.
+func runCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
+	asJSON := fs.Bool("json", false, "print the results as a JSON array")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "outbox-cdc check: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg, err := loadConfig(*cfgPath, environ())
+	if err != nil {
+		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+
+	results := checkAll(ctx, cfg)
+	failed := 0
+	for _, r := range results {
+		if !r.OK {
+			failed++
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			fmt.Fprintf(stderr, "outbox-cdc check: %v\n", err)
+			return 1
+		}
+	} else {
+		printChecks(stdout, results)
+		fmt.Fprintf(stdout, "%d checks, %d failed\n", len(results), failed)
+	}
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// checkAll runs every check of cfg: the checkpoint first (the source checks
+// need its position), then the source, then the sink.
+func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
+	rt, err := router.New(cfg.Route)
+	if err != nil {
+		return []outboxcdc.CheckResult{outboxcdc.Fail("route", err.Error(), "fix the route section")}
+	}
+	cols := rt.Columns()
+	kind := binlog.Kind
+	if cfg.Source.Type == "postgres" {
+		kind = wal.Kind
+	}
+
+	var out []outboxcdc.CheckResult
+	from, cpResult := checkCheckpoint(ctx, cfg, kind)
+	out = append(out, cpResult)
+
+	switch cfg.Source.Type {
+	case "mysql":
+		out = append(out, binlog.Check(ctx, cfg.Source.MySQL, cols, from)...)
+	case "postgres":
+		out = append(out, wal.Check(ctx, cfg.Source.Postgres, cfg.Name, cols, from)...)
+	}
+
+	switch cfg.Sink.Type {
+	case "kafka":
+		out = append(out, sink.CheckKafka(ctx, cfg.Sink.KafkaConfig, topicNeeds(cfg)...)...)
+	default:
+		out = append(out, outboxcdc.Pass("sink", "sink.type "+cfg.Sink.Type+": nothing to connect to"))
+	}
+	return out
+}
+
+// checkCheckpoint reads the checkpoint as run would; an unreadable or
+// foreign one fails (run refuses it too) and yields no position.
+func checkCheckpoint(ctx context.Context, cfg Config, kind string) (outboxcdc.Position, outboxcdc.CheckResult) {
+	const name = "checkpoint"
+	if cfg.Checkpoint.Type != "file" {
+		return "", outboxcdc.Pass(name, "checkpoint.type "+cfg.Checkpoint.Type+": not read by check")
+	}
+	file, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, zerolog.Nop())
+	if err != nil {
+		return "", outboxcdc.Fail(name, err.Error(), "fix checkpoint.path")
+	}
+	pos, err := checkpoint.Expect(kind, file).Load(ctx)
+	if err != nil {
+		return "", outboxcdc.Fail(name, err.Error(),
+			"restore the checkpoint from a backup, or move it away deliberately to start where source.start says")
+	}
+	if pos.IsZero() {
+		return "", outboxcdc.Pass(name, cfg.Checkpoint.Path+": none yet (a first run starts where source.start says)")
+	}
+	return pos, outboxcdc.Pass(name, cfg.Checkpoint.Path+": "+string(pos))
+}
+
+// topicNeeds lists the topic families the route (and the dead-letter
+// policy) writes to: a template's literal text before its first
+// placeholder, or the whole name when it has none.
+func topicNeeds(cfg Config) []sink.TopicNeed {
+	tmpl := cfg.Route.Topic
+	if tmpl == "" {
+		tmpl = router.DefaultTopic
+	}
+	var needs []sink.TopicNeed
+	if i := strings.IndexByte(tmpl, '{'); i >= 0 {
+		needs = append(needs, sink.TopicNeed{Prefix: tmpl[:i]})
+	} else {
+		needs = append(needs, sink.TopicNeed{Prefix: tmpl, Exact: true})
+	}
+	if cfg.Pipeline.OnError == outboxcdc.OnErrorDLQ && cfg.Pipeline.DLQTopic != "" {
+		needs = append(needs, sink.TopicNeed{Prefix: cfg.Pipeline.DLQTopic, Exact: true})
+	}
+	return needs
+}
+
+// printChecks prints one line per check: PASS/FAIL, the name, what was
+// found and, for a failure, the fix.
+func printChecks(w io.Writer, results []outboxcdc.CheckResult) {
+	width := 0
+	for _, r := range results {
+		width = max(width, len(r.Name))
+	}
+	for _, r := range results {
+		status := "PASS"
+		if !r.OK {
+			status = "FAIL"
+		}
+		line := fmt.Sprintf("%s  %-*s  %s", status, width, r.Name, oneLine(r.Detail))
+		if !r.OK && r.Fix != "" {
+			line += "  -> fix: " + oneLine(r.Fix)
+		}
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
