@@ -169,6 +169,13 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			return ctx.Err()
 		}
 		if !IsTransient(err) {
+			if errors.Is(err, ErrServerIDConflict) {
+				// The server lets one replica per server_id stream: the
+				// newcomer takes over and the older one is told so. Stop
+				// instead of reconnecting, which would kick the other one
+				// in turn, forever.
+				err = fmt.Errorf("server_id %d (source.server_id, or derived from the connector name): %w", s.serverID, err)
+			}
 			err = fmt.Errorf("mysql source (%s, resume position %s): %w", outboxcdc.RedactDSN(s.cfg.DSN), resume, err)
 			s.setReady(err)
 			s.log.Error().Err(err).Msg("binlog source stopped")
@@ -270,7 +277,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	s.connID.Store(syncer.LastConnectionID())
 	s.prevConnID = syncer.LastConnectionID()
 	s.log.Info().Str("position", start.String()).Str("flavor", info.flavor).Str("version", info.version).
-		Uint32("server_id", s.serverID).Str("table", s.qualifiedTable).Bool("column_names_in_binlog", info.rowMetadataFull).
+		Uint32("server_id", s.serverID).Uint32("connection_id", syncer.LastConnectionID()).Str("table", s.qualifiedTable).Bool("column_names_in_binlog", info.rowMetadataFull).
 		Msg("binlog stream started")
 
 	st := newStream(s, start, info.columns)
