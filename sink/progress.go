@@ -1,0 +1,282 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+)
+
+// errProgressLayout is wrapped by errors about a progress topic that
+// cannot hold progress (more than one partition).
+var errProgressLayout = errors.New("progress topic unusable")
+
+// ensureProgressTopic creates the progress topic (one partition,
+// cleanup.policy=compact, the broker's default replication factor) when it
+// does not exist, and refuses one with more than one partition: progress
+// records must be totally ordered.
+func (t *Transactional) ensureProgressTopic(ctx context.Context) error {
+	type result struct{ err error }
+	ch := make(chan result, 1)
+	go func() { ch <- result{t.createProgressTopic()} }()
+	select {
+	case r := <-ch:
+		return r.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (t *Transactional) createProgressTopic() error {
+	cfg := t.saramaConfig()
+	cfg.Producer.Transaction.ID = "" // the admin client does not produce
+	cfg.Producer.Idempotent = false
+	cfg.Metadata.Full = true // the admin client refreshes metadata for the whole cluster
+	admin, err := sarama.NewClusterAdmin(t.cfg.Brokers, cfg)
+	if err != nil {
+		return fmt.Errorf("connecting to create progress topic %q: %w", t.tcfg.ProgressTopic, err)
+	}
+	defer admin.Close()
+	compact := "compact"
+	err = admin.CreateTopic(t.tcfg.ProgressTopic, &sarama.TopicDetail{
+		NumPartitions:     1,
+		ReplicationFactor: -1,
+		ConfigEntries:     map[string]*string{"cleanup.policy": &compact},
+	}, false)
+	switch {
+	case err == nil:
+		t.log.Info().Str("progress_topic", t.tcfg.ProgressTopic).Msg("created the progress topic (1 partition, cleanup.policy=compact)")
+	case errors.Is(err, sarama.ErrTopicAlreadyExists):
+	default:
+		return fmt.Errorf("creating progress topic %q: %w (create it yourself with 1 partition and cleanup.policy=compact)", t.tcfg.ProgressTopic, err)
+	}
+	meta, err := admin.DescribeTopics([]string{t.tcfg.ProgressTopic})
+	if err != nil {
+		return fmt.Errorf("describing progress topic %q: %w", t.tcfg.ProgressTopic, err)
+	}
+	for _, m := range meta {
+		if !errors.Is(m.Err, sarama.ErrNoError) {
+			return fmt.Errorf("describing progress topic %q: %w", t.tcfg.ProgressTopic, m.Err)
+		}
+		if len(m.Partitions) != 1 {
+			return fmt.Errorf("%w: topic %q has %d partitions; progress needs exactly 1 (point sink.progress_topic at a single-partition compacted topic)",
+				errProgressLayout, t.tcfg.ProgressTopic, len(m.Partitions))
+		}
+	}
+	return nil
+}
+
+// loadWindow is how many offsets the first backward scan of the progress
+// partition reads; each further scan reads four times more.
+const loadWindow = 256
+
+// readProgress returns the position in the last committed progress record
+// keyed by the connector name.
+//
+// It reads with read_committed, backwards in growing windows from the end,
+// so a long uncompacted progress log costs only its tail. Before reading it
+// waits until no transaction is open below the high watermark seen at the
+// start (the last stable offset has caught up with it): a progress record
+// of ours committed after another connector's still-open transaction would
+// otherwise be invisible and an older one would be taken. A tombstone (null
+// value) for the connector's key reads as "no progress".
+func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, error) {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(t.cfg.Brokers...),
+		kgo.ClientID(t.cfg.ClientID),
+		kgo.DialTimeout(t.cfg.DialTimeout),
+		kgo.RequestRetries(3),
+	)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	topic := t.tcfg.ProgressTopic
+
+	leader, topicID, err := progressLeader(ctx, cl, topic)
+	if err != nil {
+		return "", err
+	}
+	start, err := listOffset(ctx, cl, topic, -2, 0)
+	if err != nil {
+		return "", err
+	}
+	hwm, err := listOffset(ctx, cl, topic, -1, 0)
+	if err != nil {
+		return "", err
+	}
+	for {
+		lso, err := listOffset(ctx, cl, topic, -1, 1)
+		if err != nil {
+			return "", err
+		}
+		if lso >= hwm {
+			break
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return "", fmt.Errorf("waiting for open transactions on progress topic %q to finish (last stable offset %d, high watermark %d): %w", topic, lso, hwm, ctx.Err())
+		}
+	}
+
+	br := cl.Broker(int(leader))
+	hi := hwm
+	for window := int64(loadWindow); hi > start; window *= 4 {
+		lo := max(start, hi-window)
+		val, found, err := t.scanProgress(ctx, br, topic, topicID, lo, hi)
+		if err != nil {
+			return "", err
+		}
+		if found {
+			if val == nil {
+				t.log.Warn().Str("progress_topic", topic).Msg("the progress record is a tombstone: starting where source.start says")
+				return "", nil
+			}
+			pos, why := decodeProgress(val)
+			if why != "" {
+				return "", fmt.Errorf("%w: progress record for %q in topic %q %s; the connector refuses to start: write a valid record or a tombstone for the key deliberately",
+					ErrProgressUntrusted, t.connector, topic, why)
+			}
+			if t.kind != "" {
+				if err := pos.CheckKind(t.kind); err != nil {
+					return "", fmt.Errorf("progress topic %q: %w; the connector refuses to start: use another connector name or progress topic, or write a tombstone for %q deliberately",
+						topic, err, t.connector)
+				}
+			}
+			return pos, nil
+		}
+		hi = lo
+	}
+	return "", nil
+}
+
+// scanProgress reads offsets [lo, hi) of partition 0 with read_committed
+// and returns the value of the last record keyed by the connector name.
+func (t *Transactional) scanProgress(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, lo, hi int64) (val []byte, found bool, err error) {
+	off := lo
+	for off < hi {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 100
+		req.MinBytes = 1
+		req.MaxBytes = 4 << 20
+		req.IsolationLevel = 1
+		req.SessionEpoch = -1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic = topic
+		rt.TopicID = topicID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition = 0
+		rp.FetchOffset = off
+		rp.LogStartOffset = -1
+		rp.CurrentLeaderEpoch = -1
+		rp.PartitionMaxBytes = 4 << 20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, br)
+		if err != nil {
+			return nil, false, fmt.Errorf("fetching progress topic %q at offset %d: %w", topic, off, err)
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return nil, false, fmt.Errorf("fetching progress topic %q: %w", topic, err)
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return nil, false, fmt.Errorf("fetching progress topic %q: unexpected response shape", topic)
+		}
+		part := &resp.Topics[0].Partitions[0]
+		if errors.Is(kerr.ErrorForCode(part.ErrorCode), kerr.OffsetOutOfRange) && off < part.LogStartOffset {
+			off = part.LogStartOffset // deleted or compacted away meanwhile
+			continue
+		}
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			Offset:         off,
+			IsolationLevel: kgo.ReadCommitted(),
+			Topic:          topic,
+			Partition:      0,
+		}, part, kgo.DefaultDecompressor(), nil)
+		if fp.Err != nil {
+			return nil, false, fmt.Errorf("fetching progress topic %q at offset %d: %w", topic, off, fp.Err)
+		}
+		for _, r := range fp.Records {
+			if r.Offset < hi && string(r.Key) == t.connector {
+				val, found = r.Value, true
+			}
+		}
+		if next <= off {
+			// Nothing readable yet at off (should not happen below the
+			// last stable offset); wait a little.
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, false, ctx.Err()
+			}
+			continue
+		}
+		off = next
+	}
+	return val, found, nil
+}
+
+// progressLeader returns the leader of partition 0 of topic and the
+// topic's id.
+func progressLeader(ctx context.Context, cl *kgo.Client, topic string) (int32, [16]byte, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, [16]byte{}, fmt.Errorf("metadata for progress topic %q: %w", topic, err)
+	}
+	for _, tm := range resp.Topics {
+		if err := kerr.ErrorForCode(tm.ErrorCode); err != nil {
+			return 0, [16]byte{}, fmt.Errorf("metadata for progress topic %q: %w", topic, err)
+		}
+		for _, p := range tm.Partitions {
+			if p.Partition == 0 {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return 0, [16]byte{}, fmt.Errorf("metadata for progress topic %q: %w", topic, err)
+				}
+				return p.Leader, tm.TopicID, nil
+			}
+		}
+	}
+	return 0, [16]byte{}, fmt.Errorf("metadata for progress topic %q: partition 0 not found", topic)
+}
+
+// listOffset returns the earliest (ts -2) or latest (ts -1) offset of
+// partition 0; with isolation 1 the latest offset is the last stable one.
+func listOffset(ctx context.Context, cl *kgo.Client, topic string, ts int64, isolation int8) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = isolation
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition = 0
+	rp.Timestamp = ts
+	rp.CurrentLeaderEpoch = -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, fmt.Errorf("listing offsets of progress topic %q: %w", topic, err)
+	}
+	for _, tr := range resp.Topics {
+		for _, pr := range tr.Partitions {
+			if err := kerr.ErrorForCode(pr.ErrorCode); err != nil {
+				return 0, fmt.Errorf("listing offsets of progress topic %q: %w", topic, err)
+			}
+			return pr.Offset, nil
+		}
+	}
+	return 0, fmt.Errorf("listing offsets of progress topic %q: empty answer", topic)
+}

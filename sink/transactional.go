@@ -1,0 +1,880 @@
+package sink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+)
+
+// TxnConfig is the exactly-once part of the sink section (sink.* keys, used
+// only with delivery: exactly-once).
+type TxnConfig struct {
+	// TransactionalID is the Kafka transactional.id. It must be stable
+	// across restarts and shared by every instance of one connector (that
+	// is what fences a zombie) and unique per connector. Empty: derived
+	// from the connector name ("outbox-cdc-<name>").
+	TransactionalID string `yaml:"transactional_id"`
+	// ProgressTopic holds one progress record per committed batch, keyed
+	// by the connector name. Created if missing with one partition and
+	// cleanup.policy=compact. Several connectors may share it; a dedicated
+	// one per connector makes Load cheapest.
+	ProgressTopic string `yaml:"progress_topic"`
+	// TransactionTimeout is the Kafka transaction.timeout.ms the producer
+	// asks for; the broker caps it at its transaction.max.timeout.ms
+	// (15 minutes by default). A batch must be written and committed
+	// within it, see Transactional.
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+}
+
+// DefaultProgressTopic is the progress topic unless configured.
+const DefaultProgressTopic = "outbox-cdc.progress"
+
+// DefaultTxnConfig returns the defaults; TransactionalID is derived from the
+// connector name by WithName.
+func DefaultTxnConfig() TxnConfig {
+	return TxnConfig{ProgressTopic: DefaultProgressTopic, TransactionTimeout: time.Minute}
+}
+
+// WithName fills TransactionalID from the connector name when it is empty.
+func (c TxnConfig) WithName(name string) TxnConfig {
+	if c.TransactionalID == "" {
+		c.TransactionalID = "outbox-cdc-" + name
+	}
+	return c
+}
+
+// Validate checks the configuration; messages name the key under sink.
+func (c TxnConfig) Validate() error {
+	switch {
+	case c.ProgressTopic == "":
+		return errors.New("sink.progress_topic: must not be empty")
+	case len(c.ProgressTopic) > 249:
+		return fmt.Errorf("sink.progress_topic: %q is longer than Kafka's 249 characters", c.ProgressTopic)
+	case c.TransactionTimeout < time.Second || c.TransactionTimeout > 15*time.Minute:
+		return fmt.Errorf("sink.transaction_timeout: %s is outside 1s..15m", c.TransactionTimeout)
+	}
+	for _, r := range c.ProgressTopic {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("sink.progress_topic: %q holds %q; Kafka topic names allow only [a-zA-Z0-9._-]", c.ProgressTopic, r)
+		}
+	}
+	return nil
+}
+
+// FencedError says that another producer with the same transactional id
+// has initialised since this one did (Kafka error PRODUCER_FENCED, code 90,
+// or INVALID_PRODUCER_EPOCH, code 47): another instance of the connector
+// took over. It is permanent: this instance must exit without writing.
+type FencedError struct {
+	TransactionalID string
+	Err             error
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("kafka: fenced: another instance with transactional id %q took over (%v); this instance stops without writing",
+		e.TransactionalID, e.Err)
+}
+
+func (e *FencedError) Unwrap() error { return e.Err }
+
+// IsFenced reports whether err is or wraps a *FencedError.
+func IsFenced(err error) bool {
+	var f *FencedError
+	return errors.As(err, &f)
+}
+
+// fencedCode reports whether err carries PRODUCER_FENCED (90) or
+// INVALID_PRODUCER_EPOCH (47). In a transactional producer both mean a
+// newer epoch exists for the transactional id. Classified by code, never by
+// message text (sarama may print 90 as an unknown error code).
+func fencedCode(err error) bool {
+	return errors.Is(err, sarama.ErrProducerFenced) || errors.Is(err, sarama.ErrInvalidProducerEpoch)
+}
+
+// ErrProgressUntrusted is wrapped by Load errors about a progress record
+// that exists but cannot be read.
+var ErrProgressUntrusted = errors.New("kafka progress record cannot be trusted")
+
+// Transactional is the exactly-once Kafka sink: an outboxcdc.AtomicSink on
+// sarama's transactional producer.
+//
+// Every WriteAtomic is one Kafka transaction holding the batch's records
+// and one progress record (key: the connector name, value: the source
+// position after the batch) in the single-partition, compacted progress
+// topic. Either all of them become visible to read_committed consumers or
+// none does, so the progress record is the checkpoint: after any crash, the
+// connector resumes exactly after the last committed batch.
+//
+// # Start and fencing
+//
+// Load creates the progress topic if it is missing, starts the producer —
+// InitProducerId with the stable transactional id bumps the epoch, which
+// fences every older producer with that id (another instance, or this one
+// before a kill -9) and aborts its open transaction — and only then reads
+// the last committed progress record with read_committed. A fenced
+// producer's writes and commits fail with PRODUCER_FENCED (90) or
+// INVALID_PRODUCER_EPOCH (47); WriteAtomic then returns a *FencedError and
+// the connector exits. This holds even when the HA lock was lost during a
+// partition: the transactional id, not the lock, guarantees there is one
+// writer.
+//
+// # Failures
+//
+// Any other failure of an attempt aborts the transaction (an aborted
+// transaction is never visible to read_committed consumers) and the whole
+// batch, records and progress, is sent again in a new transaction after a
+// backoff (retry_backoff_min doubling to retry_backoff_max), until ctx is
+// done. A record Kafka refuses permanently (too large, invalid topic, not
+// authorised) ends WriteAtomic with a permanent *Error. When a commit's
+// outcome is unknown (the coordinator did not answer), the producer is
+// restarted — InitProducerId completes or aborts the pending transaction —
+// and the progress record is read back to learn which happened.
+//
+// # Large source transactions
+//
+// A source transaction is never split: the progress record can only name
+// transaction ends, so a transaction's rows go into one Kafka transaction.
+// Kafka aborts a transaction that stays open longer than
+// transaction_timeout. The sink therefore gives every attempt a budget of
+// 80% of transaction_timeout to produce and commit; an attempt that runs
+// past it is aborted and WriteAtomic fails permanently with an error saying
+// how many records the batch held. Raise sink.transaction_timeout (and the
+// broker's transaction.max.timeout.ms), or lower pipeline.max_batch_records
+// when the batch held many small source transactions. At roughly 50k
+// records/s per connector the default 60s fits source transactions of well
+// over a million rows.
+//
+// # Consumer contract
+//
+// Consumers must read with isolation.level=read_committed. They then see
+// each outbox row exactly once and in commit order per key, across kill -9
+// of the connector at any point, broker restarts and retried sends. With
+// read_uncommitted (the Kafka default) they may also see records of aborted
+// attempts.
+type Transactional struct {
+	cfg       KafkaConfig
+	tcfg      TxnConfig
+	connector string // progress record key
+	kind      string // expected position kind; "" accepts any
+	log       zerolog.Logger
+	m         *txnMetrics
+
+	headerKeys map[string][]byte // used by the writing goroutine only
+
+	writing sync.Mutex // held by Load and WriteAtomic, so Close can wait
+
+	mu     sync.Mutex
+	prod   *txnProducer
+	closed bool
+	stop   chan struct{}
+
+	ready atomic.Pointer[readiness]
+}
+
+var _ outboxcdc.AtomicSink = (*Transactional)(nil)
+
+// NewTransactional validates the configuration and returns the sink. It
+// does not connect; Load does. connector names the progress record; kind,
+// when not empty, is the position kind Load accepts (a progress record of
+// another kind of source is refused with outboxcdc.ErrForeignPosition).
+func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, log zerolog.Logger, reg prometheus.Registerer) (*Transactional, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := tcfg.Validate(); err != nil {
+		return nil, err
+	}
+	if connector == "" {
+		return nil, errors.New("sink: transactional sink needs a connector name")
+	}
+	tcfg = tcfg.WithName(connector)
+	if v, _ := sarama.ParseKafkaVersion(cfg.KafkaVersion); !v.IsAtLeast(sarama.V2_5_0_0) {
+		return nil, fmt.Errorf("sink.kafka_version: %s is too old for exactly-once delivery; transactions with epoch bumps need 2.5.0 or later", cfg.KafkaVersion)
+	}
+	t := &Transactional{
+		cfg: cfg, tcfg: tcfg, connector: connector, kind: kind,
+		log:        log.With().Str("component", "sink").Str("sink", "kafka-transactional").Str("transactional_id", tcfg.TransactionalID).Logger(),
+		m:          newTxnMetrics(reg),
+		headerKeys: make(map[string][]byte),
+		stop:       make(chan struct{}),
+	}
+	t.ready.Store(&readiness{errors.New("kafka: transactional producer not started yet")})
+	return t, nil
+}
+
+// TransactionalID returns the transactional id in use.
+func (t *Transactional) TransactionalID() string { return t.tcfg.TransactionalID }
+
+// saramaConfig is the transactional producer's client configuration.
+func (t *Transactional) saramaConfig() *sarama.Config {
+	s := t.cfg.sarama()
+	s.Producer.Transaction.ID = t.tcfg.TransactionalID
+	s.Producer.Transaction.Timeout = t.tcfg.TransactionTimeout
+	// The coordinator answers CONCURRENT_TRANSACTIONS while it finishes
+	// aborting the previous instance's transaction; wait for it.
+	s.Producer.Transaction.Retry.Max = 30
+	s.Producer.Transaction.Retry.Backoff = 100 * time.Millisecond
+	s.Metadata.Retry.Max = 2
+	s.Metadata.Retry.Backoff = 100 * time.Millisecond
+	s.Admin.Timeout = t.cfg.ProduceTimeout
+	return s
+}
+
+// Load ensures the progress topic exists, starts the transactional
+// producer (fencing older instances and aborting their open transaction)
+// and returns the position of the last committed progress record, or a zero
+// Position when there is none. Broker failures are retried until ctx ends;
+// a fenced start, a progress topic with more than one partition, or an
+// unreadable or foreign progress record is an error.
+func (t *Transactional) Load(ctx context.Context) (outboxcdc.Position, error) {
+	t.writing.Lock()
+	defer t.writing.Unlock()
+	for n := 1; ; n++ {
+		pos, err := t.load(ctx)
+		if err == nil {
+			if pos.IsZero() {
+				t.log.Info().Str("progress_topic", t.tcfg.ProgressTopic).Msg("no committed progress yet; the source starts where source.start says")
+			} else {
+				t.log.Info().Str("position", string(pos)).Str("progress_topic", t.tcfg.ProgressTopic).Msg("committed progress loaded")
+			}
+			return pos, nil
+		}
+		if IsFenced(err) || errors.Is(err, ErrProgressUntrusted) || errors.Is(err, outboxcdc.ErrForeignPosition) ||
+			errors.Is(err, errProgressLayout) || errors.Is(err, errClosed) || ctx.Err() != nil {
+			if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+				return "", fmt.Errorf("%w (last failure: %v)", ctx.Err(), err)
+			}
+			return "", err
+		}
+		t.failed(err)
+		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
+		t.log.Warn().Err(err).Int("attempt", n).Dur("backoff", wait).Msg("cannot start the transactional producer or read progress; retrying")
+		if err := t.sleep(ctx, wait); err != nil {
+			return "", err
+		}
+	}
+}
+
+func (t *Transactional) load(ctx context.Context) (outboxcdc.Position, error) {
+	if err := t.ensureProgressTopic(ctx); err != nil {
+		return "", err
+	}
+	if _, err := t.producer(ctx); err != nil {
+		return "", err
+	}
+	return t.readProgress(ctx)
+}
+
+func (t *Transactional) sleep(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.stop:
+		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+	}
+}
+
+// progressValue is the JSON value of a progress record.
+type progressValue struct {
+	Format          string `json:"format"`
+	Position        string `json:"position"`
+	TransactionalID string `json:"transactional_id"`
+	SavedAt         string `json:"saved_at"`
+}
+
+const progressFormat = "outbox-cdc-progress/1"
+
+func encodeProgress(pos outboxcdc.Position, tid string, now time.Time) []byte {
+	b, _ := json.Marshal(progressValue{Format: progressFormat, Position: string(pos), TransactionalID: tid,
+		SavedAt: now.UTC().Format(time.RFC3339Nano)}) // strings only: cannot fail
+	return b
+}
+
+// decodeProgress parses a progress record value; why says what is wrong.
+func decodeProgress(v []byte) (pos outboxcdc.Position, why string) {
+	var p progressValue
+	if err := json.Unmarshal(v, &p); err != nil {
+		return "", fmt.Sprintf("is not JSON (%v)", err)
+	}
+	if p.Format != progressFormat {
+		return "", fmt.Sprintf("has format %q, which this build does not read (it reads %q)", p.Format, progressFormat)
+	}
+	pos = outboxcdc.Position(p.Position)
+	if pos.Kind() == "" {
+		return "", fmt.Sprintf("holds position %q, which has no source kind prefix", p.Position)
+	}
+	return pos, ""
+}
+
+// Write sends records in one transaction without a progress record. The
+// pipeline uses WriteAtomic; Write exists to satisfy outboxcdc.Sink.
+func (t *Transactional) Write(ctx context.Context, records []outboxcdc.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	return t.WriteAtomic(ctx, records, "")
+}
+
+// WriteAtomic writes records and a progress record for end (none when end
+// is zero) in one Kafka transaction. See the type's documentation for
+// retries, fencing and the transaction time budget. It returns nil once
+// the transaction is committed, a *FencedError when another instance took
+// over, a permanent *Error, or ctx's error.
+func (t *Transactional) WriteAtomic(ctx context.Context, records []outboxcdc.Record, end outboxcdc.Position) error {
+	t.writing.Lock()
+	defer t.writing.Unlock()
+	if t.kind != "" && !end.IsZero() {
+		if err := end.CheckKind(t.kind); err != nil {
+			return &Error{Index: -1, Partition: -1, Err: err, Permanent: true}
+		}
+	}
+	start := time.Now()
+	msgs := t.messages(records, end)
+	var lastErr error
+	for n := 1; ; n++ {
+		err := t.attempt(ctx, msgs, records, end)
+		if err == nil {
+			t.m.commits.Inc()
+			t.m.txnSeconds.Observe(time.Since(start).Seconds())
+			t.reached()
+			if n > 1 {
+				t.log.Info().Int("records", len(records)).Int("attempts", n).Dur("took", time.Since(start)).
+					Msg("kafka transaction committed after retries")
+			}
+			return nil
+		}
+		if IsFenced(err) || IsPermanent(err) || errors.Is(err, errTxnBudget) {
+			t.log.Error().Err(err).Int("records", len(records)).Str("position", string(end)).Msg("kafka transaction failed permanently")
+			return err
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			if lastErr == nil {
+				lastErr = err
+			}
+			return fmt.Errorf("kafka: transaction of %d records not committed after %d attempts (last failure: %v): %w",
+				len(records), n, lastErr, ctxErr)
+		}
+		lastErr = err
+		t.m.aborts.Inc()
+		t.failed(err)
+		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
+		t.log.Warn().Err(err).Int("attempt", n).Int("records", len(records)).Dur("backoff", wait).
+			Msg("kafka transaction aborted, sending the whole batch again")
+		if err := t.sleep(ctx, wait); err != nil {
+			if IsPermanent(err) {
+				return err
+			}
+			return fmt.Errorf("kafka: transaction of %d records not committed after %d attempts (last failure: %v): %w",
+				len(records), n, lastErr, err)
+		}
+	}
+}
+
+// txnMsg is one message of a batch, built once per WriteAtomic; every
+// attempt sends fresh sarama messages made from it.
+type txnMsg struct {
+	topic   string
+	key     *byteRef
+	value   *byteRef
+	headers []sarama.RecordHeader
+	ts      time.Time
+	index   int // record index; -1 for the progress record
+}
+
+func (t *Transactional) messages(records []outboxcdc.Record, end outboxcdc.Position) []txnMsg {
+	msgs := make([]txnMsg, 0, len(records)+1)
+	for i := range records {
+		r := &records[i]
+		m := txnMsg{topic: r.Topic, ts: r.Timestamp, index: i}
+		if r.Key != nil {
+			m.key = &byteRef{r.Key}
+		}
+		if r.Value != nil {
+			m.value = &byteRef{r.Value}
+		}
+		if len(r.Headers) > 0 {
+			m.headers = make([]sarama.RecordHeader, len(r.Headers))
+			for j, h := range r.Headers {
+				m.headers[j] = sarama.RecordHeader{Key: t.headerKey(h.Key), Value: h.Value}
+			}
+		}
+		msgs = append(msgs, m)
+	}
+	if !end.IsZero() {
+		now := time.Now()
+		msgs = append(msgs, txnMsg{
+			topic: t.tcfg.ProgressTopic, ts: now, index: -1,
+			key:   &byteRef{[]byte(t.connector)},
+			value: &byteRef{encodeProgress(end, t.tcfg.TransactionalID, now)},
+		})
+	}
+	return msgs
+}
+
+func (t *Transactional) headerKey(s string) []byte {
+	if b, ok := t.headerKeys[s]; ok {
+		return b
+	}
+	b := []byte(s)
+	if len(t.headerKeys) < 256 {
+		t.headerKeys[s] = b
+	}
+	return b
+}
+
+// errTxnBudget is wrapped by the error of an attempt that ran out of its
+// share of the transaction timeout.
+var errTxnBudget = errors.New("kafka transaction would outlive sink.transaction_timeout")
+
+// txnAttempt collects the answers to one attempt's messages.
+type txnAttempt struct {
+	left  atomic.Int64
+	done  chan struct{}
+	mu    sync.Mutex
+	first *txnFailure // first failure answered
+	fence error
+	perm  *txnFailure
+}
+
+// txnRef is a sent message's Metadata: which attempt and record it is.
+type txnRef struct {
+	a     *txnAttempt
+	index int
+}
+
+type txnFailure struct {
+	index     int
+	topic     string
+	partition int32
+	err       error
+}
+
+func (a *txnAttempt) answer(r *txnRef, m *sarama.ProducerMessage, err error) {
+	if err != nil {
+		a.mu.Lock()
+		f := &txnFailure{index: r.index, topic: m.Topic, partition: m.Partition, err: err}
+		if a.first == nil {
+			a.first = f
+		}
+		if a.fence == nil && fencedCode(err) {
+			a.fence = err
+		}
+		if a.perm == nil && permanent(err) && !fencedCode(err) && !errors.Is(err, sarama.ErrTransactionNotReady) {
+			a.perm = f
+		}
+		a.mu.Unlock()
+	}
+	if a.left.Add(-1) == 0 {
+		close(a.done)
+	}
+}
+
+// attempt runs one transaction: begin, produce every message, wait for
+// every answer, then commit, or abort on any failure.
+func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position) error {
+	p, err := t.producer(ctx)
+	if err != nil {
+		return err
+	}
+	budget := t.tcfg.TransactionTimeout * 8 / 10
+	started := time.Now()
+	deadline := time.NewTimer(budget)
+	defer deadline.Stop()
+	overBudget := func() error {
+		t.discard(p) // leaves the transaction to be aborted by the next InitProducerId
+		return fmt.Errorf("%w: a batch of %d records (ending at source position %s) was not written and committed within %s (80%% of sink.transaction_timeout %s); the attempt was aborted. A single source transaction is never split across Kafka transactions: raise sink.transaction_timeout (and the broker's transaction.max.timeout.ms), or lower pipeline.max_batch_records if the batch held many source transactions",
+			errTxnBudget, len(records), end, budget, t.tcfg.TransactionTimeout)
+	}
+
+	if err := p.producer.BeginTxn(); err != nil {
+		t.discard(p)
+		return t.classify(err, "begin transaction")
+	}
+	a := &txnAttempt{done: make(chan struct{})}
+	a.left.Store(int64(len(msgs)))
+	input := p.producer.Input()
+	refs := make([]txnRef, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		refs[i] = txnRef{a: a, index: m.index}
+		pm := &sarama.ProducerMessage{Topic: m.topic, Timestamp: m.ts, Headers: m.headers, Metadata: &refs[i], Partition: -1}
+		if m.key != nil {
+			pm.Key = m.key
+		}
+		if m.value != nil {
+			pm.Value = m.value
+		}
+		select {
+		case input <- pm:
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.stop:
+			err = &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+		case <-deadline.C:
+			return overBudget()
+		}
+		// Abandoned mid-send: the open transaction is aborted by the next
+		// InitProducerId (ours or another instance's).
+		t.discard(p)
+		return err
+	}
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		t.discard(p)
+		return ctx.Err()
+	case <-t.stop:
+		t.discard(p)
+		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+	case <-deadline.C:
+		return overBudget()
+	}
+
+	a.mu.Lock()
+	first, fence, perm := a.first, a.fence, a.perm
+	a.mu.Unlock()
+	if fence != nil {
+		t.discard(p)
+		return t.fenced(fence, started)
+	}
+	if first != nil {
+		t.abort(p)
+		if perm != nil {
+			t.m.permanent.Inc()
+			return &Error{Index: perm.index, Topic: perm.topic, Partition: perm.partition, Err: perm.err, Permanent: true}
+		}
+		return &Error{Index: first.index, Topic: first.topic, Partition: first.partition, Err: first.err}
+	}
+
+	// Every record is acknowledged; commit within what is left of the budget.
+	commitDone := make(chan error, 1)
+	go func() { commitDone <- p.producer.CommitTxn() }()
+	select {
+	case err = <-commitDone:
+	case <-deadline.C:
+		// The commit may still complete; the restart below settles it.
+		err = errTxnBudget
+	case <-t.stop:
+		t.discard(p)
+		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+	}
+	if err == nil {
+		return nil
+	}
+	if fencedCode(err) {
+		t.discard(p)
+		return t.fenced(err, started)
+	}
+	// The outcome is unknown: restart the producer, which makes the
+	// coordinator finish the transaction one way or the other, then read
+	// the progress back.
+	t.discard(p)
+	if end.IsZero() {
+		return t.classify(err, "commit")
+	}
+	if _, perr := t.producer(ctx); perr != nil {
+		return fmt.Errorf("commit outcome unknown (%v), and restarting the producer failed: %w", err, perr)
+	}
+	pos, lerr := t.readProgress(ctx)
+	if lerr != nil {
+		return fmt.Errorf("commit outcome unknown (%v), and reading progress back failed: %w", err, lerr)
+	}
+	if pos == end {
+		t.log.Info().Err(err).Str("position", string(end)).Msg("commit answer lost, but the progress record shows the transaction committed")
+		return nil
+	}
+	if errors.Is(err, errTxnBudget) {
+		return fmt.Errorf("%w: committing a batch of %d records (ending at %s) did not finish within 80%% of sink.transaction_timeout %s",
+			errTxnBudget, len(records), end, t.tcfg.TransactionTimeout)
+	}
+	return t.classify(err, "commit")
+}
+
+// fenced builds the FencedError, unless the transaction ran past the
+// transaction timeout: the broker then aborted it and bumped the epoch
+// itself, which the producer sees as the same error codes.
+func (t *Transactional) fenced(err error, started time.Time) error {
+	t.m.fenced.Inc()
+	if took := time.Since(started); took >= t.tcfg.TransactionTimeout*8/10 {
+		return fmt.Errorf("%w: the transaction took %s and the broker aborted it (sink.transaction_timeout %s): %v",
+			errTxnBudget, took.Round(time.Millisecond), t.tcfg.TransactionTimeout, err)
+	}
+	return &FencedError{TransactionalID: t.tcfg.TransactionalID, Err: err}
+}
+
+// classify turns a failure outside the per-record answers into an error:
+// fenced, permanent or retryable.
+func (t *Transactional) classify(err error, what string) error {
+	if fencedCode(err) {
+		return &FencedError{TransactionalID: t.tcfg.TransactionalID, Err: err}
+	}
+	return &Error{Index: -1, Partition: -1, Err: fmt.Errorf("%s: %w", what, err), Permanent: permanentTxn(err)}
+}
+
+// permanentTxn classifies errors of the transaction protocol itself. Only
+// authorisation and configuration failures are permanent: anything else a
+// fresh producer (a new InitProducerId) can get past.
+func permanentTxn(err error) bool {
+	var cfgErr sarama.ConfigurationError
+	return errors.As(err, &cfgErr) ||
+		errors.Is(err, sarama.ErrTransactionalIDAuthorizationFailed) ||
+		errors.Is(err, sarama.ErrClusterAuthorizationFailed) ||
+		errors.Is(err, sarama.ErrUnsupportedVersion)
+}
+
+// abort aborts the open transaction; if that fails, the producer is
+// discarded and the next InitProducerId aborts it.
+func (t *Transactional) abort(p *txnProducer) {
+	if p.producer.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
+		t.discard(p)
+		return
+	}
+	if err := p.producer.AbortTxn(); err != nil {
+		t.log.Warn().Err(err).Msg("aborting the kafka transaction failed; restarting the producer, which aborts it")
+		t.discard(p)
+	}
+}
+
+// Ready returns nil while the last transaction (or the producer start)
+// succeeded.
+func (t *Transactional) Ready() error { return t.ready.Load().err }
+
+func (t *Transactional) reached() {
+	if prev := t.ready.Swap(&readiness{}); prev.err != nil {
+		t.m.connected.Set(1)
+		t.log.Info().Msg("kafka reachable, transactional producer ready")
+	}
+}
+
+func (t *Transactional) failed(err error) {
+	prev := t.ready.Swap(&readiness{fmt.Errorf("kafka unreachable or failing: %w", err)})
+	t.m.connected.Set(0)
+	if prev.err == nil {
+		t.log.Warn().Err(err).Msg("kafka not reachable")
+	}
+}
+
+// Close stops the sink. A WriteAtomic in progress returns a permanent
+// error; an open transaction is left to be aborted by the next instance's
+// InitProducerId (or the transaction timeout).
+func (t *Transactional) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.mu.Unlock()
+	close(t.stop)
+	done := make(chan struct{})
+	go func() {
+		t.writing.Lock()
+		defer t.writing.Unlock()
+		close(done)
+	}()
+	if !waitUntil(done, time.Now().Add(closeWait)) {
+		t.log.Warn().Msg("a kafka transaction did not stop in time; abandoning it")
+	}
+	t.mu.Lock()
+	p := t.prod
+	t.prod = nil
+	t.mu.Unlock()
+	if p != nil {
+		p.close(closeWait)
+	}
+	t.ready.Store(&readiness{errClosed})
+	t.m.connected.Set(0)
+	t.log.Info().Msg("kafka transactional sink closed")
+	return nil
+}
+
+// txnProducer is one sarama client with a transactional producer (one
+// producer id and epoch) and the goroutine that hands answers to attempts.
+type txnProducer struct {
+	client   sarama.Client
+	producer sarama.AsyncProducer
+	done     chan struct{}
+}
+
+// producer returns the current producer, starting one (InitProducerId)
+// when there is none. Starting fences every older producer with the
+// transactional id.
+func (t *Transactional) producer(ctx context.Context) (*txnProducer, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+	}
+	if p := t.prod; p != nil {
+		t.mu.Unlock()
+		return p, nil
+	}
+	t.mu.Unlock()
+	// sarama's start is not cancellable; run it aside.
+	type result struct {
+		p   *txnProducer
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		p, err := t.newProducer()
+		ch <- result{p, err}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.p != nil {
+				r.p.close(closeWait)
+			}
+		}()
+		return nil, ctx.Err()
+	case <-t.stop:
+		go func() {
+			if r := <-ch; r.p != nil {
+				r.p.close(closeWait)
+			}
+		}()
+		return nil, &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+	}
+	if r.err != nil {
+		return nil, t.classify(r.err, "starting the transactional producer")
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		r.p.close(closeWait)
+		return nil, &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+	}
+	t.prod = r.p
+	t.mu.Unlock()
+	t.m.inits.Inc()
+	t.reached()
+	t.log.Info().Msg("transactional producer initialised (older producers with this transactional id are fenced)")
+	return r.p, nil
+}
+
+func (t *Transactional) newProducer() (*txnProducer, error) {
+	client, err := sarama.NewClient(t.cfg.Brokers, t.saramaConfig())
+	if err != nil {
+		return nil, err
+	}
+	prod, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	p := &txnProducer{client: client, producer: prod, done: make(chan struct{})}
+	go p.answers()
+	return p, nil
+}
+
+func (p *txnProducer) answers() {
+	defer close(p.done)
+	ok, fail := p.producer.Successes(), p.producer.Errors()
+	for ok != nil || fail != nil {
+		select {
+		case m, open := <-ok:
+			if !open {
+				ok = nil
+				continue
+			}
+			if r, isRef := m.Metadata.(*txnRef); isRef {
+				r.a.answer(r, m, nil)
+			}
+		case e, open := <-fail:
+			if !open {
+				fail = nil
+				continue
+			}
+			if r, isRef := e.Msg.Metadata.(*txnRef); isRef {
+				r.a.answer(r, e.Msg, e.Err)
+			}
+		}
+	}
+}
+
+func (p *txnProducer) close(wait time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		p.producer.AsyncClose()
+		<-p.done
+		_ = p.client.Close()
+		close(done)
+	}()
+	waitUntil(done, time.Now().Add(wait))
+}
+
+// discard drops p (if current) and closes it in the background.
+func (t *Transactional) discard(p *txnProducer) {
+	t.mu.Lock()
+	if t.prod == p {
+		t.prod = nil
+	}
+	t.mu.Unlock()
+	go p.close(closeWait)
+}
+
+type txnMetrics struct {
+	commits    prometheus.Counter
+	aborts     prometheus.Counter
+	fenced     prometheus.Counter
+	inits      prometheus.Counter
+	permanent  prometheus.Counter
+	connected  prometheus.Gauge
+	txnSeconds prometheus.Histogram
+}
+
+func newTxnMetrics(reg prometheus.Registerer) *txnMetrics {
+	m := &txnMetrics{
+		commits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_cdc_kafka_transactions_committed_total",
+			Help: "Kafka transactions committed (one per batch, exactly-once mode).",
+		}),
+		aborts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_cdc_kafka_transactions_aborted_total",
+			Help: "Kafka transaction attempts aborted and retried.",
+		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_cdc_kafka_producer_fenced_total",
+			Help: "Times this instance found its transactional producer fenced by another instance.",
+		}),
+		inits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_cdc_kafka_producer_inits_total",
+			Help: "Transactional producer starts (InitProducerId calls).",
+		}),
+		permanent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_cdc_kafka_transaction_permanent_errors_total",
+			Help: "Records Kafka refused permanently in exactly-once mode.",
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_cdc_kafka_transactional_connected",
+			Help: "1 while the transactional producer works, 0 otherwise.",
+		}),
+		txnSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "outbox_cdc_kafka_transaction_seconds",
+			Help:    "Time from the first attempt of a batch to its commit.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.commits, m.aborts, m.fenced, m.inits, m.permanent, m.connected, m.txnSeconds)
+	}
+	return m
+}
