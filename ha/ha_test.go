@@ -1,0 +1,168 @@
+package ha
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+)
+
+type backend struct {
+	kind, dsn string
+	db        *sql.DB
+	// killHolder ends the database session holding connector's lock.
+	killHolder func(t *testing.T, connector string)
+}
+
+func backends(t *testing.T) []backend {
+	my := testenv.MySQLDSN(t)
+	pg := testenv.PostgresDSN(t)
+	mydb := testenv.MySQL(t)
+	pgdb, err := sql.Open("pgx", pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pgdb.Close() })
+	return []backend{
+		{"mysql", my, mydb, func(t *testing.T, connector string) {
+			var id int64
+			if err := mydb.QueryRow("SELECT IS_USED_LOCK(?)", LockName(connector)).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := mydb.Exec(fmt.Sprintf("KILL %d", id)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"postgres", pg, pgdb, func(t *testing.T, connector string) {
+			key := AdvisoryKey(connector)
+			var ok bool
+			err := pgdb.QueryRow(`SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted
+  AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid`, key).Scan(&ok)
+			if err != nil || !ok {
+				t.Fatalf("terminate holder: %v %v", ok, err)
+			}
+		}},
+	}
+}
+
+func locker(t *testing.T, b backend, connector string) Locker {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Enabled = true
+	cfg.CheckInterval = 200 * time.Millisecond
+	l, err := New(b.kind, b.dsn, connector, cfg, zerolog.New(zerolog.NewTestWriter(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+type lockResult struct {
+	lost    <-chan struct{}
+	release func()
+	err     error
+	at      time.Time
+}
+
+func lockAsync(ctx context.Context, l Locker) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		lost, rel, err := l.Lock(ctx)
+		ch <- lockResult{lost, rel, err, time.Now()}
+	}()
+	return ch
+}
+
+// A second instance waits while the first holds the lock and takes over
+// when it releases it, or when its session is killed (the first then
+// sees the loss).
+func TestLockHandover(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.kind, func(t *testing.T) {
+			name := "ha-test-" + strings.ReplaceAll(t.Name(), "/", "-")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			lost1, release1, err := locker(t, b, name).Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second := lockAsync(ctx, locker(t, b, name))
+			select {
+			case r := <-second:
+				t.Fatalf("second instance got the lock while the first holds it: %v", r.err)
+			case <-time.After(1500 * time.Millisecond):
+			}
+			released := time.Now()
+			release1()
+			r := <-second
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			t.Logf("handover after release took %s", r.at.Sub(released))
+			if r.at.Sub(released) > 3*time.Second {
+				t.Fatalf("handover took %s", r.at.Sub(released))
+			}
+			select {
+			case <-lost1:
+				t.Fatal("a released lock reported lost")
+			default:
+			}
+
+			// Kill the holder's session: it notices, and a third takes over.
+			third := lockAsync(ctx, locker(t, b, name))
+			killed := time.Now()
+			b.killHolder(t, name)
+			select {
+			case <-r.lost:
+				t.Logf("loss noticed after %s", time.Since(killed))
+			case <-time.After(5 * time.Second):
+				t.Fatal("killed session's lock not reported lost")
+			}
+			r.release()
+			r3 := <-third
+			if r3.err != nil {
+				t.Fatal(r3.err)
+			}
+			t.Logf("takeover after kill took %s", r3.at.Sub(killed))
+			r3.release()
+		})
+	}
+}
+
+// A standby's Lock returns ctx's error when it is cancelled.
+func TestLockCancelled(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.kind, func(t *testing.T) {
+			name := "ha-cancel-" + b.kind
+			_, release, err := locker(t, b, name).Lock(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			if _, _, err := locker(t, b, name).Lock(ctx); err != context.DeadlineExceeded {
+				t.Fatalf("Lock = %v", err)
+			}
+		})
+	}
+}
+
+func TestLockName(t *testing.T) {
+	if got := LockName("orders"); got != "outbox-cdc:orders" {
+		t.Fatal(got)
+	}
+	long := LockName(strings.Repeat("x", 100))
+	if len(long) > 64 || long == LockName(strings.Repeat("x", 99)) {
+		t.Fatalf("long name %q", long)
+	}
+	if AdvisoryKey("a") == AdvisoryKey("b") {
+		t.Fatal("keys collide")
+	}
+}
