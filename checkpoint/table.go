@@ -1,0 +1,249 @@
+package checkpoint
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/rs/zerolog"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+)
+
+// DefaultTable is the checkpoint table unless configured.
+const DefaultTable = "outbox_cdc_checkpoint"
+
+// TableConfig configures the table store (checkpoint.table, checkpoint.dsn).
+type TableConfig struct {
+	// Table is the table name, optionally qualified ("db.table" on MySQL,
+	// "schema.table" on PostgreSQL). Created if missing.
+	Table string `yaml:"table"`
+	// DSN is the database to keep the table in, in the source's DSN
+	// syntax; empty means the source's own DSN (the position then lives
+	// next to the data, as Maxwell keeps it).
+	DSN string `yaml:"dsn"`
+}
+
+// DefaultTableConfig returns the defaults.
+func DefaultTableConfig() TableConfig { return TableConfig{Table: DefaultTable} }
+
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-Za-z0-9_$]{0,62})?$`)
+
+// Validate checks the configuration without connecting.
+func (c TableConfig) Validate() error {
+	if !tableName.MatchString(c.Table) {
+		return fmt.Errorf("checkpoint.table: %q is not a table name (letters, digits, _ and $, optionally qualified as schema.table)", c.Table)
+	}
+	return nil
+}
+
+// Table is a Checkpointer that keeps one row per connector in a table of
+// the source database:
+//
+//	connector  the connector name (primary key)
+//	position   the position text
+//	checksum   CRC-32C (hex) of the format tag, connector and position
+//	saved_at   when it was saved (for people; not checked)
+//
+// Save is one autocommitted upsert, atomic and durable as any committed
+// row (given the server's usual durability settings, innodb_flush_log_at_
+// trx_commit=1 / synchronous_commit=on). Load refuses a row whose
+// checksum does not match or whose position has no kind prefix, with an
+// error wrapping ErrUntrusted; checkpoint.Expect adds the foreign-source
+// check as for the file store. A missing row means "no checkpoint".
+//
+// On MySQL/MariaDB each save is itself a binlog transaction without outbox
+// rows; the binlog source hands those on at most once a second, so an
+// idle connector saves about once a second. PostgreSQL's publication
+// covers only the outbox table, so saves never come back through the slot.
+type Table struct {
+	dialect   string // "mysql" or "postgres"
+	dsn       string
+	table     string // quoted
+	name      string // unquoted, for messages
+	connector string
+	log       zerolog.Logger
+
+	mu      sync.Mutex
+	db      *sql.DB
+	created bool
+}
+
+var _ outboxcdc.Checkpointer = (*Table)(nil)
+
+// NewTable checks cfg and returns the store for dialect "mysql" (a
+// go-sql-driver DSN) or "postgres" (a libpq URL or keyword string). It does
+// not connect: Load creates the table when it is missing.
+func NewTable(dialect, dsn string, cfg TableConfig, connector string, log zerolog.Logger) (*Table, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.DSN != "" {
+		dsn = cfg.DSN
+	}
+	if dsn == "" {
+		return nil, errors.New("checkpoint.dsn: empty, and the source has no DSN either")
+	}
+	if connector == "" {
+		return nil, errors.New("checkpoint: the table store needs a connector name")
+	}
+	var quoted []string
+	for _, part := range strings.Split(cfg.Table, ".") {
+		switch dialect {
+		case "mysql":
+			quoted = append(quoted, "`"+part+"`")
+		case "postgres":
+			quoted = append(quoted, `"`+part+`"`)
+		default:
+			return nil, fmt.Errorf("checkpoint: the table store supports mysql and postgres sources, not %q", dialect)
+		}
+	}
+	return &Table{
+		dialect: dialect, dsn: dsn, table: strings.Join(quoted, "."), name: cfg.Table, connector: connector,
+		log: log.With().Str("component", "checkpoint").Str("table", cfg.Table).Logger(),
+	}, nil
+}
+
+// String describes the store for error messages.
+func (t *Table) String() string {
+	return fmt.Sprintf("checkpoint table %s (connector %q)", t.name, t.connector)
+}
+
+func (t *Table) open(ctx context.Context) (*sql.DB, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.db == nil {
+		driver := "mysql"
+		if t.dialect == "postgres" {
+			driver = "pgx"
+		}
+		db, err := sql.Open(driver, t.dsn)
+		if err != nil {
+			return nil, fmt.Errorf("%s: opening the database at %s: %w", t, outboxcdc.RedactDSN(t.dsn), err)
+		}
+		db.SetMaxOpenConns(2)
+		db.SetConnMaxIdleTime(time.Minute)
+		t.db = db
+	}
+	if !t.created {
+		ddl := "CREATE TABLE IF NOT EXISTS " + t.table + ` (
+  connector VARCHAR(191) NOT NULL PRIMARY KEY,
+  position TEXT NOT NULL,
+  checksum CHAR(8) NOT NULL,
+  saved_at DATETIME(6) NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+		if t.dialect == "postgres" {
+			ddl = "CREATE TABLE IF NOT EXISTS " + t.table + ` (
+  connector TEXT NOT NULL PRIMARY KEY,
+  position TEXT NOT NULL,
+  checksum CHAR(8) NOT NULL,
+  saved_at TIMESTAMPTZ NOT NULL
+)`
+		}
+		if _, err := t.db.ExecContext(ctx, ddl); err != nil {
+			return nil, fmt.Errorf("%s: creating the table: %w", t, err)
+		}
+		t.created = true
+	}
+	return t.db, nil
+}
+
+// tableChecksum is the CRC-32C of what a row must hold, in hex.
+func tableChecksum(connector string, pos outboxcdc.Position) string {
+	h := crc32.New(castagnoli)
+	fmt.Fprintf(h, "%s %d\n%s\n%s", magic, version, connector, pos)
+	return string(appendHex32(nil, h.Sum32()))
+}
+
+// Load returns the connector's saved position, or a zero Position when it
+// has no row. A row that fails the checks is an error wrapping ErrUntrusted.
+func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
+	db, err := t.open(ctx)
+	if err != nil {
+		return "", err
+	}
+	q := "SELECT position, checksum, saved_at FROM " + t.table + " WHERE connector = " + t.param(1)
+	var pos, sum string
+	var saved time.Time
+	var savedRaw any = &saved
+	var savedBytes []byte
+	if t.dialect == "mysql" {
+		savedRaw = &savedBytes // go-sql-driver returns DATETIME as text without parseTime
+	}
+	err = db.QueryRowContext(ctx, q, t.connector).Scan(&pos, &sum, savedRaw)
+	if errors.Is(err, sql.ErrNoRows) {
+		t.log.Info().Msg("no checkpoint yet; the source starts where source.start says")
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: reading the checkpoint: %w", t, err)
+	}
+	p := outboxcdc.Position(pos)
+	if strings.TrimSpace(sum) != tableChecksum(t.connector, p) {
+		return "", fmt.Errorf("%w: %s holds a row whose checksum does not match its position %q (edited by hand, or damaged); the connector refuses to start: restore the row, or delete it deliberately to start where source.start says",
+			ErrUntrusted, t, pos)
+	}
+	if p.Kind() == "" {
+		return "", fmt.Errorf("%w: %s holds position %q, which has no source kind prefix; the connector refuses to start", ErrUntrusted, t, pos)
+	}
+	ev := t.log.Info().Str("position", pos)
+	if savedBytes != nil {
+		ev = ev.Str("saved_at", string(savedBytes))
+	} else {
+		ev = ev.Time("saved_at", saved)
+	}
+	ev.Msg("checkpoint loaded")
+	return p, nil
+}
+
+// Save durably stores pos (one autocommitted upsert).
+func (t *Table) Save(ctx context.Context, pos outboxcdc.Position) error {
+	if pos.Kind() == "" {
+		return fmt.Errorf("checkpoint: refusing to save position %q: it has no source kind prefix", string(pos))
+	}
+	db, err := t.open(ctx)
+	if err != nil {
+		return err
+	}
+	var q string
+	switch t.dialect {
+	case "mysql":
+		q = "INSERT INTO " + t.table + " (connector, position, checksum, saved_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6)) " +
+			"ON DUPLICATE KEY UPDATE position = VALUES(position), checksum = VALUES(checksum), saved_at = VALUES(saved_at)"
+	default:
+		q = "INSERT INTO " + t.table + " (connector, position, checksum, saved_at) VALUES ($1, $2, $3, now()) " +
+			"ON CONFLICT (connector) DO UPDATE SET position = EXCLUDED.position, checksum = EXCLUDED.checksum, saved_at = EXCLUDED.saved_at"
+	}
+	if _, err := db.ExecContext(ctx, q, t.connector, string(pos), tableChecksum(t.connector, pos)); err != nil {
+		return fmt.Errorf("saving checkpoint %q to %s: %w", string(pos), t, err)
+	}
+	t.log.Debug().Str("position", string(pos)).Msg("checkpoint saved")
+	return nil
+}
+
+func (t *Table) param(n int) string {
+	if t.dialect == "postgres" {
+		return fmt.Sprintf("$%d", n)
+	}
+	return "?"
+}
+
+// Close releases the database connections.
+func (t *Table) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.db == nil {
+		return nil
+	}
+	err := t.db.Close()
+	t.db = nil
+	return err
+}
