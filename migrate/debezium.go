@@ -530,7 +530,7 @@ func fromWAL(v map[string]any, n *Notes) (outboxcdc.Position, error) {
 		return "", fmt.Errorf("%w: no non-zero lsn_commit, lsn_proc or lsn field", ErrBadOffset)
 	}
 	if mt, ok, _ := stringField(v, "messageType"); ok && mt != "" {
-		n.add("Debezium's last message was a %s.", mt)
+		n.add("Debezium's last message type was %s.", mt)
 	}
 	if us, ok, _ := uintField(v, "ts_usec"); ok && us > 0 {
 		n.add("Its commit time was %s.", time.UnixMicro(int64(us)).UTC().Format(time.RFC3339Nano))
