@@ -42,6 +42,12 @@ func main() {
 const usage = `usage:
   outbox-cdc run --config FILE           stream committed outbox rows to the sink
   outbox-cdc config print --config FILE  print the effective configuration, secrets redacted
+  outbox-cdc position show --config FILE [--json]
+                                         print the checkpoint's position
+  outbox-cdc position set --config FILE --to POS|latest [--force]
+                                         replace it (stop the connector first)
+  outbox-cdc position import-debezium --config FILE --offset FILE|- [--force]
+                                         take over a Debezium connector's offset
   outbox-cdc check --config FILE [--json] connect and check every prerequisite (exit 0: all pass)
   outbox-cdc version                     print the version
 
@@ -79,6 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "check":
 		return runCheck(args[1:], stdout, stderr)
+	case "position":
+		return runPosition(args[1:], stdout, stderr)
 	case "config":
 		if len(args) < 2 || args[1] != "print" {
 			fmt.Fprintf(stderr, "outbox-cdc config: want 'config print --config FILE'\n")
