@@ -13,6 +13,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/ha"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/wal"
@@ -31,6 +32,9 @@ type Config struct {
 	Pipeline   outboxcdc.PipelineConfig `yaml:"pipeline"`
 	HTTP       HTTPConfig               `yaml:"http"`
 	Log        LogConfig                `yaml:"log"`
+	HA         ha.Config                `yaml:"ha"`
+	// Delivery is at-least-once (default) or exactly-once; see delivery.go.
+	Delivery string `yaml:"delivery"`
 }
 
 // SourceConfig selects the source; only the chosen type's section is used.
@@ -45,12 +49,14 @@ type SourceConfig struct {
 type SinkConfig struct {
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
+	sink.TxnConfig   `yaml:",inline"` // exactly-once only
 }
 
 // CheckpointConfig selects the checkpoint store.
 type CheckpointConfig struct {
-	Type                  string `yaml:"type"`
-	checkpoint.FileConfig `yaml:",inline"`
+	Type                   string `yaml:"type"`
+	checkpoint.FileConfig  `yaml:",inline"`
+	checkpoint.TableConfig `yaml:",inline"` // type: table
 }
 
 // HTTPConfig is the metrics and health endpoint.
@@ -71,8 +77,10 @@ func defaultConfig() Config {
 		Name:       "outbox-cdc",
 		Source:     SourceConfig{Type: "mysql", MySQL: binlog.DefaultConfig(), Postgres: wal.DefaultConfig()},
 		Route:      router.DefaultConfig(),
-		Sink:       SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig()},
-		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig()},
+		Delivery:   deliveryAtLeastOnce,
+		Sink:       SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig()},
+		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig(), TableConfig: checkpoint.DefaultTableConfig()},
+		HA:         ha.DefaultConfig(),
 		Pipeline:   outboxcdc.DefaultPipelineConfig(),
 		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464"},
 		Log:        LogConfig{Level: "info", Format: "auto"},
@@ -244,8 +252,13 @@ func (c Config) Validate() error {
 		if err := c.Checkpoint.FileConfig.Validate(); err != nil {
 			return wrap("checkpoint", err)
 		}
+	case "table", "kafka":
+		// validateDelivery
 	default:
-		return configErrorf("checkpoint.type: unknown checkpoint store %q (want file)", c.Checkpoint.Type)
+		return configErrorf("checkpoint.type: unknown checkpoint store %q (want file, table or kafka)", c.Checkpoint.Type)
+	}
+	if err := c.validateDelivery(); err != nil {
+		return err
 	}
 	if err := c.Pipeline.Validate(); err != nil {
 		return wrap("pipeline", err)

@@ -17,7 +17,6 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
-	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/wal"
@@ -51,15 +50,10 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 		buildInfo(),
 	)
 
-	p, closeAll, err := build(cfg, log, reg, os.Stdout)
-	if err != nil {
-		log.Error().Err(err).Msg("cannot start")
-		return err
-	}
-	defer closeAll()
-
+	// HTTP is up while standby too: /readyz says "standby" (see delivery.go).
+	role := newHAState(cfg, log, reg)
 	if cfg.HTTP.Listen != "" {
-		srv, err := serveHTTP(cfg.HTTP.Listen, reg, p)
+		srv, err := serveHTTP(cfg.HTTP.Listen, reg, role)
 		if err != nil {
 			log.Error().Err(err).Str("listen", cfg.HTTP.Listen).Msg("cannot serve http (set http.listen to a free address, or empty to turn it off)")
 			return err
@@ -67,11 +61,36 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 		defer srv.Close()
 		log.Info().Str("listen", srv.Addr).Msg("serving /metrics, /healthz, /readyz")
 	}
+	ctx, err := role.acquire(ctx)
+	if err != nil {
+		if ctx == nil && errors.Is(err, context.Canceled) {
+			log.Info().Msg("stopped while standby")
+			return nil
+		}
+		log.Error().Err(err).Msg("cannot take the HA lock")
+		return err
+	}
+	defer role.releaseLock()
+
+	p, closeAll, err := build(cfg, log, reg, os.Stdout)
+	if err != nil {
+		log.Error().Err(err).Msg("cannot start")
+		return err
+	}
+	defer closeAll()
+	role.activate(p, closeAll)
 
 	log.Info().Str("version", buildVersion()).Str("connector", cfg.Name).Str("source", cfg.Source.Type).
 		Str("sink", cfg.Sink.Type).Msg("starting")
 	if err := p.Run(ctx); err != nil {
+		if lostErr := role.err(); lostErr != nil {
+			err = fmt.Errorf("%w (pipeline: %v)", lostErr, err)
+		}
 		log.Error().Err(err).Msg("stopped on error")
+		return err
+	}
+	if err := role.err(); err != nil {
+		log.Error().Err(err).Msg("stopped")
 		return err
 	}
 	log.Info().Msg("stopped")
@@ -107,7 +126,7 @@ func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.
 	var snk outboxcdc.Sink
 	switch cfg.Sink.Type {
 	case "kafka":
-		k, err := sink.NewKafka(cfg.Sink.KafkaConfig, log, reg)
+		k, err := newKafkaSink(cfg, kind, log, reg) // transactional in exactly-once mode
 		if err != nil {
 			return nil, nil, err
 		}
@@ -116,22 +135,23 @@ func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.
 		snk = sink.NewStdout(stdout)
 	}
 
-	file, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, log)
+	cp, closeCP, err := newCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it
 	if err != nil {
 		snk.Close()
 		return nil, nil, err
 	}
-	cp := checkpoint.Expect(kind, file)
 
 	p, err := outboxcdc.NewPipeline(cfg.Pipeline, src, rt, snk, cp, log, reg)
 	if err != nil {
 		snk.Close()
+		closeCP()
 		return nil, nil, err
 	}
 	return p, func() {
 		if err := snk.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing sink")
 		}
+		closeCP()
 	}, nil
 }
 

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/ha"
+	"github.com/outbox-cdc/outbox-cdc/sink"
+)
+
+// Delivery modes (the top-level delivery key).
+//
+//   - at-least-once (default): the idempotent producer writes each batch,
+//     then the position is saved to checkpoint.type file or table. After a
+//     crash the last batch may be sent again.
+//   - exactly-once: each batch and its position go into one Kafka
+//     transaction (sink.Transactional); the position lives in
+//     sink.progress_topic and checkpoint.path is not used. Consumers must
+//     read with isolation.level=read_committed.
+const (
+	deliveryAtLeastOnce = "at-least-once"
+	deliveryExactlyOnce = "exactly-once"
+)
+
+// validateDelivery checks the keys that depend on the delivery mode, the
+// checkpoint store and HA.
+func (c Config) validateDelivery() error {
+	switch c.Delivery {
+	case deliveryAtLeastOnce:
+		if c.Checkpoint.Type == "kafka" {
+			return configErrorf("checkpoint.type: kafka stores the position in a Kafka transaction with the records and needs delivery: exactly-once (use file or table with at-least-once)")
+		}
+	case deliveryExactlyOnce:
+		if c.Sink.Type != "kafka" {
+			return configErrorf("delivery: exactly-once needs sink.type kafka, not %q", c.Sink.Type)
+		}
+		if c.Checkpoint.Type == "table" {
+			return configErrorf("checkpoint.type: table cannot be used with delivery: exactly-once, which stores the position in Kafka (sink.progress_topic); set checkpoint.type to kafka")
+		}
+		if err := c.Sink.TxnConfig.Validate(); err != nil {
+			return configErrorf("%v", err)
+		}
+	default:
+		return configErrorf("delivery: %q is not at-least-once or exactly-once", c.Delivery)
+	}
+	if c.Checkpoint.Type == "table" {
+		if err := c.Checkpoint.TableConfig.Validate(); err != nil {
+			return configErrorf("%v", err)
+		}
+	}
+	if c.HA.Enabled {
+		if err := c.HA.Validate(); err != nil {
+			return configErrorf("%v", err)
+		}
+	}
+	return nil
+}
+
+func (c Config) sourceDSN() string {
+	if c.Source.Type == "postgres" {
+		return c.Source.Postgres.DSN
+	}
+	return c.Source.MySQL.DSN
+}
+
+// newKafkaSink returns the Kafka sink of the delivery mode.
+func newKafkaSink(cfg Config, kind string, log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	if cfg.Delivery != deliveryExactlyOnce {
+		return sink.NewKafka(cfg.Sink.KafkaConfig, log, reg)
+	}
+	t, err := sink.NewTransactional(cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name, kind, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("transactional_id", t.TransactionalID()).Str("progress_topic", cfg.Sink.ProgressTopic).
+		Msg("exactly-once delivery: every batch and its position commit in one Kafka transaction; consumers must read with isolation.level=read_committed")
+	return t, nil
+}
+
+// newCheckpoint returns the checkpoint store (nil in exactly-once mode,
+// where the sink stores the position) and a function that closes it.
+func newCheckpoint(cfg Config, kind string, log zerolog.Logger) (outboxcdc.Checkpointer, func(), error) {
+	nop := func() {}
+	if cfg.Delivery == deliveryExactlyOnce {
+		return nil, nop, nil
+	}
+	if cfg.Checkpoint.Type == "table" {
+		t, err := checkpoint.NewTable(cfg.Source.Type, cfg.sourceDSN(), cfg.Checkpoint.TableConfig, cfg.Name, log)
+		if err != nil {
+			return nil, nil, &configError{msg: err.Error()}
+		}
+		return checkpoint.Expect(kind, t), func() { t.Close() }, nil
+	}
+	if cfg.HA.Enabled {
+		log.Warn().Str("path", cfg.Checkpoint.Path).Msg("ha.enabled with a file checkpoint: every instance must see the same file (shared volume), or a standby resumes from a stale position; prefer checkpoint.type table or delivery exactly-once")
+	}
+	file, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return checkpoint.Expect(kind, file), nop, nil
+}
+
+// haState is the instance's role. It serves /readyz: while standby (or
+// before the pipeline is built) it says why it is not ready; once active
+// it delegates to the pipeline.
+//
+// Lock loss is fatal for the process: the pipeline is cancelled and the
+// sink closed at once (no final flush), and runConnector returns an error,
+// so the process exits 1 and its supervisor restarts it as a standby. A
+// fresh process resets every connection and producer, which is simpler
+// and safer than returning to standby in-process.
+type haState struct {
+	cfg    Config
+	log    zerolog.Logger
+	active prometheus.Gauge
+
+	mu      sync.Mutex
+	ready   readiness // the pipeline once active
+	standby bool
+	stop    func() // cancels the run and closes the sink
+	lost    bool
+	release func()
+}
+
+func newHAState(cfg Config, log zerolog.Logger, reg prometheus.Registerer) *haState {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_cdc_ha_active",
+		Help: "1 while this instance is the active one (holds the HA lock, or HA is off), 0 while standby.",
+	})
+	reg.MustRegister(g)
+	return &haState{cfg: cfg, log: log.With().Str("component", "ha").Logger(), active: g, standby: cfg.HA.Enabled}
+}
+
+// Ready implements readiness for /readyz.
+func (h *haState) Ready() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.lost:
+		return errors.New("lost the HA lock; stopping")
+	case h.standby:
+		return errors.New("standby: another instance holds the HA lock")
+	case h.ready == nil:
+		return errors.New("starting")
+	}
+	return h.ready.Ready()
+}
+
+// acquire blocks while this instance is a standby. It returns a context
+// that is cancelled when the lock is lost.
+func (h *haState) acquire(ctx context.Context) (context.Context, error) {
+	if !h.cfg.HA.Enabled {
+		h.active.Set(1)
+		return ctx, nil
+	}
+	l, err := ha.New(h.cfg.Source.Type, h.cfg.sourceDSN(), h.cfg.Name, h.cfg.HA, h.log)
+	if err != nil {
+		return nil, &configError{msg: err.Error()}
+	}
+	h.log.Info().Str("lock", ha.LockName(h.cfg.Name)).Msg("high availability: taking the lock (standby until it is free)")
+	lost, release, err := l.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	h.mu.Lock()
+	h.standby = false
+	h.release = release
+	h.mu.Unlock()
+	h.active.Set(1)
+	go func() {
+		select {
+		case <-lost:
+		case <-runCtx.Done():
+			return
+		}
+		h.log.Error().Msg("lost the HA lock: stopping at once (no final flush) and exiting; a standby takes over")
+		h.active.Set(0)
+		h.mu.Lock()
+		h.lost = true
+		stop := h.stop
+		h.mu.Unlock()
+		cancel()
+		if stop != nil {
+			stop()
+		}
+	}()
+	return runCtx, nil
+}
+
+// activate hands /readyz to the pipeline and registers what stops it when
+// the lock is lost.
+func (h *haState) activate(r readiness, closeSink func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ready = r
+	h.stop = closeSink
+}
+
+// err returns the error to exit with when the lock was lost.
+func (h *haState) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost {
+		return fmt.Errorf("lost the HA lock %q; another instance may take over", ha.LockName(h.cfg.Name))
+	}
+	return nil
+}
+
+// releaseLock gives the lock up (after the pipeline stopped).
+func (h *haState) releaseLock() {
+	h.mu.Lock()
+	r := h.release
+	h.release = nil
+	h.mu.Unlock()
+	if r != nil {
+		r()
+	}
+	h.active.Set(0)
+}

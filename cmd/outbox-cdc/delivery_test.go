@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDeliveryConfig(t *testing.T) {
+	base := "name: orders\nsource:\n  type: mysql\n  dsn: \"u:p@tcp(127.0.0.1:3306)/db\"\n  table: outbox\nsink:\n  brokers: [\"127.0.0.1:9092\"]\n"
+	load := func(extra string, env map[string]string) (Config, error) {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, []byte(base+extra), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return loadConfig(p, env)
+	}
+	cfg, err := load("delivery: exactly-once\ncheckpoint:\n  type: kafka\nha:\n  enabled: true\n  check_interval: 500ms\n",
+		map[string]string{"OUTBOX_CDC_SINK_PROGRESS_TOPIC": "orders.progress", "OUTBOX_CDC_SINK_TRANSACTIONAL_ID": "tid-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Delivery != "exactly-once" || cfg.Sink.ProgressTopic != "orders.progress" || cfg.Sink.TransactionalID != "tid-1" ||
+		!cfg.HA.Enabled || cfg.HA.CheckInterval != 500*time.Millisecond || cfg.Sink.TransactionTimeout != time.Minute {
+		t.Fatalf("decoded %+v %+v %+v", cfg.Delivery, cfg.Sink.TxnConfig, cfg.HA)
+	}
+	cfg, err = load("checkpoint:\n  type: table\n  table: mydb.cp\n", nil)
+	if err != nil || cfg.Checkpoint.Table != "mydb.cp" || cfg.Delivery != "at-least-once" {
+		t.Fatalf("table: %+v %v", cfg.Checkpoint, err)
+	}
+	for extra, want := range map[string]string{
+		"delivery: twice\n":                                    "delivery:",
+		"checkpoint:\n  type: kafka\n":                         "needs delivery: exactly-once",
+		"delivery: exactly-once\ncheckpoint:\n  type: table\n": "checkpoint.type: table cannot be used",
+		"delivery: exactly-once\nsink:\n  type: stdout\n":      "", // duplicate key: any error
+		"checkpoint:\n  type: table\n  table: \"a;b\"\n":       "checkpoint.table",
+		"ha:\n  enabled: true\n  check_interval: 1ms\n":        "ha.check_interval",
+	} {
+		_, err := load(extra, nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err = %v, want %q", extra, err, want)
+		}
+	}
+	if _, err := load("", map[string]string{"OUTBOX_CDC_DELIVERY": "exactly-once", "OUTBOX_CDC_SINK_TYPE": "stdout"}); err == nil ||
+		!strings.Contains(err.Error(), "sink.type kafka") {
+		t.Errorf("stdout exactly-once: %v", err)
+	}
+}
