@@ -13,12 +13,13 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// positionGoneHint is what the operator can do when the checkpoint's
+// positionGoneChoices is what the operator can do when the checkpoint's
 // position is not on the server. The connector never picks one itself.
-const positionGoneHint = "the connector stopped without moving the checkpoint. Choose one: " +
-	"restore the missing binlogs, or point source.dsn at the server the checkpoint was written against, and restart; " +
+const positionGoneChoices = "restore the missing binlogs, or point source.dsn at the server the checkpoint was written against, and restart; " +
 	"or, accepting that the rows committed in the gap are never delivered, move the checkpoint file (checkpoint.path) away " +
 	"and restart, which begins where source.start says (latest: from now; earliest: the oldest binlog still on the server)"
+
+const positionGoneHint = "the connector stopped without moving the checkpoint. Choose one: " + positionGoneChoices
 
 // readSettings returns the binlog-related GLOBAL variables, names lower-case
 // and values upper-case. The source reads GLOBAL values: they are what a new
@@ -412,11 +413,11 @@ func positionResult(ctx context.Context, db *sql.DB, info *serverInfo, cfg Confi
 		return outboxcdc.Fail(name, err.Error(), "point checkpoint.path at this connector's own checkpoint")
 	}
 	if err := info.accepts(&p); err != nil {
-		return outboxcdc.Fail(name, err.Error(), positionGoneHint)
+		return outboxcdc.Fail(name, err.Error(), "choose one: "+positionGoneChoices)
 	}
 	if err := checkPosition(ctx, db, info, &p); err != nil {
 		if errors.Is(err, ErrPositionGone) {
-			return outboxcdc.Fail(name, strings.TrimSuffix(err.Error(), ": "+positionGoneHint), positionGoneHint)
+			return outboxcdc.Fail(name, strings.TrimSuffix(err.Error(), ": "+positionGoneHint), "choose one: "+positionGoneChoices)
 		}
 		return outboxcdc.Fail(name, err.Error(), "check the connection to the server")
 	}

@@ -105,8 +105,7 @@ func classifyConnErr(err error) error {
 		if strings.Contains(msg, "same server_uuid/server_id") || strings.Contains(msg, "same server_id") {
 			return joinSentinel(ErrServerIDConflict, err, "give each connector its own server_id (or a unique connector name)")
 		}
-		return joinSentinel(ErrPositionGone, err, "the checkpoint's binlog was purged or this server lacks its history: "+
-			"restore the binlog, or remove the checkpoint and choose start: latest or earliest knowing that rows in the gap are not delivered")
+		return joinSentinel(ErrPositionGone, err, "the checkpoint's binlog was purged or this server lacks its history; "+positionGoneHint)
 	case erServerShutdown, erConnKilled, erQueryInterrupted, erTooManyConns, erUserConns, erLockWait, erDeadlock:
 		return transient(err)
 	default:
