@@ -15,7 +15,6 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
-	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/wal"
@@ -108,22 +107,23 @@ func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 // foreign one fails (run refuses it too) and yields no position.
 func checkCheckpoint(ctx context.Context, cfg Config, kind string) (outboxcdc.Position, outboxcdc.CheckResult) {
 	const name = "checkpoint"
-	if cfg.Checkpoint.Type != "file" {
-		return "", outboxcdc.Pass(name, "checkpoint.type "+cfg.Checkpoint.Type+": not read by check")
-	}
-	file, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, zerolog.Nop())
+	cp, closeCP, err := newCheckpoint(cfg, kind, zerolog.Nop())
 	if err != nil {
-		return "", outboxcdc.Fail(name, err.Error(), "fix checkpoint.path")
+		return "", outboxcdc.Fail(name, err.Error(), "fix the checkpoint section")
 	}
-	pos, err := checkpoint.Expect(kind, file).Load(ctx)
+	if cp == nil {
+		return "", outboxcdc.Pass(name, "delivery exactly-once: the position is stored with the records in Kafka; check does not read it")
+	}
+	defer closeCP()
+	pos, err := cp.Load(ctx)
 	if err != nil {
 		return "", outboxcdc.Fail(name, err.Error(),
 			"restore the checkpoint from a backup, or move it away deliberately to start where source.start says")
 	}
 	if pos.IsZero() {
-		return "", outboxcdc.Pass(name, cfg.Checkpoint.Path+": none yet (a first run starts where source.start says)")
+		return "", outboxcdc.Pass(name, fmt.Sprint(cp)+": none yet (a first run starts where source.start says)")
 	}
-	return pos, outboxcdc.Pass(name, cfg.Checkpoint.Path+": "+string(pos))
+	return pos, outboxcdc.Pass(name, fmt.Sprint(cp)+": "+string(pos))
 }
 
 // topicNeeds lists the topic families the route (and the dead-letter
