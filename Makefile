@@ -27,6 +27,13 @@ test: services
 test-short:
 	$(GO) test -race -count=1 -short ./...
 
+# Benchmarks against the local databases and a broker process (bench/README.md):
+# a few minutes per database; writes bench/RESULTS.md, bench/latency.png and
+# bench/results.json. BENCH_FLAGS="-rows 100000 -dbs mysql" for a quick run.
+BENCH_FLAGS ?=
+bench: build services
+	$(GO) run ./bench $(BENCH_FLAGS)
+
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+)
+
+// benchName is the MySQL database and the PostgreSQL database the bench
+// creates and drops.
+const benchName = "outbox_bench"
+
+// backend is one source database with a fresh outbox table.
+type backend struct {
+	kind    string
+	version string
+	admin   *sql.DB // no database (MySQL) or the maintenance database (PostgreSQL)
+	db      *sql.DB // the bench database
+	dsn     string  // the bench database, for the connector
+	// ph returns the i-th (1-based) placeholder.
+	ph func(i int) string
+}
+
+// The seed outbox table (DIGEST.md); PostgreSQL gets the same index on
+// (status, next_retry_at) so the polling relay is not handicapped.
+const tableMySQL = `CREATE TABLE outbox_message (
+  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+  message_id VARCHAR(64) NOT NULL,
+  aggregate_type VARCHAR(64) NOT NULL,
+  aggregate_id VARCHAR(64) NOT NULL,
+  event_type VARCHAR(64) NOT NULL,
+  payload JSON NOT NULL,
+  status TINYINT NOT NULL DEFAULT 0,
+  retry_count INT NOT NULL DEFAULT 0,
+  next_retry_at DATETIME DEFAULT NULL,
+  created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  INDEX idx_status_next_retry (status, next_retry_at),
+  INDEX idx_aggregate (aggregate_type, aggregate_id),
+  UNIQUE KEY uk_message_id (message_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
+
+var tablePostgres = []string{`CREATE TABLE outbox_message (
+  id BIGSERIAL PRIMARY KEY,
+  message_id VARCHAR(64) NOT NULL UNIQUE,
+  aggregate_type VARCHAR(64) NOT NULL,
+  aggregate_id VARCHAR(64) NOT NULL,
+  event_type VARCHAR(64) NOT NULL,
+  payload JSONB NOT NULL,
+  status SMALLINT NOT NULL DEFAULT 0,
+  retry_count INT NOT NULL DEFAULT 0,
+  next_retry_at TIMESTAMPTZ,
+  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)`,
+	`CREATE INDEX idx_status_next_retry ON outbox_message (status, next_retry_at)`,
+	`CREATE INDEX idx_aggregate ON outbox_message (aggregate_type, aggregate_id)`,
+}
+
+func openBackend(ctx context.Context, o *options, kind string) (*backend, error) {
+	be := &backend{kind: kind}
+	var err error
+	switch kind {
+	case "mysql":
+		cfg, err := mysql.ParseDSN(o.mysqlAddr)
+		if err != nil {
+			return nil, fmt.Errorf("-mysql: %w", err)
+		}
+		cfg.DBName = ""
+		if be.admin, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
+			return nil, err
+		}
+		for _, q := range []string{"DROP DATABASE IF EXISTS " + benchName, "CREATE DATABASE " + benchName} {
+			if _, err := be.admin.ExecContext(ctx, q); err != nil {
+				return nil, fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		cfg.DBName = benchName
+		be.dsn = cfg.FormatDSN()
+		be.ph = func(int) string { return "?" }
+	case "postgres":
+		if be.admin, err = sql.Open("pgx", o.pgDSN); err != nil {
+			return nil, err
+		}
+		be.dropPostgres(ctx)
+		if _, err := be.admin.ExecContext(ctx, "CREATE DATABASE "+benchName); err != nil {
+			return nil, fmt.Errorf("create database: %w", err)
+		}
+		be.dsn = replaceDBName(o.pgDSN, benchName)
+		be.ph = func(i int) string { return "$" + strconv.Itoa(i) }
+	default:
+		return nil, fmt.Errorf("unknown database %q (want mysql or postgres)", kind)
+	}
+	if be.db, err = sql.Open(driverName(kind), be.dsn); err != nil {
+		return nil, err
+	}
+	be.db.SetMaxIdleConns(16)
+	if err := be.db.QueryRowContext(ctx, "SELECT version()").Scan(&be.version); err != nil {
+		return nil, err
+	}
+	if kind == "postgres" {
+		be.version, _, _ = strings.Cut(be.version, " on ")
+	}
+	return be, nil
+}
+
+func driverName(kind string) string {
+	if kind == "mysql" {
+		return "mysql"
+	}
+	return "pgx"
+}
+
+// replaceDBName swaps the database in a postgres:// URL.
+func replaceDBName(dsn, name string) string {
+	rest, query, _ := strings.Cut(dsn, "?")
+	if i := strings.LastIndex(rest, "/"); i > len("postgres://") {
+		rest = rest[:i]
+	}
+	s := rest + "/" + name
+	if query != "" {
+		s += "?" + query
+	}
+	return s
+}
+
+// recreateTable drops and creates the outbox table.
+func (be *backend) recreateTable(ctx context.Context) error {
+	qs := append([]string{"DROP TABLE IF EXISTS outbox_message"}, tablePostgres...)
+	if be.kind == "mysql" {
+		qs = []string{"DROP TABLE IF EXISTS outbox_message", tableMySQL}
+	}
+	for _, q := range qs {
+		if _, err := be.db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// dropPostgres removes the bench database and every slot on it.
+func (be *backend) dropPostgres(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	for range 50 {
+		_, err := be.admin.ExecContext(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", benchName)
+		if err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // a walsender may still be exiting
+	}
+	be.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+benchName+" WITH (FORCE)")
+}
+
+func (be *backend) close() {
+	if be.db != nil {
+		be.db.Close()
+	}
+	ctx := context.Background()
+	if be.kind == "mysql" {
+		be.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+benchName)
+	} else {
+		be.dropPostgres(ctx)
+	}
+	be.admin.Close()
+}
+
+// createSlot makes a publication (once per name) and a pgoutput slot for
+// the outbox table; the slot's start is the current WAL position.
+func (be *backend) createSlot(ctx context.Context, pub, slot string) error {
+	var n int
+	be.db.QueryRowContext(ctx, "SELECT count(*) FROM pg_publication WHERE pubname = $1", pub).Scan(&n)
+	if n == 0 {
+		if _, err := be.db.ExecContext(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE outbox_message"); err != nil {
+			return fmt.Errorf("create publication: %w", err)
+		}
+	}
+	if _, err := be.db.ExecContext(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		return fmt.Errorf("create slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// dropSlot drops a slot, waiting for its walsender to let go.
+func (be *backend) dropSlot(ctx context.Context, slot string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	for range 100 {
+		_, err := be.db.ExecContext(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1", slot)
+		if err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	logf("could not drop replication slot %s: drop it by hand", slot)
+}
+
+// sourceYAML is the source: section of a connector configuration.
+func (be *backend) sourceYAML(slot string) string {
+	if be.kind == "mysql" {
+		return fmt.Sprintf("  type: mysql\n  dsn: %q\n  table: outbox_message\n  start: latest\n", be.dsn)
+	}
+	return fmt.Sprintf("  type: postgres\n  dsn: %q\n  table: public.outbox_message\n  slot: %s\n  publication: %s\n  start: earliest\n  create: false\n", be.dsn, slot, slot)
+}
+
+// row is one outbox row as written.
+type row struct {
+	messageID, aggType, aggID, evType string
+	payload                           []byte
+}
+
+// payloadPad makes the JSON payload about 200 bytes.
+var payloadPad = strings.Repeat("x", 80)
+
+// makeRow builds row seq with a ~200-byte JSON payload carrying ts, the
+// writer's clock in microseconds (0 for the backlog).
+func makeRow(seq int64, aggregates int, ts int64) row {
+	agg := seq % int64(aggregates)
+	p := make([]byte, 0, 224)
+	p = append(p, `{"ts":`...)
+	p = strconv.AppendInt(p, ts, 10)
+	p = append(p, `,"seq":`...)
+	p = strconv.AppendInt(p, seq, 10)
+	p = append(p, `,"order_no":"A-`...)
+	p = strconv.AppendInt(p, agg, 10)
+	p = append(p, `","amount":`...)
+	p = strconv.AppendInt(p, 100+seq%9900, 10)
+	p = append(p, `.25,"currency":"EUR","items":3,"customer":"c-`...)
+	p = strconv.AppendInt(p, seq%997, 10)
+	p = append(p, `","note":"`...)
+	p = append(p, payloadPad...)
+	p = append(p, `"}`...)
+	return row{
+		messageID: uuid.NewString(),
+		aggType:   "ORDER",
+		aggID:     "agg-" + strconv.FormatInt(agg, 10),
+		evType:    "ORDER_CREATED",
+		payload:   p,
+	}
+}
+
+// insertSQL is a multi-row INSERT for n rows.
+func (be *backend) insertSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ")
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		k := i * 5
+		fmt.Fprintf(&b, "(%s,%s,%s,%s,%s)", be.ph(k+1), be.ph(k+2), be.ph(k+3), be.ph(k+4), be.ph(k+5))
+	}
+	return b.String()
+}
+
+func rowArgs(rows []row) []any {
+	args := make([]any, 0, len(rows)*5)
+	for _, r := range rows {
+		args = append(args, r.messageID, r.aggType, r.aggID, r.evType, string(r.payload))
+	}
+	return args
+}
