@@ -165,7 +165,7 @@ type Source interface {
 	Run(ctx context.Context, from Position, out chan<- Tx) error
 	// Ack says every transaction up to and including the one ending at pos
 	// is durably checkpointed, so the server may release it (Postgres
-	// confirms it to the slot). It is called from the pipeline's writer
+	// confirms it to the slot). It is called from the pipeline's saver
 	// goroutine, concurrently with Run, with non-decreasing positions, and
 	// must not block.
 	Ack(pos Position)
@@ -214,7 +214,7 @@ type Checkpointer interface {
 	Load(ctx context.Context) (Position, error)
 	// Save durably stores pos; when it returns nil the position survives a
 	// crash of the process and of the machine. Called from the pipeline's
-	// writer goroutine only.
+	// saver goroutine only, one call at a time.
 	Save(ctx context.Context, pos Position) error
 }
 

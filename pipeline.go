@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,15 +106,16 @@ func (c PipelineConfig) Validate() error {
 // record; after a crash at any point the connector resumes from the last
 // checkpoint and at most the records of one batch are sent again.
 type Pipeline struct {
-	cfg     PipelineConfig
-	src     Source
-	router  Router
-	sink    Sink
-	cp      Checkpointer
-	atomic  AtomicSink // set in exactly-once mode: records and position in one write
-	dead    DeadLetter // set with on_error: dlq
-	log     zerolog.Logger
-	metrics *pipelineMetrics
+	cfg      PipelineConfig
+	src      Source
+	router   Router
+	sink     Sink
+	cp       Checkpointer
+	atomic   AtomicSink // set in exactly-once mode: records and position in one write
+	observer CheckpointObserver
+	dead     DeadLetter // set with on_error: dlq
+	log      zerolog.Logger
+	metrics  *pipelineMetrics
 }
 
 // NewPipeline wires the parts. reg may be nil. With a nil cp the sink must
@@ -428,12 +430,25 @@ func sourceStopped(err error) error {
 	return fmt.Errorf("source: %w", err)
 }
 
-// writer writes each batch, then saves its end position, then acks the source.
+// writer writes each batch and hands its end position to the saver, which
+// saves it and then acks the source. Saving runs beside the next write, so
+// a checkpoint fsync never delays records; under load the saver coalesces
+// several batches into one save. The checkpoint still never passes an
+// unacknowledged record: a position reaches the saver only after every
+// record before it was acknowledged.
 func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
-	lastLog := time.Now()
+	sv := p.startSaver(ctx)
 	for b := range batches {
+		if err := sv.failed(); err != nil {
+			sv.close()
+			return err
+		}
 		start := time.Now()
-		if err := p.deliver(ctx, b); err != nil {
+		if err := p.deliver(ctx, b, sv); err != nil {
+			// Save what was acknowledged before the failure.
+			if serr := sv.close(); serr != nil {
+				return errors.Join(err, serr)
+			}
 			return err
 		}
 		if len(b.records) > 0 {
@@ -444,19 +459,131 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 		for _, d := range b.dead {
 			p.metrics.deadLetters.WithLabelValues(d.class).Inc()
 		}
-		if err := p.checkpoint(ctx, b.end); err != nil {
-			return err
-		}
-		if !b.commitTime.IsZero() {
-			p.metrics.lag.Set(time.Since(b.commitTime).Seconds())
-		}
-		p.src.Ack(b.end)
-		if time.Since(lastLog) >= p.cfg.LogInterval {
-			lastLog = time.Now()
-			p.log.Info().Str("position", string(b.end)).Msg("checkpoint")
+		sv.put(b.end, b.commitTime, p.messageIDs(b.events))
+	}
+	return sv.close()
+}
+
+// messageIDs lists the batch's message ids for the checkpoint observer.
+func (p *Pipeline) messageIDs(events []*Event) []string {
+	if p.observer == nil || len(events) == 0 {
+		return nil
+	}
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		ids[i] = ev.MessageID
+	}
+	return ids
+}
+
+// CheckpointObserver hears about every durable checkpoint.
+type CheckpointObserver interface {
+	// Checkpointed is called from the pipeline's saver goroutine after end
+	// was saved and the source acked, with the message ids of the records
+	// delivered since the previous call, in order. It must not block for
+	// long: the next save waits for it.
+	Checkpointed(ctx context.Context, end Position, messageIDs []string)
+}
+
+// Observe registers an observer (for outbox lifecycle: mark rows sent,
+// clean up). Call before Run.
+func (p *Pipeline) Observe(o CheckpointObserver) { p.observer = o }
+
+// saver saves the newest acknowledged position in its own goroutine.
+type saver struct {
+	p       *Pipeline
+	ctx     context.Context
+	mu      sync.Mutex
+	pending Position
+	commit  time.Time
+	ids     []string
+	err     error
+	wake    chan struct{}
+	done    chan struct{}
+	closed  bool
+	lastLog time.Time
+}
+
+func (p *Pipeline) startSaver(ctx context.Context) *saver {
+	sv := &saver{p: p, ctx: ctx, wake: make(chan struct{}, 1), done: make(chan struct{}), lastLog: time.Now()}
+	go sv.run()
+	return sv
+}
+
+// put records that everything up to end is acknowledged.
+func (sv *saver) put(end Position, commit time.Time, ids []string) {
+	sv.mu.Lock()
+	sv.pending = end
+	if !commit.IsZero() {
+		sv.commit = commit
+	}
+	sv.ids = append(sv.ids, ids...)
+	sv.mu.Unlock()
+	select {
+	case sv.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (sv *saver) failed() error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.err
+}
+
+// close saves what is pending, stops the goroutine and returns the first
+// save error.
+func (sv *saver) close() error {
+	sv.mu.Lock()
+	if !sv.closed {
+		sv.closed = true
+		close(sv.wake)
+	}
+	sv.mu.Unlock()
+	<-sv.done
+	return sv.failed()
+}
+
+func (sv *saver) run() {
+	defer close(sv.done)
+	for range sv.wake {
+		if !sv.saveOnce() {
+			for range sv.wake { // drain until close
+			}
+			return
 		}
 	}
-	return nil
+	sv.saveOnce() // whatever close left pending
+}
+
+// saveOnce saves the pending position, if any; false after a failure.
+func (sv *saver) saveOnce() bool {
+	sv.mu.Lock()
+	end, commit, ids := sv.pending, sv.commit, sv.ids
+	sv.pending, sv.ids = "", nil
+	sv.mu.Unlock()
+	if end.IsZero() {
+		return true
+	}
+	p := sv.p
+	if err := p.checkpoint(sv.ctx, end); err != nil {
+		sv.mu.Lock()
+		sv.err = err
+		sv.mu.Unlock()
+		return false
+	}
+	if !commit.IsZero() {
+		p.metrics.lag.Set(time.Since(commit).Seconds())
+	}
+	p.src.Ack(end)
+	if p.observer != nil {
+		p.observer.Checkpointed(sv.ctx, end, ids)
+	}
+	if time.Since(sv.lastLog) >= p.cfg.LogInterval {
+		sv.lastLog = time.Now()
+		p.log.Info().Str("position", string(end)).Msg("checkpoint")
+	}
+	return true
 }
 
 // write hands records to the sink; in exactly-once mode together with end.
@@ -495,7 +622,7 @@ func (p *Pipeline) checkpoint(ctx context.Context, end Position) error {
 // the payload, then the pipeline halts. With on_error: halt, the whole
 // transactions before the rejected row are written and checkpointed, and
 // the error names the row.
-func (p *Pipeline) deliver(ctx context.Context, b *batch) error {
+func (p *Pipeline) deliver(ctx context.Context, b *batch, sv *saver) error {
 	for {
 		err := p.write(ctx, b.records, b.end)
 		if err == nil {
@@ -511,7 +638,7 @@ func (p *Pipeline) deliver(ctx context.Context, b *batch) error {
 		}
 		ev := b.events[i]
 		if p.dead == nil {
-			return p.halt(ctx, b, i, err)
+			return p.halt(ctx, b, i, err, sv)
 		}
 		d := b.dead[i]
 		switch {
@@ -541,18 +668,17 @@ func (p *Pipeline) deliver(ctx context.Context, b *batch) error {
 
 // halt writes and checkpoints the whole transactions before record i,
 // which the sink rejected, and returns the error that stops the pipeline.
-func (p *Pipeline) halt(ctx context.Context, b *batch, i int, cause error) error {
+func (p *Pipeline) halt(ctx context.Context, b *batch, i int, cause error, sv *saver) error {
 	ev := b.events[i]
 	n, end := b.before(i)
 	at := "the checkpoint did not move"
 	if !end.IsZero() {
 		if err := p.write(ctx, b.records[:n], end); err != nil {
 			p.log.Warn().Err(err).Msg("could not write the transactions before the rejected row")
-		} else if err := p.checkpoint(ctx, end); err != nil {
-			p.log.Warn().Err(err).Msg("could not checkpoint the transactions before the rejected row")
 		} else {
-			p.src.Ack(end)
-			at = "checkpoint saved at " + string(end) + ", just before its transaction"
+			// The writer's error path closes the saver, which saves this.
+			sv.put(end, time.Time{}, p.messageIDs(b.events[:n]))
+			at = "checkpoint at " + string(end) + ", just before its transaction"
 		}
 	}
 	return fmt.Errorf("outbox row at %s (message id %s) was rejected by the sink: %w; stopping (%s; pipeline.on_error is halt, set it to dlq to send such rows to a dead-letter topic instead)",

@@ -370,3 +370,45 @@ func TestPipelineAtomicSinkExactlyOnce(t *testing.T) {
 		t.Fatal("a plain sink without a checkpoint store was accepted")
 	}
 }
+
+type idObserver struct {
+	mu   sync.Mutex
+	ids  []string
+	last Position
+}
+
+func (o *idObserver) Checkpointed(_ context.Context, end Position, ids []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ids = append(o.ids, ids...)
+	o.last = end
+}
+
+// TestPipelineObserverSeesEveryCheckpointedRow: however saves are
+// coalesced, the observer hears each delivered message id once, in order,
+// and only for checkpointed positions.
+func TestPipelineObserverSeesEveryCheckpointedRow(t *testing.T) {
+	sink := &flakySink{acked: map[string]int{}}
+	cp := &memCheckpointer{t: t, perTx: 3, sink: func() *flakySink { return sink }}
+	obs := &idObserver{}
+	p, err := NewPipeline(smallBatches(), &fakeSource{txCount: 500, perTx: 3}, idRouter{}, sink, cp, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Observe(obs)
+	if err := p.Run(context.Background()); !errors.Is(err, errExhausted) {
+		t.Fatal(err)
+	}
+	if obs.last != fakePos(500) || cp.pos != fakePos(500) {
+		t.Fatalf("observer at %s, checkpoint at %s", obs.last, cp.pos)
+	}
+	if len(obs.ids) != 1500 {
+		t.Fatalf("observer saw %d ids, want 1500", len(obs.ids))
+	}
+	for i := 0; i < 1500; i++ {
+		if want := fmt.Sprintf("%d.%d", i/3+1, i%3); obs.ids[i] != want {
+			t.Fatalf("id %d is %s, want %s", i, obs.ids[i], want)
+		}
+	}
+	t.Logf("%d saves for 500 transactions", cp.saves)
+}
