@@ -570,18 +570,6 @@ func TestDeployKubernetes(t *testing.T) {
 	os.WriteFile(dsnPath, []byte("cdc:s3cret@tcp(mysql.shop.svc:3306)/shop\n"), 0o600)
 	os.WriteFile(cfgPath, []byte(cfgText), 0o600)
 	out, err := configPrint(cfgPath, "OUTBOX_CDC_SOURCE_DSN_FILE="+dsnPath)
-	if err != nil && strings.Contains(out, `unknown configuration key "ha`) {
-		// The HA section is written ahead of the configuration keys that
-		// enable the built-in standby (issue 7). Until they exist, check the
-		// rest of the configuration.
-		t.Logf("PENDING: the loader does not know the ha section yet: %s", strings.TrimSpace(out))
-		var root map[string]any
-		yaml.Unmarshal([]byte(cfgText), &root)
-		delete(root, "ha")
-		rest, _ := yaml.Marshal(root)
-		os.WriteFile(cfgPath, rest, 0o600)
-		out, err = configPrint(cfgPath, "OUTBOX_CDC_SOURCE_DSN_FILE="+dsnPath)
-	}
 	if err != nil {
 		t.Fatalf("ConfigMap configuration does not load: %v\n%s", err, out)
 	}
