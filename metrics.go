@@ -50,6 +50,10 @@ func NewSourceMetrics(reg prometheus.Registerer) *SourceMetrics {
 			Help: "Seconds between now and the commit time of the last source transaction read.",
 		}),
 	}
+	// Present from the start, so dashboards and alerts see 0, not nothing.
+	for _, op := range []string{"update", "delete"} {
+		m.SkippedOperations.WithLabelValues(op)
+	}
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.TransactionsRead, m.SkippedOperations, m.Reconnects, m.Connected, m.LagSeconds)
 	}

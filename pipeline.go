@@ -65,8 +65,8 @@ type PipelineConfig struct {
 // DefaultPipelineConfig returns the defaults.
 func DefaultPipelineConfig() PipelineConfig {
 	return PipelineConfig{
-		MaxBatchRecords:   20000,
-		MaxBatchBytes:     8 << 20,
+		MaxBatchRecords:   10000,
+		MaxBatchBytes:     4 << 20,
 		QueueTransactions: 64,
 		ShutdownTimeout:   30 * time.Second,
 		LogInterval:       30 * time.Second,
@@ -113,7 +113,8 @@ type Pipeline struct {
 	cp       Checkpointer
 	atomic   AtomicSink // set in exactly-once mode: records and position in one write
 	observer CheckpointObserver
-	dead     DeadLetter // set with on_error: dlq
+	spare    chan *batch // written batches kept for reuse
+	dead     DeadLetter  // set with on_error: dlq
 	log      zerolog.Logger
 	metrics  *pipelineMetrics
 }
@@ -129,6 +130,7 @@ func NewPipeline(cfg PipelineConfig, src Source, router Router, sink Sink, cp Ch
 		cfg: cfg, src: src, router: router, sink: sink, cp: cp,
 		log:     log.With().Str("component", "pipeline").Logger(),
 		metrics: newPipelineMetrics(reg),
+		spare:   make(chan *batch, 3),
 	}
 	if cp == nil {
 		atomic, ok := sink.(AtomicSink)
@@ -171,6 +173,28 @@ type batch struct {
 	txs        int
 	end        Position
 	commitTime time.Time
+}
+
+// newBatch returns an empty batch, reusing the slices of a written one.
+func (p *Pipeline) newBatch() *batch {
+	select {
+	case b := <-p.spare:
+		return b
+	default:
+		return &batch{}
+	}
+}
+
+// recycle empties a written batch for reuse, dropping its references to the
+// rows so their memory can be collected.
+func (p *Pipeline) recycle(b *batch) {
+	clear(b.records)
+	clear(b.events)
+	*b = batch{records: b.records[:0], events: b.events[:0], marks: b.marks[:0]}
+	select {
+	case p.spare <- b:
+	default:
+	}
 }
 
 type txMark struct {
@@ -307,7 +331,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // filling the next batch up to the bounds, so a backlog makes large writes
 // and an idle stream makes one write per transaction.
 func (p *Pipeline) batcher(ctx context.Context, txs <-chan Tx, src *sourceRun, out chan<- *batch) error {
-	cur := &batch{}
+	cur := p.newBatch()
 	var final error // set when the source stopped or a row failed
 	for final == nil {
 		// Wait for a transaction, or, with a non-empty batch, for the writer.
@@ -326,7 +350,7 @@ func (p *Pipeline) batcher(ctx context.Context, txs <-chan Tx, src *sourceRun, o
 			select {
 			case tx = <-txs:
 			case out <- cur:
-				cur = &batch{}
+				cur = p.newBatch()
 				continue
 			case <-src.done:
 				final = sourceStopped(src.err)
@@ -338,7 +362,7 @@ func (p *Pipeline) batcher(ctx context.Context, txs <-chan Tx, src *sourceRun, o
 		}
 		if final = p.add(cur, tx); final == nil && p.full(cur) {
 			out <- cur // blocks while the writer works: back-pressure to the source
-			cur = &batch{}
+			cur = p.newBatch()
 		}
 	}
 	// Transactions already queued are whole: take them too (unless a row
@@ -355,7 +379,7 @@ func (p *Pipeline) batcher(ctx context.Context, txs <-chan Tx, src *sourceRun, o
 				}
 				if p.full(cur) {
 					out <- cur
-					cur = &batch{}
+					cur = p.newBatch()
 				}
 			default:
 				break drain
@@ -460,6 +484,7 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 			p.metrics.deadLetters.WithLabelValues(d.class).Inc()
 		}
 		sv.put(b.end, b.commitTime, p.messageIDs(b.events))
+		p.recycle(b)
 	}
 	return sv.close()
 }

@@ -62,7 +62,7 @@ func DefaultKafkaConfig() KafkaConfig {
 		MaxMessageBytes:  1000000,
 		Linger:           0,
 		BatchBytes:       1 << 20,
-		MaxInFlightBytes: 64 << 20,
+		MaxInFlightBytes: 16 << 20,
 		ProduceTimeout:   10 * time.Second,
 		DialTimeout:      10 * time.Second,
 		RetryBackoffMin:  100 * time.Millisecond,

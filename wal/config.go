@@ -97,7 +97,7 @@ func DefaultConfig() Config {
 		Start:          StartEarliest,
 		Create:         true,
 		StatusInterval: 2 * time.Second,
-		BufferBytes:    16 << 20,
+		BufferBytes:    8 << 20,
 		Reconnect:      BackoffConfig{Min: 500 * time.Millisecond, Max: 30 * time.Second},
 		LagInterval:    10 * time.Second,
 	}

@@ -35,7 +35,17 @@ func buildVersion() string {
 	return "dev"
 }
 
+// defaultMemoryLimit is the Go runtime's soft memory limit unless
+// GOMEMLIMIT says otherwise: the garbage collector works harder near it
+// instead of letting the heap double, which keeps a backlog drain's
+// resident memory near the connector's real needs (bounded batches and
+// buffers). It is soft: the process may exceed it rather than fail.
+const defaultMemoryLimit = 96 << 20
+
 func main() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
