@@ -67,7 +67,7 @@ func DefaultPipelineConfig() PipelineConfig {
 	return PipelineConfig{
 		MaxBatchRecords:   10000,
 		MaxBatchBytes:     4 << 20,
-		QueueTransactions: 64,
+		QueueTransactions: 16,
 		ShutdownTimeout:   30 * time.Second,
 		LogInterval:       30 * time.Second,
 		OnError:           OnErrorHalt,

@@ -40,7 +40,7 @@ func buildVersion() string {
 // instead of letting the heap double, which keeps a backlog drain's
 // resident memory near the connector's real needs (bounded batches and
 // buffers). It is soft: the process may exceed it rather than fail.
-const defaultMemoryLimit = 96 << 20
+const defaultMemoryLimit = 112 << 20
 
 func main() {
 	if os.Getenv("GOMEMLIMIT") == "" {
