@@ -302,7 +302,7 @@ func Check(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxc
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	db, err := sql.Open("mysql", cfg.DSN)
+	db, err := sql.Open("mysql", s.cfg.DSN) // with source.tls applied
 	if err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("mysql.connect", err.Error(), "fix source.dsn")}
 	}

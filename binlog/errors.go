@@ -8,6 +8,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
+
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // Errors Run returns wrap one of these (errors.Is), so cmd/ and the preflight
@@ -115,6 +117,9 @@ func classifyConnErr(err error) error {
 	if errors.As(err, &ee) {
 		return err // undecodable event: the same bytes would fail again
 	}
+	if tlsconf.IsVerifyError(err) || errors.Is(err, mysqldriver.ErrNoTLS) {
+		return joinSentinel(ErrTLS, err, "check source.tls (mode, ca_file, server_name) against the server's certificate")
+	}
 	// No server error code: the connection broke (EOF, reset, refused,
 	// read timeout, go-mysql's own wrappers). Reconnecting with backoff is
 	// the right answer to all of them.
@@ -122,7 +127,7 @@ func classifyConnErr(err error) error {
 }
 
 func isClassified(err error) bool {
-	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrUnsupported} {
+	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrUnsupported, ErrTLS} {
 		if errors.Is(err, s) {
 			return true
 		}

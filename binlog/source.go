@@ -33,6 +33,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"github.com/rs/zerolog"
 )
 
@@ -87,6 +88,13 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 	if m == nil {
 		m = outboxcdc.NewSourceMetrics(nil)
 	}
+	// Every connection below opens the DSN with source.tls applied.
+	connDSN, err := cfg.ConnDSN()
+	if err != nil {
+		return nil, fmt.Errorf("mysql source config: %w", err)
+	}
+	cfg.DSN = connDSN
+	cfg.warnTLS(log)
 	dc, err := mysqldriver.ParseDSN(cfg.DSN)
 	if err != nil {
 		return nil, errors.New("mysql source config: dsn: not a valid go-sql-driver DSN")
@@ -144,7 +152,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("binlog source: Run called twice")
 	}
-	if !from.IsZero() {
+	if !from.IsZero() && !backfill.IsPending(from) {
 		if _, err := ParsePosition(from); err != nil {
 			err = fmt.Errorf("mysql source: cannot resume from the checkpoint: %w", err)
 			s.setReady(err)
@@ -160,6 +168,9 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	db.SetConnMaxIdleTime(time.Minute)
 
 	resume := from // the end of the last Tx sent, or the start position
+	if err := s.backfillFirst(ctx, db, &resume, out); err != nil {
+		return err // source.start: pending (pending.go)
+	}
 	backoff := s.cfg.Reconnect.Min
 	for {
 		streamed, err := s.session(ctx, db, &resume, out)
@@ -246,7 +257,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		Port:                port,
 		User:                s.dsn.User,
 		Password:            s.dsn.Passwd,
-		TLSConfig:           s.dsn.TLS,
+		TLSConfig:           s.binlogTLS(ctx, db),
 		ParseTime:           true,
 		UseDecimal:          false,
 		HeartbeatPeriod:     s.cfg.HeartbeatPeriod,

@@ -2,8 +2,11 @@ package wal
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // permanentError marks an error that reconnecting cannot fix: Run returns it.
@@ -39,6 +42,10 @@ const (
 func classify(err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
+		if tlsconf.IsVerifyError(err) {
+			// Reconnecting cannot fix a certificate that does not verify.
+			return permanent(fmt.Errorf("%w (TLS: check sslmode and sslrootcert in source.dsn against the server's certificate)", err))
+		}
 		return err
 	}
 	if pgErr.Code == codeObjectInUse {
