@@ -67,9 +67,14 @@ func keysOf(t reflect.Type, prefix string, into keySet) {
 // source.dsn, for Kubernetes and Docker secrets.
 const fileSuffix = "_file"
 
-// withFileKeys adds path_file for every string (and string list) key.
+// withFileKeys adds path_file for every string (and string list) key. A
+// key that already ends in _file holds a path (source.tls.ca_file) and
+// gets none.
 func withFileKeys(keys keySet) {
 	for p, t := range keys {
+		if strings.HasSuffix(p, fileSuffix) {
+			continue
+		}
 		if t.Kind() == reflect.String || (t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String) {
 			if _, clash := keys[p+fileSuffix]; !clash {
 				keys[p+fileSuffix] = reflect.TypeOf("")

@@ -63,11 +63,18 @@ func (c Config) validateDelivery() error {
 	return nil
 }
 
-func (c Config) sourceDSN() string {
+// sourceDSN is the DSN the HA lock, the checkpoint table and `position`
+// connect with: for MySQL with source.tls applied (it reads the
+// certificate files). Postgres DSNs carry their own sslmode.
+func (c Config) sourceDSN() (string, error) {
 	if c.Source.Type == "postgres" {
-		return c.Source.Postgres.DSN
+		return c.Source.Postgres.DSN, nil
 	}
-	return c.Source.MySQL.DSN
+	dsn, err := c.Source.MySQL.ConnDSN()
+	if err != nil {
+		return "", configErrorf("source.%v", err)
+	}
+	return dsn, nil
 }
 
 // newKafkaSink returns the Kafka sink of the delivery mode.
@@ -92,7 +99,11 @@ func newCheckpoint(cfg Config, kind string, log zerolog.Logger) (outboxcdc.Check
 		return nil, nop, nil
 	}
 	if cfg.Checkpoint.Type == "table" {
-		t, err := checkpoint.NewTable(cfg.Source.Type, cfg.sourceDSN(), cfg.Checkpoint.TableConfig, cfg.Name, log)
+		dsn, err := cfg.sourceDSN()
+		if err != nil {
+			return nil, nil, err
+		}
+		t, err := checkpoint.NewTable(cfg.Source.Type, dsn, cfg.Checkpoint.TableConfig, cfg.Name, log)
 		if err != nil {
 			return nil, nil, &configError{msg: err.Error()}
 		}
@@ -161,7 +172,11 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 		h.active.Set(1)
 		return ctx, nil
 	}
-	l, err := ha.New(h.cfg.Source.Type, h.cfg.sourceDSN(), h.cfg.Name, h.cfg.HA, h.log)
+	dsn, err := h.cfg.sourceDSN()
+	if err != nil {
+		return nil, err
+	}
+	l, err := ha.New(h.cfg.Source.Type, dsn, h.cfg.Name, h.cfg.HA, h.log)
 	if err != nil {
 		return nil, &configError{msg: err.Error()}
 	}

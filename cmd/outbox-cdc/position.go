@@ -312,7 +312,11 @@ func latestPosition(ctx context.Context, cfg Config, form string) (outboxcdc.Pos
 		}
 		return wal.MakePosition(lsn), nil
 	}
-	db, err := sql.Open("mysql", cfg.Source.MySQL.DSN)
+	dsn, err := cfg.sourceDSN()
+	if err != nil {
+		return "", err
+	}
+	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		return "", err
 	}
