@@ -6,7 +6,14 @@
 #   MariaDB:    server_id, log_bin, binlog_format=ROW, binlog_row_image=FULL,
 #               binlog_row_metadata=FULL; root may log in over TCP without a password.
 #   PostgreSQL: wal_level=logical.
+#   Both:       TLS with a test CA and server certificate generated once in
+#               $TLS_DIR (default /etc/outbox-cdc-test-tls; SAN localhost and
+#               127.0.0.1); tests find the CA as $TLS_DIR/ca.pem. Plaintext
+#               connections keep working (require_secure_transport stays off,
+#               pg_hba keeps its host lines).
 set -euo pipefail
+
+TLS_DIR=${OUTBOX_CDC_TEST_TLS_DIR:-/etc/outbox-cdc-test-tls}
 
 log() { printf 'prepare-services: %s\n' "$*"; }
 
@@ -20,6 +27,48 @@ wait_for() { # wait_for DESCRIPTION SECONDS COMMAND...
 }
 
 mysql_q() { mariadb -uroot -N -B -e "$1"; }
+
+# prepare_tls makes a test CA and a server certificate signed by it, unless
+# valid ones exist. The private key is copied once per server, owned by its
+# user (PostgreSQL refuses a key others can read).
+prepare_tls() {
+  mkdir -p "$TLS_DIR"
+  chmod 755 "$TLS_DIR"
+  local d=$TLS_DIR
+  if [ -f "$d/ca.pem" ] && [ -f "$d/server.pem" ] &&
+    openssl verify -CAfile "$d/ca.pem" "$d/server.pem" >/dev/null 2>&1 &&
+    openssl x509 -checkend 2592000 -noout -in "$d/server.pem" >/dev/null; then
+    :
+  else
+    log "generating the test CA and server certificate in $d"
+    local tmp
+    tmp=$(mktemp -d)
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=outbox-cdc test CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      -keyout "$tmp/ca.key" -out "$tmp/ca.pem" 2>/dev/null
+    openssl req -new -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+      -keyout "$tmp/server.key" -out "$tmp/server.csr" 2>/dev/null
+    printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+      "extendedKeyUsage=serverAuth" "subjectAltName=DNS:localhost,IP:127.0.0.1" >"$tmp/ext.cnf"
+    openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -CAcreateserial \
+      -days 3650 -extfile "$tmp/ext.cnf" -out "$tmp/server.pem" 2>/dev/null
+    install -m 600 "$tmp/ca.key" "$d/ca.key"
+    install -m 644 "$tmp/ca.pem" "$d/ca.pem"
+    install -m 644 "$tmp/server.pem" "$d/server.pem"
+    install -m 600 "$tmp/server.key" "$d/server.key"
+    rm -rf "$tmp"
+    rm -f "$d/mariadb-server.key" "$d/postgres-server.key"
+  fi
+  local u
+  for u in mysql postgres; do
+    local k=$d/${u/mysql/mariadb}-server.key
+    if id "$u" >/dev/null 2>&1 && { [ ! -f "$k" ] || ! cmp -s "$d/server.key" "$k"; }; then
+      install -m 600 -o "$u" -g "$u" "$d/server.key" "$k"
+    fi
+  done
+}
+
+mariadb_tls_ready() { [ "$(mysql_q "SELECT CONCAT(@@have_ssl, ',', @@ssl_cert)")" = "YES,$TLS_DIR/server.pem" ]; }
 
 binlog_settings() { mysql_q "SELECT CONCAT_WS(',', @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata)"; }
 binlog_ready() { case "$(binlog_settings)" in 1,ROW,FULL,FULL | ON,ROW,FULL,FULL) return 0 ;; esac; return 1; }
@@ -40,27 +89,36 @@ log_bin             = mariadb-bin
 binlog_format       = ROW
 binlog_row_image    = FULL
 binlog_row_metadata = FULL
+ssl_ca              = TLSDIR/ca.pem
+ssl_cert            = TLSDIR/server.pem
+ssl_key             = TLSDIR/mariadb-server.key
 CNF
 )
+  want=${want//TLSDIR/$TLS_DIR}
   if [ ! -f "$cnf" ] || [ "$(cat "$cnf")" != "$want" ]; then
     printf '%s\n' "$want" >"$cnf"
   fi
   wait_for "MariaDB" 60 mariadb-admin ping
-  if ! binlog_ready; then
-    log "restarting MariaDB to enable the binlog (was: $(binlog_settings))"
+  if ! binlog_ready || ! mariadb_tls_ready; then
+    log "restarting MariaDB to enable the binlog and TLS (was: $(binlog_settings), ssl: $(mysql_q 'SELECT @@have_ssl'))"
     mariadb-admin shutdown
     wait_for "MariaDB shutdown" 60 bash -c '! pgrep -x mariadbd'
     mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
     start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
     wait_for "MariaDB" 60 mariadb-admin ping
     binlog_ready || { log "MariaDB settings still wrong after restart: $(binlog_settings)"; exit 1; }
+    mariadb_tls_ready || { log "MariaDB TLS still off after restart (have_ssl: $(mysql_q 'SELECT @@have_ssl'))"; exit 1; }
+  fi
+  # A regenerated certificate at the same paths is loaded without a restart.
+  if ! mariadb --ssl-verify-server-cert --ssl-ca="$TLS_DIR/ca.pem" -uroot -h127.0.0.1 --protocol=TCP -e 'SELECT 1' >/dev/null 2>&1; then
+    mysql_q "FLUSH SSL"
   fi
   # Tests and the demo connect as root over TCP with an empty password.
   if ! mariadb -uroot -h127.0.0.1 --protocol=TCP -e 'SELECT 1' >/dev/null 2>&1; then
     mysql_q "ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket"
   fi
   mysql_q "CREATE DATABASE IF NOT EXISTS test"
-  log "MariaDB ready: $(mysql_q 'SELECT VERSION()'), binlog ROW/FULL/FULL"
+  log "MariaDB ready: $(mysql_q 'SELECT VERSION()'), binlog ROW/FULL/FULL, TLS with $TLS_DIR/ca.pem"
 }
 
 prepare_postgres() {
@@ -77,14 +135,27 @@ prepare_postgres() {
     cur=$(psql -U postgres -h 127.0.0.1 -Atc 'SHOW wal_level')
     [ "$cur" = "logical" ] || { log "wal_level still $cur after restart"; exit 1; }
   fi
+  # TLS: ssl and the certificate files are reloadable, no restart needed.
+  local want_tls="on,$TLS_DIR/server.pem,$TLS_DIR/postgres-server.key"
+  cur=$(psql -U postgres -h 127.0.0.1 -Atc "SELECT current_setting('ssl') || ',' || current_setting('ssl_cert_file') || ',' || current_setting('ssl_key_file')")
+  if [ "$cur" != "$want_tls" ] ||
+    ! psql "host=127.0.0.1 user=postgres dbname=postgres sslmode=verify-full sslrootcert=$TLS_DIR/ca.pem" -Atc 'SELECT 1' >/dev/null 2>&1; then
+    log "PostgreSQL: serving TLS with the test certificate (was: $cur)"
+    psql -U postgres -h 127.0.0.1 -q \
+      -c "ALTER SYSTEM SET ssl = on" \
+      -c "ALTER SYSTEM SET ssl_cert_file = '$TLS_DIR/server.pem'" \
+      -c "ALTER SYSTEM SET ssl_key_file = '$TLS_DIR/postgres-server.key'" \
+      -c "SELECT pg_reload_conf()" >/dev/null
+    wait_for "PostgreSQL TLS" 10 psql "host=127.0.0.1 user=postgres dbname=postgres sslmode=verify-full sslrootcert=$TLS_DIR/ca.pem" -Atc 'SELECT 1'
+  fi
   psql -U postgres -h 127.0.0.1 -Atc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1 ||
     psql -U postgres -h 127.0.0.1 -qc 'CREATE DATABASE test'
-  log "PostgreSQL ready: $(psql -U postgres -h 127.0.0.1 -Atc 'SHOW server_version'), wal_level=logical"
+  log "PostgreSQL ready: $(psql -U postgres -h 127.0.0.1 -Atc 'SHOW server_version'), wal_level=logical, TLS with $TLS_DIR/ca.pem"
 }
 
 case "${1:-all}" in
-  mariadb|mysql) prepare_mariadb ;;
-  postgres) prepare_postgres ;;
-  all) prepare_mariadb; prepare_postgres ;;
+  mariadb|mysql) prepare_tls; prepare_mariadb ;;
+  postgres) prepare_tls; prepare_postgres ;;
+  all) prepare_tls; prepare_mariadb; prepare_postgres ;;
   *) echo "usage: $0 [all|mariadb|postgres]" >&2; exit 2 ;;
 esac
