@@ -46,6 +46,11 @@ type PipelineConfig struct {
 	// QueueTransactions is how many source transactions may wait between the
 	// source and the batcher.
 	QueueTransactions int `yaml:"queue_transactions"`
+	// CheckpointInterval is the least time between two checkpoint saves.
+	// Records are never held back by it (saves run beside the writes);
+	// after a crash, what was acknowledged since the last save is sent
+	// again. 0 saves after every batch.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
 	// ShutdownTimeout bounds the final flush after a stop was requested.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// LogInterval is how often the checkpoint position is logged.
@@ -65,12 +70,13 @@ type PipelineConfig struct {
 // DefaultPipelineConfig returns the defaults.
 func DefaultPipelineConfig() PipelineConfig {
 	return PipelineConfig{
-		MaxBatchRecords:   10000,
-		MaxBatchBytes:     4 << 20,
-		QueueTransactions: 16,
-		ShutdownTimeout:   30 * time.Second,
-		LogInterval:       30 * time.Second,
-		OnError:           OnErrorHalt,
+		MaxBatchRecords:    10000,
+		MaxBatchBytes:      4 << 20,
+		QueueTransactions:  16,
+		CheckpointInterval: 100 * time.Millisecond,
+		ShutdownTimeout:    30 * time.Second,
+		LogInterval:        30 * time.Second,
+		OnError:            OnErrorHalt,
 	}
 }
 
@@ -83,6 +89,8 @@ func (c PipelineConfig) Validate() error {
 		return fmt.Errorf("pipeline.max_batch_bytes must be at least 1024, got %d", c.MaxBatchBytes)
 	case c.QueueTransactions < 1:
 		return fmt.Errorf("pipeline.queue_transactions must be at least 1, got %d", c.QueueTransactions)
+	case c.CheckpointInterval < 0 || c.CheckpointInterval > time.Minute:
+		return fmt.Errorf("pipeline.checkpoint_interval must be between 0 and 1m, got %s", c.CheckpointInterval)
 	case c.ShutdownTimeout <= 0:
 		return fmt.Errorf("pipeline.shutdown_timeout must be positive, got %s", c.ShutdownTimeout)
 	case c.LogInterval <= 0:
@@ -524,13 +532,14 @@ type saver struct {
 	ids     []string
 	err     error
 	wake    chan struct{}
+	closing chan struct{}
 	done    chan struct{}
 	closed  bool
 	lastLog time.Time
 }
 
 func (p *Pipeline) startSaver(ctx context.Context) *saver {
-	sv := &saver{p: p, ctx: ctx, wake: make(chan struct{}, 1), done: make(chan struct{}), lastLog: time.Now()}
+	sv := &saver{p: p, ctx: ctx, wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}), lastLog: time.Now()}
 	go sv.run()
 	return sv
 }
@@ -562,6 +571,7 @@ func (sv *saver) close() error {
 	sv.mu.Lock()
 	if !sv.closed {
 		sv.closed = true
+		close(sv.closing)
 		close(sv.wake)
 	}
 	sv.mu.Unlock()
@@ -571,11 +581,25 @@ func (sv *saver) close() error {
 
 func (sv *saver) run() {
 	defer close(sv.done)
+	interval := sv.p.cfg.CheckpointInterval
+	if sv.p.atomic != nil {
+		interval = 0 // the position was stored with the records; only acks remain
+	}
 	for range sv.wake {
 		if !sv.saveOnce() {
 			for range sv.wake { // drain until close
 			}
 			return
+		}
+		// Pace the saves: what is acknowledged in the meantime is saved in
+		// one go, instead of one fsync per small batch. A stop saves at once.
+		if interval > 0 {
+			t := time.NewTimer(interval)
+			select {
+			case <-t.C:
+			case <-sv.closing:
+				t.Stop()
+			}
 		}
 	}
 	sv.saveOnce() // whatever close left pending
