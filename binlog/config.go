@@ -7,12 +7,16 @@ import (
 	"time"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 )
 
 // Start settings: where a first run without a checkpoint begins.
 const (
 	StartLatest   = "latest"   // the server's current position: only new transactions
 	StartEarliest = "earliest" // the oldest binlog still on the server
+	// StartPending publishes the rows a polling relay had not sent
+	// (Pending.Where), then streams; see pending.go.
+	StartPending = backfill.StartPending
 )
 
 // GTID settings: which position form a first run without a checkpoint uses.
@@ -29,8 +33,11 @@ type Config struct {
 	DSN string `yaml:"dsn"`
 	// Table is the outbox table in DSN's database.
 	Table string `yaml:"table"`
-	// Start is used only when there is no checkpoint: latest | earliest.
+	// Start is used only when there is no checkpoint: latest | earliest |
+	// pending.
 	Start string `yaml:"start"`
+	// Pending selects the rows start: pending publishes first.
+	Pending backfill.Config `yaml:"pending"`
 	// ServerID is the replica id this connector registers with; it must be
 	// unique among the server's replicas. 0 derives one from the connector
 	// name.
@@ -61,6 +68,7 @@ func DefaultConfig() Config {
 	return Config{
 		Table:           "outbox_message",
 		Start:           StartLatest,
+		Pending:         backfill.DefaultConfig(),
 		GTID:            GTIDAuto,
 		HeartbeatPeriod: 5 * time.Second,
 		ReadTimeout:     30 * time.Second,
@@ -84,8 +92,13 @@ func (c Config) Validate() error {
 	if c.Table == "" {
 		errs = append(errs, errors.New("table: required"))
 	}
-	if c.Start != StartLatest && c.Start != StartEarliest {
-		errs = append(errs, fmt.Errorf("start: %q is not one of latest, earliest", c.Start))
+	if c.Start != StartLatest && c.Start != StartEarliest && c.Start != StartPending {
+		errs = append(errs, fmt.Errorf("start: %q is not one of latest, earliest, pending", c.Start))
+	}
+	if c.Start == StartPending {
+		if err := c.Pending.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.GTID != GTIDAuto && c.GTID != GTIDOff {
 		errs = append(errs, fmt.Errorf("gtid: %q is not one of auto, off", c.GTID))

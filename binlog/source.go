@@ -33,6 +33,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"github.com/rs/zerolog"
 )
 
@@ -151,7 +152,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("binlog source: Run called twice")
 	}
-	if !from.IsZero() {
+	if !from.IsZero() && !backfill.IsPending(from) {
 		if _, err := ParsePosition(from); err != nil {
 			err = fmt.Errorf("mysql source: cannot resume from the checkpoint: %w", err)
 			s.setReady(err)
@@ -167,6 +168,9 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	db.SetConnMaxIdleTime(time.Minute)
 
 	resume := from // the end of the last Tx sent, or the start position
+	if err := s.backfillFirst(ctx, db, &resume, out); err != nil {
+		return err // source.start: pending (pending.go)
+	}
 	backoff := s.cfg.Reconnect.Min
 	for {
 		streamed, err := s.session(ctx, db, &resume, out)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 )
 
 // Start settings, used only when Run gets no checkpoint.
@@ -21,6 +22,10 @@ const (
 	// (pg_current_wal_lsn() at start), skipping whatever backlog an existing
 	// slot retains. For a freshly created slot it is the same as earliest.
 	StartLatest = "latest"
+	// StartPending publishes the rows a polling relay had not sent
+	// (Pending.Where) at the slot's consistent point, then streams; see
+	// pending.go.
+	StartPending = backfill.StartPending
 )
 
 // Config configures the PostgreSQL source. It is assembled by cmd/ from the
@@ -38,6 +43,8 @@ type Config struct {
 	// Start is "earliest" or "latest" (see StartEarliest, StartLatest); it
 	// only matters when there is no checkpoint.
 	Start string `yaml:"start"`
+	// Pending selects the rows start: pending publishes first.
+	Pending backfill.Config `yaml:"pending"`
 	// Slot is the logical replication slot; default derived from the
 	// connector name. Letters, digits and underscores, at most 63.
 	Slot string `yaml:"slot"`
@@ -95,6 +102,7 @@ func DefaultConfig() Config {
 	return Config{
 		Table:          "public.outbox_message",
 		Start:          StartEarliest,
+		Pending:        backfill.DefaultConfig(),
 		Create:         true,
 		StatusInterval: 2 * time.Second,
 		BufferBytes:    8 << 20,
@@ -122,8 +130,15 @@ func (c *Config) Validate() error {
 	}
 	switch c.Start {
 	case StartEarliest, StartLatest:
+	case StartPending:
+		if c.Table == "" {
+			bad("source.start: pending needs source.table (the rows to publish are read from it)")
+		}
+		if err := c.Pending.Validate(); err != nil {
+			bad("source.%v", err)
+		}
 	default:
-		bad("source.start: %q is not earliest or latest", c.Start)
+		bad("source.start: %q is not earliest, latest or pending", c.Start)
 	}
 	if c.Slot != "" && !legalName(c.Slot) {
 		bad("source.slot: %q must be 1-63 lower-case letters, digits or underscores", c.Slot)

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -115,7 +116,7 @@ func (s *Source) Publication() string { return s.cfg.Publication }
 // Ack records that everything up to pos is durably checkpointed. The next
 // status update confirms it to the slot. It never blocks.
 func (s *Source) Ack(pos outboxcdc.Position) {
-	lsn, err := ParsePosition(pos)
+	lsn, err := ackLSN(pos)
 	if err != nil {
 		s.log.Error().Err(err).Msg("ignoring Ack of a position this source did not issue")
 		return
@@ -140,6 +141,7 @@ type runState struct {
 	resume     pglogrepl.LSN // end of the last Tx queued, else the start position
 	idle       pglogrepl.LSN // highest WAL end confirmed by the idle advance
 	q          *queue
+	dedupe     *dedupe // after a pending backfill read in a fresh snapshot (pending.go)
 }
 
 // Run streams from just after from (or, without a checkpoint, from where
@@ -150,7 +152,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		return errors.New("postgres source: Run called twice")
 	}
 	st := &runState{q: newQueue(s.cfg.BufferBytes)}
-	if !from.IsZero() {
+	if !from.IsZero() && !backfill.IsPending(from) {
 		lsn, err := ParsePosition(from)
 		if err != nil {
 			return err
@@ -160,6 +162,9 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		s.ack.Store(uint64(lsn))
 	}
 
+	if err := s.backfillFirst(ctx, st, from, out); err != nil {
+		return err // source.start: pending (pending.go)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -172,7 +177,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 				return
 			}
 			select {
-			case out <- tx:
+			case out <- st.dedupe.filter(tx):
 			case <-ctx.Done():
 				return
 			}

@@ -1,0 +1,360 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
+)
+
+// Pending backfill (source.start: pending), PostgreSQL.
+//
+// # The seam
+//
+// When the slot does not exist yet, it is created on a replication
+// connection inside a REPEATABLE READ transaction with
+// CREATE_REPLICATION_SLOT ... LOGICAL pgoutput USE_SNAPSHOT, and the pending
+// rows are read in that same transaction. The transaction's snapshot is
+// then exactly the slot's consistent point P: a transaction is visible in
+// it if and only if it committed before P, and streaming from the slot
+// decodes exactly the transactions that commit after P. Each pending row is
+// read once, each later row is streamed once; no deduplication.
+//
+// When the slot already exists (created by hand, or by a first attempt that
+// crashed before its first checkpoint) or the run resumes from a pending
+// checkpoint, there is no snapshot at the stream position P (the slot's
+// confirmed position, or the checkpoint's). The rows are then read in a
+// fresh REPEATABLE READ snapshot S, and pg_current_wal_insert_lsn() is read
+// inside S right after it is taken: L. Every transaction visible in S has
+// its commit record before L (a commit is inserted into the WAL before it
+// becomes visible). So a streamed transaction that ends after L cannot
+// hold a row read in S, and one that ends at or before L may: from those,
+// events whose message id was read in S are dropped. The message ids read
+// are kept in memory until the stream passes L.
+//
+// # Restart
+//
+// Batches end at pending positions (last key published, highest pending
+// key of the first snapshot, P); a restart reads the rows with key in
+// (last, high] in a fresh snapshot and dedupes as above, so a resumed
+// backfill adds no duplicates beyond the usual at-least-once batch. A crash
+// after the backfill while the stream is still before L (only in the
+// fresh-snapshot case) sends the rows of the overlap again.
+
+// backfillFirst runs the backfill on a first start with source.start:
+// pending, or from a pending checkpoint, before streaming. It leaves st
+// ready to stream from the stream position, with a checkpoint-like start
+// (the slot must then exist: it is never recreated behind a backfill).
+func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc.Position, out chan<- outboxcdc.Tx) error {
+	var resume *backfill.State
+	switch {
+	case backfill.IsPending(from):
+		v, err := backfill.Parse(from, Kind)
+		if err != nil {
+			return permanent(err)
+		}
+		if _, err := ParsePosition(v.StreamPosition(Kind)); err != nil {
+			return permanent(fmt.Errorf("pending checkpoint: %w", err))
+		}
+		resume = &v
+	case from.IsZero() && s.cfg.Start == backfill.StartPending:
+	default:
+		return nil
+	}
+	backoff := s.cfg.Reconnect.Min
+	for {
+		err := s.backfill(ctx, st, &resume, out)
+		if err == nil {
+			lsn, _ := ParsePosition(resume.StreamPosition(Kind))
+			st.checkpoint, st.resume = true, lsn
+			s.ack.Store(uint64(lsn))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
+		if isPermanent(err) {
+			s.log.Error().Err(err).Msg("pending backfill failed")
+			return fmt.Errorf("pending backfill: %w", err)
+		}
+		s.log.Warn().Err(err).Dur("backoff", backoff).Msg("pending backfill interrupted; resuming after the last batch sent")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, s.cfg.Reconnect.Max)
+	}
+}
+
+// backfill publishes the pending rows once. *rs is nil on a first start
+// and is set as soon as the stream position is known, then advanced after
+// every batch handed to out.
+func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State, out chan<- outboxcdc.Tx) error {
+	s.setReady(errors.New("postgres source: publishing pending rows (source.start: pending)"))
+	meta, err := s.connectMeta(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeMeta(meta)
+	if _, err := s.preflight(ctx, meta); err != nil {
+		return err
+	}
+	if err := s.ensurePublication(ctx, meta); err != nil {
+		return err
+	}
+	si, err := querySlot(ctx, meta, s.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	conn, err := s.connectReplication(ctx) // a walsender connection also runs SQL; text output as pgoutput's
+	if err != nil {
+		return err
+	}
+	defer closeRepl(conn)
+	cfg := s.cfg.Pending
+	exec := func(q string) ([]*pgconn.Result, error) {
+		res, err := conn.Exec(ctx, q).ReadAll()
+		if err == nil {
+			for _, r := range res {
+				if r.Err != nil {
+					return nil, r.Err
+				}
+			}
+		}
+		if err != nil {
+			if pgCode(err) == "42601" || pgCode(err) == "42703" || pgCode(err) == "42883" {
+				return nil, permanent(fmt.Errorf("source.pending.where %q or source.pending.key %q does not work on %s: %w", cfg.Where, cfg.Key, s.cfg.Table, err))
+			}
+			return nil, classify(err)
+		}
+		return res, nil
+	}
+	if _, err := exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return err
+	}
+	var dedupeUpTo pglogrepl.LSN
+	var fresh *backfill.State // a first start's state, until its high key is known
+	switch {
+	case *rs == nil && si == nil:
+		if !s.cfg.Create {
+			return permanent(fmt.Errorf("replication slot %q does not exist and source.create is false; source.start: pending creates it to read the pending rows at its consistent point", s.cfg.Slot))
+		}
+		res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+pgx.Identifier{s.cfg.Slot}.Sanitize()+" LOGICAL pgoutput USE_SNAPSHOT"))
+		if err != nil {
+			return classify(fmt.Errorf("create replication slot %q with a snapshot: %w", s.cfg.Slot, err))
+		}
+		fresh = &backfill.State{Last: -1 << 63, Stream: res.ConsistentPoint}
+		s.log.Info().Str("consistent_lsn", res.ConsistentPoint).Msg("created replication slot (pgoutput); reading the pending rows in its snapshot")
+	default:
+		if *rs == nil {
+			fresh = &backfill.State{Last: -1 << 63, Stream: string(appendLSN(nil, si.confirmed))}
+			s.log.Info().Str("confirmed_flush_lsn", si.confirmed.String()).
+				Msg("pending backfill: the slot exists, so the rows are read in a fresh snapshot and rows the stream repeats are skipped")
+		}
+		// The first statement takes the snapshot; the insert position read
+		// after it bounds every commit visible in it.
+		res, err := exec("SELECT pg_current_wal_insert_lsn()::text")
+		if err != nil {
+			return err
+		}
+		if dedupeUpTo, err = pglogrepl.ParseLSN(string(res[0].Rows[0][0])); err != nil {
+			return err
+		}
+	}
+	table := pgx.Identifier{s.schema, s.table}.Sanitize()
+	key := pgx.Identifier{cfg.Key}.Sanitize()
+	if fresh != nil {
+		res, err := exec("SELECT max(" + key + ")::text FROM " + table + " WHERE (" + cfg.Where + ")")
+		if err != nil {
+			return err
+		}
+		fresh.High = -1 << 63
+		if v := res[0].Rows[0][0]; v != nil {
+			if fresh.High, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+				return permanent(fmt.Errorf("source.pending.key %s must be an integer column", cfg.Key))
+			}
+		}
+		*rs = fresh
+	}
+	s.log.Info().Int64("after_key", (*rs).Last).Int64("high_key", (*rs).High).Str("stream_lsn", (*rs).Stream).
+		Str("where", cfg.Where).Msg("pending backfill: publishing the pending rows, then streaming")
+
+	cols := []string{key}
+	for _, n := range []string{s.cols.MessageID, s.cols.AggregateType, s.cols.AggregateID, s.cols.EventType, s.cols.Payload} {
+		cols = append(cols, pgx.Identifier{n}.Sanitize())
+	}
+	extra, err := s.pendingExtra(ctx, meta)
+	if err != nil {
+		return err
+	}
+	for _, n := range extra {
+		cols = append(cols, pgx.Identifier{n}.Sanitize())
+	}
+	var ids map[string]struct{}
+	if dedupeUpTo != 0 {
+		ids = map[string]struct{}{}
+	}
+	total := 0
+	for {
+		q := "SELECT " + strings.Join(cols, ", ") + " FROM " + table + " WHERE (" + cfg.Where + ") AND " + key + " > " +
+			strconv.FormatInt((*rs).Last, 10) + " AND " + key + " <= " + strconv.FormatInt((*rs).High, 10) +
+			" ORDER BY " + key + " LIMIT " + strconv.Itoa(cfg.Batch)
+		res, err := exec(q)
+		if err != nil {
+			return err
+		}
+		batch, err := s.pendingRows(res[0], extra)
+		if err != nil {
+			return err
+		}
+		for _, r := range batch {
+			if ids != nil {
+				ids[r.Event.MessageID] = struct{}{}
+			}
+		}
+		done := len(batch) < cfg.Batch
+		tx := backfill.Tx(Kind, **rs, batch, done)
+		select {
+		case out <- tx:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if len(batch) > 0 {
+			(*rs).Last = batch[len(batch)-1].Key
+		}
+		total += len(batch)
+		s.m.EventsRead.Add(float64(len(batch)))
+		if done {
+			break
+		}
+	}
+	if _, err := exec("COMMIT"); err != nil {
+		return err
+	}
+	if ids != nil {
+		st.dedupe = &dedupe{upTo: dedupeUpTo, ids: ids}
+	}
+	s.log.Info().Int("rows", total).Str("stream_lsn", (*rs).Stream).Str("dedupe_up_to", dedupeUpTo.String()).
+		Msg("pending backfill done; streaming")
+	return nil
+}
+
+// pendingExtra lists the route's extra columns the table has.
+func (s *Source) pendingExtra(ctx context.Context, meta *pgx.Conn) ([]string, error) {
+	var out []string
+	for _, n := range s.cols.Extra {
+		var ok bool
+		err := meta.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 AND column_name = $3)`,
+			s.schema, s.table, n).Scan(&ok)
+		if err != nil {
+			return nil, classify(err)
+		}
+		if ok {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// pendingRows turns text-format result rows into events, as the decoder
+// does for pgoutput's text tuples (bytea columns decoded from hex).
+func (s *Source) pendingRows(res *pgconn.Result, extra []string) ([]backfill.Row, error) {
+	bytea := make([]bool, len(res.FieldDescriptions))
+	for i, f := range res.FieldDescriptions {
+		bytea[i] = f.DataTypeOID == byteaOID
+	}
+	val := func(row [][]byte, i int) ([]byte, error) {
+		v := row[i]
+		if v == nil {
+			return nil, nil
+		}
+		v = append([]byte{}, v...)
+		if bytea[i] {
+			n, err := decodeBytea(v)
+			if err != nil {
+				return nil, fmt.Errorf("bytea column %s: %w", res.FieldDescriptions[i].Name, err)
+			}
+			v = v[:n]
+		}
+		return v, nil
+	}
+	out := make([]backfill.Row, 0, len(res.Rows))
+	for _, row := range res.Rows {
+		k, err := strconv.ParseInt(string(row[0]), 10, 64)
+		if err != nil {
+			return nil, permanent(fmt.Errorf("source.pending.key %s must be an integer column (got %q)", s.cfg.Pending.Key, row[0]))
+		}
+		var f [5][]byte
+		for i := range f {
+			if f[i], err = val(row, 1+i); err != nil {
+				return nil, err
+			}
+		}
+		ev := outboxcdc.Event{
+			MessageID: string(f[0]), AggregateType: string(f[1]), AggregateID: string(f[2]), EventType: string(f[3]),
+			Payload: f[4],
+			Origin:  fmt.Sprintf("pending backfill %s.%s %s=%d", s.schema, s.table, s.cfg.Pending.Key, k),
+		}
+		for j, name := range extra {
+			v, err := val(row, 6+j)
+			if err != nil {
+				return nil, err
+			}
+			ev.Extra = append(ev.Extra, outboxcdc.Column{Name: name, Value: v, Null: v == nil})
+		}
+		out = append(out, backfill.Row{Key: k, Event: ev})
+	}
+	return out, nil
+}
+
+// dedupe drops streamed events that the backfill already published: those
+// of transactions ending at or before upTo whose message id was read.
+// Used by the forwarding goroutine only.
+type dedupe struct {
+	upTo    pglogrepl.LSN
+	ids     map[string]struct{}
+	skipped int
+}
+
+func (d *dedupe) filter(tx outboxcdc.Tx) outboxcdc.Tx {
+	if d == nil || d.ids == nil {
+		return tx
+	}
+	if lsn, err := ParsePosition(tx.End); err != nil || lsn > d.upTo {
+		d.ids = nil // past the overlap: free the set
+		return tx
+	}
+	kept := tx.Events[:0]
+	for _, ev := range tx.Events {
+		if _, dup := d.ids[ev.MessageID]; dup {
+			d.skipped++
+			continue
+		}
+		kept = append(kept, ev)
+	}
+	tx.Events = kept
+	return tx
+}
+
+// ackLSN is the LSN a position confirms: a pending position confirms its
+// stream position (the slot holds everything after it).
+func ackLSN(pos outboxcdc.Position) (pglogrepl.LSN, error) {
+	if backfill.IsPending(pos) {
+		st, err := backfill.Parse(pos, Kind)
+		if err != nil {
+			return 0, err
+		}
+		pos = st.StreamPosition(Kind)
+	}
+	return ParsePosition(pos)
+}
