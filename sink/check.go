@@ -52,7 +52,10 @@ func CheckKafka(ctx context.Context, cfg KafkaConfig, needs ...TopicNeed) []outb
 }
 
 func checkKafka(cfg KafkaConfig, needs []TopicNeed) []outboxcdc.CheckResult {
-	sc := cfg.sarama()
+	sc, err := cfg.clientConfig()
+	if err != nil {
+		return []outboxcdc.CheckResult{outboxcdc.Fail("kafka.config", err.Error(), "fix sink.tls")}
+	}
 	// The producer fetches metadata only for its topics; the admin client
 	// needs the cluster's (brokers, controller, topic list).
 	sc.Metadata.Full = true

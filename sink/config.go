@@ -51,6 +51,10 @@ type KafkaConfig struct {
 	// ReadyInterval is how often an idle sink checks that a broker answers,
 	// for Ready and the connected gauge.
 	ReadyInterval time.Duration `yaml:"ready_interval"`
+	// TLS and SASL to the brokers (security.go), for every client: the
+	// producers, the admin client and the progress reader.
+	TLS  TLSConfig  `yaml:"tls"`
+	SASL SASLConfig `yaml:"sasl"`
 }
 
 // DefaultKafkaConfig returns the defaults; Brokers still has to be set.
@@ -124,10 +128,15 @@ func (c *KafkaConfig) Validate() error {
 	if c.RetryBackoffMax < c.RetryBackoffMin {
 		bad("retry_backoff_max", "%v is below retry_backoff_min %v", c.RetryBackoffMax, c.RetryBackoffMin)
 	}
+	c.validateSecurity(bad)
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := c.sarama().Validate(); err != nil {
+	sc, err := c.clientConfig() // reads the certificate files: a bad path is a configuration error
+	if err != nil {
+		return err
+	}
+	if err := sc.Validate(); err != nil {
 		return fmt.Errorf("sink: kafka settings rejected by the client: %w", err)
 	}
 	return nil

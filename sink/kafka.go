@@ -99,6 +99,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 		probeDone:  make(chan struct{}),
 	}
 	k.ready.Store(&readiness{errors.New("kafka: not connected yet")})
+	cfg.warnSecurity(k.log)
 	k.log.Info().Strs("brokers", cfg.Brokers).Str("client_id", cfg.ClientID).
 		Str("compression", cfg.Compression).Dur("linger", cfg.Linger).
 		Msg("kafka sink starting (idempotent producer, acks=all, Java murmur2 partitioning)")
@@ -570,7 +571,11 @@ func (k *Kafka) dialConn(d *dialing) {
 }
 
 func (k *Kafka) newConn() (*conn, error) {
-	client, err := sarama.NewClient(k.cfg.Brokers, k.cfg.sarama())
+	sc, err := k.cfg.clientConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := sarama.NewClient(k.cfg.Brokers, sc)
 	if err != nil {
 		return nil, err
 	}

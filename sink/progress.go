@@ -35,7 +35,10 @@ func (t *Transactional) ensureProgressTopic(ctx context.Context) error {
 }
 
 func (t *Transactional) createProgressTopic() error {
-	cfg := t.saramaConfig()
+	cfg, err := t.saramaConfig()
+	if err != nil {
+		return err
+	}
 	cfg.Producer.Transaction.ID = "" // the admin client does not produce
 	cfg.Producer.Idempotent = false
 	cfg.Metadata.Full = true // the admin client refreshes metadata for the whole cluster
@@ -88,12 +91,16 @@ const loadWindow = 256
 // otherwise be invisible and an older one would be taken. A tombstone (null
 // value) for the connector's key reads as "no progress".
 func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, error) {
-	cl, err := kgo.NewClient(
+	sec, err := t.cfg.kgoSecurity()
+	if err != nil {
+		return "", err
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(t.cfg.Brokers...),
 		kgo.ClientID(t.cfg.ClientID),
 		kgo.DialTimeout(t.cfg.DialTimeout),
 		kgo.RequestRetries(3),
-	)
+	}, sec...)...)
 	if err != nil {
 		return "", err
 	}

@@ -209,6 +209,7 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 		stop:       make(chan struct{}),
 	}
 	t.ready.Store(&readiness{errors.New("kafka: transactional producer not started yet")})
+	cfg.warnSecurity(t.log)
 	return t, nil
 }
 
@@ -216,8 +217,11 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 func (t *Transactional) TransactionalID() string { return t.tcfg.TransactionalID }
 
 // saramaConfig is the transactional producer's client configuration.
-func (t *Transactional) saramaConfig() *sarama.Config {
-	s := t.cfg.sarama()
+func (t *Transactional) saramaConfig() (*sarama.Config, error) {
+	s, err := t.cfg.clientConfig()
+	if err != nil {
+		return nil, err
+	}
 	s.Producer.Transaction.ID = t.tcfg.TransactionalID
 	s.Producer.Transaction.Timeout = t.tcfg.TransactionTimeout
 	// The coordinator answers CONCURRENT_TRANSACTIONS while it finishes
@@ -227,7 +231,7 @@ func (t *Transactional) saramaConfig() *sarama.Config {
 	s.Metadata.Retry.Max = 2
 	s.Metadata.Retry.Backoff = 100 * time.Millisecond
 	s.Admin.Timeout = t.cfg.ProduceTimeout
-	return s
+	return s, nil
 }
 
 // Load ensures the progress topic exists, starts the transactional
@@ -771,7 +775,11 @@ func (t *Transactional) producer(ctx context.Context) (*txnProducer, error) {
 }
 
 func (t *Transactional) newProducer() (*txnProducer, error) {
-	client, err := sarama.NewClient(t.cfg.Brokers, t.saramaConfig())
+	sc, err := t.saramaConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := sarama.NewClient(t.cfg.Brokers, sc)
 	if err != nil {
 		return nil, err
 	}

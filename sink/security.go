@@ -1,0 +1,179 @@
+package sink
+
+import (
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/IBM/sarama"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
+)
+
+// TLSConfig is sink.tls: TLS to the brokers (Kafka's security.protocol SSL,
+// or SASL_SSL with sink.sasl).
+type TLSConfig struct {
+	Enabled       bool `yaml:"enabled"`
+	tlsconf.Files `yaml:",inline"`
+	// InsecureSkipVerify accepts any broker certificate: encryption without
+	// authentication. Only for tests; logged as a warning.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// SASL mechanisms (sink.sasl.mechanism).
+const (
+	SASLPlain       = "PLAIN"
+	SASLSCRAMSHA256 = "SCRAM-SHA-256"
+	SASLSCRAMSHA512 = "SCRAM-SHA-512"
+)
+
+// SASLConfig is sink.sasl: authentication to the brokers.
+type SASLConfig struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty turns SASL
+	// off.
+	Mechanism string `yaml:"mechanism"`
+	Username  string `yaml:"username"`
+	// Password: prefer password_file (OUTBOX_CDC_SINK_SASL_PASSWORD_FILE).
+	Password string `yaml:"password"`
+	// AllowPlaintext lets PLAIN send the password over a connection without
+	// TLS, where anyone on the path reads it. Off: PLAIN needs sink.tls.
+	AllowPlaintext bool `yaml:"allow_plaintext"`
+}
+
+func (s SASLConfig) mechanism() string { return strings.ToUpper(strings.TrimSpace(s.Mechanism)) }
+
+// validateSecurity checks sink.tls and sink.sasl without reading files.
+func (c *KafkaConfig) validateSecurity(bad func(key, format string, args ...any)) {
+	t := c.TLS
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		bad("tls.cert_file", "and sink.tls.key_file: set both (a client certificate and its key) or neither")
+	}
+	if !t.Enabled && (!t.Files.IsZero() || t.InsecureSkipVerify) {
+		bad("tls.enabled", "is false but other sink.tls keys are set; set sink.tls.enabled: true")
+	}
+	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
+		bad("tls.insecure_skip_verify", "verifies nothing, so ca_file and server_name would be ignored; drop one or the other")
+	}
+	s := c.SASL
+	switch s.mechanism() {
+	case "":
+		if s.Username != "" || s.Password != "" {
+			bad("sasl.mechanism", "is empty but a username or password is set; set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		}
+		return
+	case SASLPlain:
+		if !t.Enabled && !s.AllowPlaintext {
+			bad("sasl.mechanism", "PLAIN sends the password in clear text: enable sink.tls, or set sink.sasl.allow_plaintext: true if the network is trusted")
+		}
+	case SASLSCRAMSHA256, SASLSCRAMSHA512:
+	default:
+		bad("sasl.mechanism", "%q is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", s.Mechanism)
+	}
+	if s.Username == "" {
+		bad("sasl.username", "required with sasl.mechanism %s", s.mechanism())
+	}
+	if s.Password == "" {
+		bad("sasl.password", "required with sasl.mechanism %s (or sasl.password_file)", s.mechanism())
+	}
+}
+
+// tlsConfig reads the certificate files; nil when TLS is off. ServerName
+// stays empty unless set, so each client fills in the broker it dials.
+func (c *KafkaConfig) tlsConfig() (*tls.Config, error) {
+	if !c.TLS.Enabled {
+		return nil, nil
+	}
+	v := tlsconf.VerifyFull
+	if c.TLS.InsecureSkipVerify {
+		v = tlsconf.VerifyNone
+	}
+	tc, err := c.TLS.Files.Build(v, "")
+	if err != nil {
+		return nil, fmt.Errorf("sink.tls.%w", err)
+	}
+	return tc, nil
+}
+
+// applySecurity sets TLS and SASL on a sarama configuration.
+func (c *KafkaConfig) applySecurity(s *sarama.Config) error {
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return err
+	}
+	if tc != nil {
+		s.Net.TLS.Enable = true
+		s.Net.TLS.Config = tc
+	}
+	mech := c.SASL.mechanism()
+	if mech == "" {
+		return nil
+	}
+	n := &s.Net.SASL
+	n.Enable = true
+	n.Handshake = true
+	n.User, n.Password = c.SASL.Username, c.SASL.Password
+	switch mech {
+	case SASLPlain:
+		n.Mechanism = sarama.SASLTypePlaintext
+	case SASLSCRAMSHA256:
+		n.Mechanism = sarama.SASLTypeSCRAMSHA256
+		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha256.New) }
+	case SASLSCRAMSHA512:
+		n.Mechanism = sarama.SASLTypeSCRAMSHA512
+		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha512.New) }
+	default:
+		return fmt.Errorf("sink.sasl.mechanism: %q is not supported", c.SASL.Mechanism)
+	}
+	return nil
+}
+
+// clientConfig is sarama() with TLS and SASL applied.
+func (c *KafkaConfig) clientConfig() (*sarama.Config, error) {
+	s := c.sarama()
+	if err := c.applySecurity(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// kgoSecurity is the same TLS and SASL for a franz-go client.
+func (c *KafkaConfig) kgoSecurity() ([]kgo.Opt, error) {
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	var opts []kgo.Opt
+	if tc != nil {
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	user, pass := c.SASL.Username, c.SASL.Password
+	switch c.SASL.mechanism() {
+	case "":
+	case SASLPlain:
+		opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+	case SASLSCRAMSHA256:
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
+	case SASLSCRAMSHA512:
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+	default:
+		return nil, errors.New("sink.sasl.mechanism: not supported")
+	}
+	return opts, nil
+}
+
+// warnSecurity logs the settings that weaken the connection to the brokers.
+func (c *KafkaConfig) warnSecurity(log zerolog.Logger) {
+	if c.TLS.Enabled && c.TLS.InsecureSkipVerify {
+		log.Warn().Msg("sink.tls.insecure_skip_verify: the brokers' certificates are not verified; a man in the middle can read and change everything sent to Kafka")
+	}
+	if c.SASL.mechanism() == SASLPlain && !c.TLS.Enabled {
+		log.Warn().Msg("sink.sasl.allow_plaintext: the SASL/PLAIN password is sent without TLS")
+	}
+}
