@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/ha"
+	"github.com/outbox-cdc/outbox-cdc/lifecycle"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/wal"
@@ -33,6 +34,8 @@ type Config struct {
 	HTTP       HTTPConfig               `yaml:"http"`
 	Log        LogConfig                `yaml:"log"`
 	HA         ha.Config                `yaml:"ha"`
+	// Lifecycle marks delivered rows sent and cleans old ones up.
+	Lifecycle lifecycle.Config `yaml:"lifecycle"`
 	// Delivery is at-least-once (default) or exactly-once; see delivery.go.
 	Delivery string `yaml:"delivery"`
 }
@@ -81,6 +84,7 @@ func defaultConfig() Config {
 		Sink:       SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig()},
 		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig(), TableConfig: checkpoint.DefaultTableConfig()},
 		HA:         ha.DefaultConfig(),
+		Lifecycle:  lifecycle.DefaultConfig(),
 		Pipeline:   outboxcdc.DefaultPipelineConfig(),
 		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464"},
 		Log:        LogConfig{Level: "info", Format: "auto"},
@@ -259,6 +263,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.validateDelivery(); err != nil {
 		return err
+	}
+	if err := c.Lifecycle.Validate(); err != nil {
+		return configErrorf("%v", err)
 	}
 	if err := c.Pipeline.Validate(); err != nil {
 		return wrap("pipeline", err)

@@ -147,7 +147,14 @@ func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.
 		closeCP()
 		return nil, nil, err
 	}
+	closeLC, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
+	if err != nil {
+		snk.Close()
+		closeCP()
+		return nil, nil, err
+	}
 	return p, func() {
+		closeLC()
 		if err := snk.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing sink")
 		}
