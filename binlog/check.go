@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"github.com/rs/zerolog"
 )
 
@@ -407,6 +408,9 @@ func positionResult(ctx context.Context, db *sql.DB, info *serverInfo, cfg Confi
 	const name = "mysql.position"
 	if from.IsZero() {
 		return outboxcdc.Pass(name, "no checkpoint: a first run starts at the server's "+cfg.Start+" position (source.start)")
+	}
+	if st, err := backfill.Parse(from, Kind); err == nil {
+		from = st.StreamPosition(Kind) // mid-backfill: it streams from here next (pending.go)
 	}
 	p, err := ParsePosition(from)
 	if err != nil {

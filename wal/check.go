@@ -156,7 +156,7 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 	slot := s.cfg.Slot
 	var ckpt pglogrepl.LSN
 	if !from.IsZero() {
-		lsn, err := ParsePosition(from)
+		lsn, err := ackLSN(from) // a mid-backfill checkpoint: its stream position (pending.go)
 		if err != nil {
 			return []outboxcdc.CheckResult{outboxcdc.Fail("postgres.position", err.Error(), "point checkpoint.path at this connector's own checkpoint")}
 		}
