@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+
 	"context"
 	"database/sql"
 	"fmt"
@@ -28,41 +30,12 @@ type backend struct {
 	ph func(i int) string
 }
 
-// The seed outbox table (DIGEST.md); PostgreSQL gets the same index on
-// (status, next_retry_at) so the polling relay is not handicapped.
-const tableMySQL = `CREATE TABLE outbox_message (
-  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
-  message_id VARCHAR(64) NOT NULL,
-  aggregate_type VARCHAR(64) NOT NULL,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSON NOT NULL,
-  status TINYINT NOT NULL DEFAULT 0,
-  retry_count INT NOT NULL DEFAULT 0,
-  next_retry_at DATETIME DEFAULT NULL,
-  created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
-  updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-  INDEX idx_status_next_retry (status, next_retry_at),
-  INDEX idx_aggregate (aggregate_type, aggregate_id),
-  UNIQUE KEY uk_message_id (message_id)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
-
-var tablePostgres = []string{`CREATE TABLE outbox_message (
-  id BIGSERIAL PRIMARY KEY,
-  message_id VARCHAR(64) NOT NULL UNIQUE,
-  aggregate_type VARCHAR(64) NOT NULL,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSONB NOT NULL,
-  status SMALLINT NOT NULL DEFAULT 0,
-  retry_count INT NOT NULL DEFAULT 0,
-  next_retry_at TIMESTAMPTZ,
-  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-  updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
-)`,
-	`CREATE INDEX idx_status_next_retry ON outbox_message (status, next_retry_at)`,
-	`CREATE INDEX idx_aggregate ON outbox_message (aggregate_type, aggregate_id)`,
-}
+// The seed outbox table (DIGEST.md); PostgreSQL gets the same indexes so
+// the polling relay is not handicapped.
+var (
+	tableMySQL    = testenv.SeedTableMySQL("outbox_message")
+	tablePostgres = testenv.SeedTablePostgres("outbox_message")
+)
 
 func openBackend(ctx context.Context, o *options, kind string) (*backend, error) {
 	be := &backend{kind: kind}

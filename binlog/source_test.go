@@ -18,24 +18,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// The seed schema from shared/seed/DIGEST.md, under a per-test name.
-const seedSchema = `CREATE TABLE %s (
-  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
-  message_id VARCHAR(64) NOT NULL,
-  aggregate_type VARCHAR(64) NOT NULL,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSON NOT NULL,
-  status TINYINT NOT NULL DEFAULT 0,
-  retry_count INT NOT NULL DEFAULT 0,
-  next_retry_at DATETIME DEFAULT NULL,
-  created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
-  updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-  INDEX idx_status_next_retry (status, next_retry_at),
-  INDEX idx_aggregate (aggregate_type, aggregate_id),
-  UNIQUE KEY uk_message_id (message_id)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
-
 var seedColumns = outboxcdc.Columns{
 	MessageID: "message_id", AggregateType: "aggregate_type", AggregateID: "aggregate_id",
 	EventType: "event_type", Payload: "payload",
@@ -53,7 +35,7 @@ func newFixture(t *testing.T) *fixture {
 	dsn := testenv.MySQLDSN(t)
 	db := testenv.MySQL(t)
 	f := &fixture{t: t, db: db, dsn: dsn, table: uniqueName("outbox")}
-	f.exec(fmt.Sprintf(seedSchema, f.table))
+	f.exec(testenv.SeedTableMySQL(f.table))
 	t.Cleanup(func() { db.Exec("DROP TABLE IF EXISTS " + f.table) })
 	return f
 }

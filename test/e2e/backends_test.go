@@ -46,39 +46,6 @@ func testObjectName(t *testing.T) string {
 	return "e2e_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
 }
 
-// seedTableMySQL is the outbox table of the article (DIGEST.md).
-const seedTableMySQL = `CREATE TABLE outbox_message (
-  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
-  message_id VARCHAR(64) NOT NULL,
-  aggregate_type VARCHAR(64) NOT NULL,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSON NOT NULL,
-  status TINYINT NOT NULL DEFAULT 0,
-  retry_count INT NOT NULL DEFAULT 0,
-  next_retry_at DATETIME DEFAULT NULL,
-  created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
-  updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-  INDEX idx_status_next_retry (status, next_retry_at),
-  INDEX idx_aggregate (aggregate_type, aggregate_id),
-  UNIQUE KEY uk_message_id (message_id)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
-
-// seedTablePostgres is the same table in PostgreSQL.
-const seedTablePostgres = `CREATE TABLE %s.outbox_message (
-  id BIGSERIAL PRIMARY KEY,
-  message_id VARCHAR(64) NOT NULL UNIQUE,
-  aggregate_type VARCHAR(64) NOT NULL,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSONB NOT NULL,
-  status SMALLINT NOT NULL DEFAULT 0,
-  retry_count INT NOT NULL DEFAULT 0,
-  next_retry_at TIMESTAMPTZ,
-  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-  updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
-)`
-
 func mysqlBackend(t *testing.T) *backend {
 	t.Helper()
 	base := testenv.MySQLDSN(t)
@@ -101,7 +68,7 @@ func mysqlBackend(t *testing.T) *backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	for _, q := range []string{seedTableMySQL, "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_no VARCHAR(32) NOT NULL)"} {
+	for _, q := range []string{testenv.SeedTableMySQL("outbox_message"), "CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_no VARCHAR(32) NOT NULL)"} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
 		}
@@ -125,12 +92,11 @@ func postgresBackend(t *testing.T) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{
+	for _, q := range append([]string{
 		"DROP SCHEMA IF EXISTS " + schema + " CASCADE",
 		"CREATE SCHEMA " + schema,
-		fmt.Sprintf(seedTablePostgres, schema),
 		"CREATE TABLE " + schema + ".orders (id BIGSERIAL PRIMARY KEY, order_no VARCHAR(32) NOT NULL)",
-	} {
+	}, testenv.SeedTablePostgres(schema+".outbox_message")...) {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
 		}
