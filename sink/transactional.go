@@ -557,7 +557,9 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 		return t.fenced(fence, started)
 	}
 	if first != nil {
-		t.abort(p)
+		if aerr := t.abort(p); fencedCode(aerr) {
+			return t.fenced(aerr, started)
+		}
 		if perm != nil {
 			t.m.permanent.Inc()
 			return &Error{Index: perm.index, Topic: perm.topic, Partition: perm.partition, Err: perm.err, Permanent: true}
@@ -643,15 +645,21 @@ func permanentTxn(err error) bool {
 
 // abort aborts the open transaction; if that fails, the producer is
 // discarded and the next InitProducerId aborts it.
-func (t *Transactional) abort(p *txnProducer) {
+//
+// It returns the abort's error: a fenced producer may learn that it was
+// fenced only here, when its records failed with a consequence of the
+// fencing (such as INVALID_TXN_STATE) rather than with the fencing code.
+func (t *Transactional) abort(p *txnProducer) error {
 	if p.producer.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
 		t.discard(p)
-		return
+		return nil
 	}
-	if err := p.producer.AbortTxn(); err != nil {
+	err := p.producer.AbortTxn()
+	if err != nil {
 		t.log.Warn().Err(err).Msg("aborting the kafka transaction failed; restarting the producer, which aborts it")
 		t.discard(p)
 	}
+	return err
 }
 
 // Ready returns nil while the last transaction (or the producer start)

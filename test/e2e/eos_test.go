@@ -126,11 +126,14 @@ type chaosWriter struct {
 	committed []string
 	rolled    int
 	stop      chan struct{}
+	stopOnce  sync.Once
 	done      chan struct{}
 }
 
 func startChaosWriter(t *testing.T, b *backend, prefix string, pause time.Duration) *chaosWriter {
 	w := &chaosWriter{stop: make(chan struct{}), done: make(chan struct{})}
+	// A test that fails early must not leave the writer running past its end.
+	t.Cleanup(func() { w.finish() })
 	rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
 	go func() {
 		defer close(w.done)
@@ -168,7 +171,7 @@ func startChaosWriter(t *testing.T, b *backend, prefix string, pause time.Durati
 }
 
 func (w *chaosWriter) finish() []string {
-	close(w.stop)
+	w.stopOnce.Do(func() { close(w.stop) })
 	<-w.done
 	return w.committed
 }
