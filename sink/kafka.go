@@ -71,15 +71,13 @@ type Kafka struct {
 	closed bool
 	bg     sync.WaitGroup // retiring connections
 
-	ready    atomic.Pointer[readiness]
+	*health
 	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
 	lastFail atomic.Int64 // unix nanos of the last failed attempt
 
 	stop      chan struct{}
 	probeDone chan struct{}
 }
-
-type readiness struct{ err error }
 
 // NewKafka validates cfg and returns a Kafka sink. It does not wait for the
 // brokers: it connects in the background (Ready says when it has) and Write
@@ -98,7 +96,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 		stop:       make(chan struct{}),
 		probeDone:  make(chan struct{}),
 	}
-	k.ready.Store(&readiness{errors.New("kafka: not connected yet")})
+	k.health = newHealth(errors.New("kafka: not connected yet"), k.m.connected, k.log, "kafka reachable")
 	cfg.warnSecurity(k.log)
 	k.log.Info().Strs("brokers", cfg.Brokers).Str("client_id", cfg.ClientID).
 		Str("compression", cfg.Compression).Dur("linger", cfg.Linger).
@@ -424,27 +422,20 @@ func (k *Kafka) headerKey(s string) []byte {
 	return b
 }
 
-// Ready returns nil while a broker answers: the last produce succeeded, or
-// (when idle) the last periodic check reached the cluster.
-func (k *Kafka) Ready() error { return k.ready.Load().err }
+// Ready (from health) returns nil while a broker answers: the last
+// produce succeeded, or (when idle) the last periodic check reached the
+// cluster.
 
 // reached records that a broker answered.
 func (k *Kafka) reached() {
 	k.lastOK.Store(time.Now().UnixNano())
-	if prev := k.ready.Swap(&readiness{}); prev.err != nil {
-		k.m.connected.Set(1)
-		k.log.Info().Msg("kafka reachable")
-	}
+	k.health.reached()
 }
 
 // failed records a failed attempt or check.
 func (k *Kafka) failed(err error) {
 	k.lastFail.Store(time.Now().UnixNano())
-	prev := k.ready.Swap(&readiness{fmt.Errorf("kafka unreachable or failing: %w", err)})
-	k.m.connected.Set(0)
-	if prev.err == nil {
-		k.log.Warn().Err(err).Msg("kafka not reachable")
-	}
+	k.health.failed(err)
 }
 
 // Close stops the sink: a Write in progress returns a permanent error, and
@@ -481,8 +472,7 @@ func (k *Kafka) Close() error {
 	if !waitUntil(done, deadline) {
 		k.log.Warn().Dur("waited", closeWait).Msg("kafka producer did not shut down in time; abandoning it")
 	}
-	k.ready.Store(&readiness{errClosed})
-	k.m.connected.Set(0)
+	k.health.closed()
 	k.log.Info().Msg("kafka sink closed")
 	return nil
 }

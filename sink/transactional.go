@@ -178,7 +178,7 @@ type Transactional struct {
 	closed bool
 	stop   chan struct{}
 
-	ready atomic.Pointer[readiness]
+	*health // Ready: nil while the last transaction (or the producer start) succeeded
 }
 
 var _ outboxcdc.AtomicSink = (*Transactional)(nil)
@@ -208,7 +208,7 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 		headerKeys: make(map[string][]byte),
 		stop:       make(chan struct{}),
 	}
-	t.ready.Store(&readiness{errors.New("kafka: transactional producer not started yet")})
+	t.health = newHealth(errors.New("kafka: transactional producer not started yet"), t.m.connected, t.log, "kafka reachable, transactional producer ready")
 	cfg.warnSecurity(t.log)
 	return t, nil
 }
@@ -662,25 +662,6 @@ func (t *Transactional) abort(p *txnProducer) error {
 	return err
 }
 
-// Ready returns nil while the last transaction (or the producer start)
-// succeeded.
-func (t *Transactional) Ready() error { return t.ready.Load().err }
-
-func (t *Transactional) reached() {
-	if prev := t.ready.Swap(&readiness{}); prev.err != nil {
-		t.m.connected.Set(1)
-		t.log.Info().Msg("kafka reachable, transactional producer ready")
-	}
-}
-
-func (t *Transactional) failed(err error) {
-	prev := t.ready.Swap(&readiness{fmt.Errorf("kafka unreachable or failing: %w", err)})
-	t.m.connected.Set(0)
-	if prev.err == nil {
-		t.log.Warn().Err(err).Msg("kafka not reachable")
-	}
-}
-
 // Close stops the sink. A WriteAtomic in progress returns a permanent
 // error; an open transaction is left to be aborted by the next instance's
 // InitProducerId (or the transaction timeout).
@@ -709,8 +690,7 @@ func (t *Transactional) Close() error {
 	if p != nil {
 		p.close(closeWait)
 	}
-	t.ready.Store(&readiness{errClosed})
-	t.m.connected.Set(0)
+	t.health.closed()
 	t.log.Info().Msg("kafka transactional sink closed")
 	return nil
 }
