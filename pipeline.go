@@ -470,10 +470,17 @@ func sourceStopped(err error) error {
 // record before it was acknowledged.
 func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 	sv := p.startSaver(ctx)
-	for b := range batches {
-		if err := sv.failed(); err != nil {
-			sv.close()
-			return err
+	for {
+		var b *batch
+		select {
+		case next, ok := <-batches:
+			if !ok {
+				return sv.close()
+			}
+			b = next
+		case <-sv.fail:
+			// A save failed: stop now, even if no further batch comes.
+			return sv.close()
 		}
 		start := time.Now()
 		if err := p.deliver(ctx, b, sv); err != nil {
@@ -494,7 +501,6 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 		sv.put(b.end, b.commitTime, p.messageIDs(b.events))
 		p.recycle(b)
 	}
-	return sv.close()
 }
 
 // messageIDs lists the batch's message ids for the checkpoint observer.
@@ -532,6 +538,7 @@ type saver struct {
 	ids     []string
 	err     error
 	wake    chan struct{}
+	fail    chan struct{} // closed when a save fails
 	closing chan struct{}
 	done    chan struct{}
 	closed  bool
@@ -539,7 +546,7 @@ type saver struct {
 }
 
 func (p *Pipeline) startSaver(ctx context.Context) *saver {
-	sv := &saver{p: p, ctx: ctx, wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}), lastLog: time.Now()}
+	sv := &saver{p: p, ctx: ctx, wake: make(chan struct{}, 1), fail: make(chan struct{}), closing: make(chan struct{}), done: make(chan struct{}), lastLog: time.Now()}
 	go sv.run()
 	return sv
 }
@@ -619,6 +626,7 @@ func (sv *saver) saveOnce() bool {
 		sv.mu.Lock()
 		sv.err = err
 		sv.mu.Unlock()
+		close(sv.fail)
 		return false
 	}
 	if !commit.IsZero() {

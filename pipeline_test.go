@@ -412,3 +412,34 @@ func TestPipelineObserverSeesEveryCheckpointedRow(t *testing.T) {
 	}
 	t.Logf("%d saves for 500 transactions", cp.saves)
 }
+
+type failingCheckpointer struct{ memCheckpointer }
+
+func (c *failingCheckpointer) Save(context.Context, Position) error {
+	return errors.New("disk full")
+}
+
+// TestPipelineSaveFailureStopsIdlePipeline: a failed save stops the
+// pipeline even when no further batch arrives.
+func TestPipelineSaveFailureStopsIdlePipeline(t *testing.T) {
+	sink := &flakySink{acked: map[string]int{}}
+	cp := &failingCheckpointer{memCheckpointer{t: t}}
+	src := &fakeSource{txCount: 1, perTx: 1, stayOpen: true}
+	p, err := NewPipeline(smallBatches(), src, idRouter{}, sink, cp, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "disk full") || !strings.Contains(err.Error(), "stopping before acknowledging anything further") {
+			t.Fatalf("want the save error, got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle pipeline kept running after its checkpoint save failed")
+	}
+	if !src.acked.IsZero() {
+		t.Fatalf("source acked %s although the save failed", src.acked)
+	}
+}
