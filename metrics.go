@@ -19,6 +19,10 @@ type SourceMetrics struct {
 	Connected prometheus.Gauge
 	// LagSeconds is now minus the commit time of the last transaction read.
 	LagSeconds prometheus.Gauge
+	// BinlogFilesBehind is how many binlog files the server has written
+	// after the one being read (MySQL/MariaDB; stays 0 for PostgreSQL,
+	// whose slot lag is outbox_cdc_postgres_slot_lag_bytes).
+	BinlogFilesBehind prometheus.Gauge
 }
 
 // NewSourceMetrics creates the source metrics and registers them on reg (a
@@ -49,13 +53,17 @@ func NewSourceMetrics(reg prometheus.Registerer) *SourceMetrics {
 			Name: "outbox_cdc_source_lag_seconds",
 			Help: "Seconds between now and the commit time of the last source transaction read.",
 		}),
+		BinlogFilesBehind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_cdc_mysql_binlog_files_behind",
+			Help: "Binlog files the MySQL/MariaDB server wrote after the one being read (0 for PostgreSQL).",
+		}),
 	}
 	// Present from the start, so dashboards and alerts see 0, not nothing.
 	for _, op := range []string{"update", "delete"} {
 		m.SkippedOperations.WithLabelValues(op)
 	}
 	if reg != nil {
-		reg.MustRegister(m.EventsRead, m.TransactionsRead, m.SkippedOperations, m.Reconnects, m.Connected, m.LagSeconds)
+		reg.MustRegister(m.EventsRead, m.TransactionsRead, m.SkippedOperations, m.Reconnects, m.Connected, m.LagSeconds, m.BinlogFilesBehind)
 	}
 	return m
 }

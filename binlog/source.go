@@ -62,6 +62,7 @@ type Source struct {
 	notReady        error // nil while streaming
 	lastAck         atomic.Pointer[outboxcdc.Position]
 	emptyTxInterval time.Duration
+	curFile         atomic.Pointer[string] // binlog file being read, from rotate events
 }
 
 var _ outboxcdc.Source = (*Source)(nil)
@@ -166,6 +167,8 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	defer db.Close()
 	db.SetMaxOpenConns(2)
 	db.SetConnMaxIdleTime(time.Minute)
+
+	go s.watchFilesBehind(ctx, db)
 
 	resume := from // the end of the last Tx sent, or the start position
 	if err := s.backfillFirst(ctx, db, &resume, out); err != nil {

@@ -47,6 +47,7 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		st.file = string(e.NextLogName)
+		st.src.curFile.Store(&st.file)
 		if !st.inTx && !st.pos.IsGTID() {
 			// Not a transaction end, but the next one will be in this file;
 			// keep pos meaningful for logs.
