@@ -97,6 +97,9 @@ func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 	switch cfg.Sink.Type {
 	case "kafka":
 		out = append(out, sink.CheckKafka(ctx, cfg.Sink.KafkaConfig, topicNeeds(cfg)...)...)
+		if cfg.Delivery == deliveryExactlyOnce {
+			out = append(out, sink.CheckTransactional(ctx, cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name)...)
+		}
 	default:
 		out = append(out, outboxcdc.Pass("sink", "sink.type "+cfg.Sink.Type+": nothing to connect to"))
 	}
