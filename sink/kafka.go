@@ -560,18 +560,27 @@ func (k *Kafka) dialConn(d *dialing) {
 	close(d.done)
 }
 
+// newProducer connects a client and an async producer on it.
+func newProducer(brokers []string, sc *sarama.Config) (sarama.Client, sarama.AsyncProducer, error) {
+	client, err := sarama.NewClient(brokers, sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	producer, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	return client, producer, nil
+}
+
 func (k *Kafka) newConn() (*conn, error) {
 	sc, err := k.cfg.clientConfig()
 	if err != nil {
 		return nil, err
 	}
-	client, err := sarama.NewClient(k.cfg.Brokers, sc)
+	client, producer, err := newProducer(k.cfg.Brokers, sc)
 	if err != nil {
-		return nil, err
-	}
-	producer, err := sarama.NewAsyncProducerFromClient(client)
-	if err != nil {
-		_ = client.Close()
 		return nil, err
 	}
 	c := &conn{client: client, producer: producer, done: make(chan struct{})}

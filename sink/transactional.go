@@ -767,13 +767,8 @@ func (t *Transactional) newProducer() (*txnProducer, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := sarama.NewClient(t.cfg.Brokers, sc)
+	client, prod, err := newProducer(t.cfg.Brokers, sc)
 	if err != nil {
-		return nil, err
-	}
-	prod, err := sarama.NewAsyncProducerFromClient(client)
-	if err != nil {
-		_ = client.Close()
 		return nil, err
 	}
 	p := &txnProducer{client: client, producer: prod, done: make(chan struct{})}
