@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"fmt"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"regexp"
 	"strconv"
 	"strings"
@@ -74,6 +75,14 @@ func shortBody(kind, s string) string {
 // Describe says in words what a position is, e.g. "binlog file
 // mysql-bin.000003 offset 4", "MariaDB GTID 0-1-42", "LSN 0/16B3748".
 func Describe(p outboxcdc.Position) string {
+	if backfill.IsPending(p) {
+		st, err := backfill.Parse(p, p.Kind())
+		if err != nil {
+			return "unreadable pending-backfill position (" + err.Error() + ")"
+		}
+		return fmt.Sprintf("pending backfill in progress: rows up to key %d published (pending rows go up to key %d), then streaming from %s",
+			st.Last, st.High, Describe(st.StreamPosition(p.Kind())))
+	}
 	switch p.Kind() {
 	case binlog.Kind:
 		bp, err := binlog.ParsePosition(p)
@@ -102,6 +111,9 @@ func Describe(p outboxcdc.Position) string {
 // Form names a position's form: "file", "gtid", "mariadb-gtid", "lsn",
 // or "" if it cannot be read.
 func Form(p outboxcdc.Position) string {
+	if backfill.IsPending(p) {
+		return "pending"
+	}
 	switch p.Kind() {
 	case binlog.Kind:
 		bp, err := binlog.ParsePosition(p)
@@ -152,6 +164,9 @@ func Compare(old, new outboxcdc.Position) (d Direction, why string) {
 	}
 	if old.Kind() != new.Kind() {
 		return NotComparable, fmt.Sprintf("the positions belong to different sources (%q, %q)", old.Kind(), new.Kind())
+	}
+	if backfill.IsPending(old) || backfill.IsPending(new) {
+		return NotComparable, "a pending backfill was in progress; replacing its position abandons the backfill"
 	}
 	switch old.Kind() {
 	case wal.Kind:
