@@ -436,3 +436,29 @@ func TestRoutePayloadOptions(t *testing.T) {
 		t.Fatalf("payload_format xml: %v", err)
 	}
 }
+
+// TestTraceContextPassthrough: W3C trace context stored in outbox columns
+// reaches the record as traceparent/tracestate headers, byte for byte.
+func TestTraceContextPassthrough(t *testing.T) {
+	r, err := New(Config{Headers: []string{"traceparent", "tracestate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if extra := r.Columns().Extra; len(extra) != 2 || extra[0] != "traceparent" || extra[1] != "tracestate" {
+		t.Fatalf("columns asked of the source: %v", extra)
+	}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	ev := seedEvent()
+	ev.Extra = []outboxcdc.Column{{Name: "traceparent", Value: []byte(tp)}, {Name: "tracestate", Value: []byte("congo=t61rcWkgMzE")}}
+	rec, err := r.Route(&ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, h := range rec.Headers {
+		got[h.Key] = string(h.Value)
+	}
+	if got["traceparent"] != tp || got["tracestate"] != "congo=t61rcWkgMzE" {
+		t.Fatalf("headers %v", got)
+	}
+}
