@@ -61,7 +61,7 @@ type Kafka struct {
 
 	// headerKeys caches header keys as bytes; used by Write only, which is
 	// never called concurrently.
-	headerKeys map[string][]byte
+	headerKeys headerKeyCache
 
 	writing sync.Mutex // held by Write, so Close can wait for it
 
@@ -92,7 +92,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 		log:        log.With().Str("component", "sink").Str("sink", "kafka").Logger(),
 		m:          newMetrics(reg),
 		mem:        byteSem{limit: cfg.MaxInFlightBytes},
-		headerKeys: make(map[string][]byte),
+		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
 		probeDone:  make(chan struct{}),
 	}
@@ -183,7 +183,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		if len(r.Headers) > 0 {
 			from := len(hdrs)
 			for _, h := range r.Headers {
-				hdrs = append(hdrs, sarama.RecordHeader{Key: k.headerKey(h.Key), Value: h.Value})
+				hdrs = append(hdrs, sarama.RecordHeader{Key: k.headerKeys.get(h.Key), Value: h.Value})
 				bytes += float64(len(h.Key) + len(h.Value))
 			}
 			p.headers = hdrs[from:len(hdrs):len(hdrs)]
@@ -411,20 +411,21 @@ func (k *Kafka) answer(msg *sarama.ProducerMessage, err error) {
 	p.att.answered(p)
 }
 
-func (k *Kafka) headerKey(s string) []byte {
-	if b, ok := k.headerKeys[s]; ok {
+// headerKeyCache caches header keys as bytes, so a record's headers do not
+// allocate a key each; bounded, as keys come from configuration. Not safe
+// for concurrent use: each sink uses it from its writing goroutine only.
+type headerKeyCache map[string][]byte
+
+func (h headerKeyCache) get(s string) []byte {
+	if b, ok := h[s]; ok {
 		return b
 	}
 	b := []byte(s)
-	if len(k.headerKeys) < 256 {
-		k.headerKeys[s] = b
+	if len(h) < 256 {
+		h[s] = b
 	}
 	return b
 }
-
-// Ready (from health) returns nil while a broker answers: the last
-// produce succeeded, or (when idle) the last periodic check reached the
-// cluster.
 
 // reached records that a broker answered.
 func (k *Kafka) reached() {

@@ -169,7 +169,7 @@ type Transactional struct {
 	log       zerolog.Logger
 	m         *txnMetrics
 
-	headerKeys map[string][]byte // used by the writing goroutine only
+	headerKeys headerKeyCache // used by the writing goroutine only
 
 	writing sync.Mutex // held by Load and WriteAtomic, so Close can wait
 
@@ -205,7 +205,7 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 		cfg: cfg, tcfg: tcfg, connector: connector, kind: kind,
 		log:        log.With().Str("component", "sink").Str("sink", "kafka-transactional").Str("transactional_id", tcfg.TransactionalID).Logger(),
 		m:          newTxnMetrics(reg),
-		headerKeys: make(map[string][]byte),
+		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
 	}
 	t.health = newHealth(errors.New("kafka: transactional producer not started yet"), t.m.connected, t.log, "kafka reachable, transactional producer ready")
@@ -413,7 +413,7 @@ func (t *Transactional) messages(records []outboxcdc.Record, end outboxcdc.Posit
 		if len(r.Headers) > 0 {
 			m.headers = make([]sarama.RecordHeader, len(r.Headers))
 			for j, h := range r.Headers {
-				m.headers[j] = sarama.RecordHeader{Key: t.headerKey(h.Key), Value: h.Value}
+				m.headers[j] = sarama.RecordHeader{Key: t.headerKeys.get(h.Key), Value: h.Value}
 			}
 		}
 		msgs = append(msgs, m)
@@ -427,17 +427,6 @@ func (t *Transactional) messages(records []outboxcdc.Record, end outboxcdc.Posit
 		})
 	}
 	return msgs
-}
-
-func (t *Transactional) headerKey(s string) []byte {
-	if b, ok := t.headerKeys[s]; ok {
-		return b
-	}
-	b := []byte(s)
-	if len(t.headerKeys) < 256 {
-		t.headerKeys[s] = b
-	}
-	return b
 }
 
 // errTxnBudget is wrapped by the error of an attempt that ran out of its
