@@ -107,10 +107,23 @@ func (e *Event) Column(name string) (Column, bool) {
 // position just past its end. Transactions that touched no outbox row may be
 // delivered with no events, so the checkpoint keeps moving on a busy server
 // whose outbox is idle.
+//
+// A transaction too large to hold in memory may arrive in fragments: several
+// Tx values in order, every one but the last with More set and End zero.
+// The pipeline may write the records of earlier fragments before the last
+// arrives, but never checkpoints between fragments, so a restart re-reads
+// the whole transaction. A source sends a fragment only once no row in it
+// can still be undone: the MySQL binlog can carry rows that a later
+// ROLLBACK TO SAVEPOINT, or the ROLLBACK of a transaction that also wrote a
+// non-transactional table, takes back.
 type Tx struct {
-	Events     []Event
+	Events []Event
+	// End is the position just past the transaction's end; zero on a
+	// fragment with More set.
 	End        Position
 	CommitTime time.Time
+	// More says further fragments of the same source transaction follow.
+	More bool
 }
 
 // Header is a Kafka record header. A nil Value is a null header value, an
@@ -202,7 +215,10 @@ type AtomicSink interface {
 	// WriteAtomic makes records and end visible together or not at all.
 	// records may be empty (progress only). An error means nothing of this
 	// call became visible (or, if the outcome is unknown, the caller must
-	// restart and Load again).
+	// restart and Load again). A zero end (a batch that stops inside a
+	// fragmented transaction, see Tx.More) adds records to the open atomic
+	// write; they become visible with the next call whose end is not zero,
+	// or not at all.
 	WriteAtomic(ctx context.Context, records []Record, end Position) error
 }
 

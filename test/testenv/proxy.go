@@ -1,0 +1,186 @@
+package testenv
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy is a TCP proxy a test controls, put between the connector and a
+// database or broker. Silence makes the path go quiet in both directions
+// without closing anything, as a cut network or a dead firewall state
+// looks: bytes are neither delivered nor refused, no RST and no FIN reach
+// either side. Heal delivers again (what was held back while silent is
+// dropped, as a partition loses it). Cut closes every connection (a RST-free
+// FIN both ways), as a server restart looks.
+type Proxy struct {
+	target string
+	ln     net.Listener
+
+	mu     sync.Mutex
+	silent bool
+	conns  map[*proxyConn]struct{}
+	accept int
+	closed bool
+	wg     sync.WaitGroup
+}
+
+type proxyConn struct {
+	client, server net.Conn
+}
+
+// NewProxy listens on a loopback port and forwards every connection to
+// target. It is closed at test end.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy listen: %v", err)
+	}
+	p := &Proxy{target: target, ln: ln, conns: map[*proxyConn]struct{}{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Accepted is how many connections the proxy has accepted so far.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accept
+}
+
+// Silence stops delivering bytes in both directions on every connection,
+// existing and new, without closing any of them. New connections are
+// accepted by the kernel but never reach the target, as a SYN to a
+// partitioned host whose listener half-answers would.
+func (p *Proxy) Silence() {
+	p.mu.Lock()
+	p.silent = true
+	p.mu.Unlock()
+}
+
+// Heal delivers bytes again. Connections made while silent stay dead (their
+// handshake never reached the target); clients must reconnect.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	p.silent = false
+	p.mu.Unlock()
+}
+
+// Cut closes every open connection (both sides see EOF), leaving the proxy
+// accepting new ones.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = map[*proxyConn]struct{}{}
+	p.mu.Unlock()
+	for c := range conns {
+		c.client.Close()
+		c.server.Close()
+	}
+}
+
+// Close stops accepting and closes every connection.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.ln.Close()
+	p.Cut()
+	p.wg.Wait()
+}
+
+func (p *Proxy) isSilent() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.silent
+}
+
+func (p *Proxy) serve() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.accept++
+		silent := p.silent
+		p.mu.Unlock()
+		if silent {
+			// Hold the connection open and answer nothing, until Close.
+			p.mu.Lock()
+			c := &proxyConn{client: client, server: nopConn{}}
+			p.conns[c] = struct{}{}
+			p.mu.Unlock()
+			continue
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		c := &proxyConn{client: client, server: server}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			client.Close()
+			server.Close()
+			return
+		}
+		p.conns[c] = struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, client, server)
+		go p.pipe(c, server, client)
+	}
+}
+
+// pipe copies src to dst, dropping what arrives while the proxy is silent.
+// When either side closes, both are closed (unless the proxy is silent: a
+// silent path delivers no FIN either).
+func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isSilent() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			if p.isSilent() && !errors.Is(err, net.ErrClosed) && err != io.EOF {
+				return
+			}
+			if p.isSilent() && err == io.EOF {
+				// The peer closed while the path is silent: the other side
+				// must not learn of it; keep its socket open until Cut/Close.
+				return
+			}
+			c.client.Close()
+			c.server.Close()
+			p.mu.Lock()
+			delete(p.conns, c)
+			p.mu.Unlock()
+			return
+		}
+	}
+}
+
+// nopConn stands in for the server side of a connection accepted while
+// silent: there is none.
+type nopConn struct{ net.Conn }
+
+func (nopConn) Close() error { return nil }

@@ -1,0 +1,74 @@
+package testenv
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+)
+
+// echo serves a line echo on a loopback port.
+func echo(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					c.Write([]byte(line))
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestProxySilenceHealCut(t *testing.T) {
+	p := NewProxy(t, echo(t))
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	roundTrip := func(msg string, wait time.Duration) (string, error) {
+		c.SetDeadline(time.Now().Add(wait))
+		if _, err := c.Write([]byte(msg + "\n")); err != nil {
+			return "", err
+		}
+		return r.ReadString('\n')
+	}
+	if got, err := roundTrip("a", 2*time.Second); err != nil || got != "a\n" {
+		t.Fatalf("through the proxy: %q, %v", got, err)
+	}
+	p.Silence()
+	_, err = roundTrip("b", 300*time.Millisecond)
+	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("silent path: want a read timeout (no data, no EOF), got %v", err)
+	}
+	p.Heal()
+	if got, err := roundTrip("c", 2*time.Second); err != nil || got != "c\n" {
+		t.Fatalf("healed path: %q, %v", got, err)
+	}
+	p.Cut()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("cut path: want EOF")
+	}
+	if p.Accepted() != 1 {
+		t.Fatalf("accepted %d connections, want 1", p.Accepted())
+	}
+}
