@@ -117,6 +117,8 @@ func (e *Event) Column(name string) (Column, bool) {
 // ROLLBACK TO SAVEPOINT, or the ROLLBACK of a transaction that also wrote a
 // non-transactional table, takes back.
 type Tx struct {
+	// Events are the outbox rows; in a fragment at most about
+	// MaxFragmentEvents of them and MaxFragmentBytes of payload.
 	Events []Event
 	// End is the position just past the transaction's end; zero on a
 	// fragment with More set.
@@ -125,6 +127,14 @@ type Tx struct {
 	// More says further fragments of the same source transaction follow.
 	More bool
 }
+
+// Fragment bounds: a source holds at most this much of one transaction in
+// memory before it sends what it has as a fragment (Tx.More), so the
+// connector's memory does not grow with the size of a source transaction.
+const (
+	MaxFragmentEvents = 4096
+	MaxFragmentBytes  = 4 << 20
+)
 
 // Header is a Kafka record header. A nil Value is a null header value, an
 // empty non-nil one an empty value; sinks keep the difference.
