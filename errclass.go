@@ -1,0 +1,127 @@
+package outboxcdc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+)
+
+// Error classification: every part of the connector decides at the place
+// an error arises whether retrying can help, and says what the operator
+// should do about it. Later code asks IsTransient and Hint; nothing
+// classifies by matching error text.
+//
+// An error is transient when it, or an error it wraps, was marked with
+// Transient and no error closer to the top of the chain was marked with
+// Permanent. Unmarked errors are permanent: a connector that stops and says
+// why is better than one that retries something forever in silence, so
+// every network path marks its failures where it meets them (Network does
+// the common part).
+
+// classified marks an error transient or permanent and may carry a hint.
+type classified struct {
+	err       error
+	transient bool
+	hint      string
+}
+
+func (e *classified) Error() string {
+	if e.hint == "" {
+		return e.err.Error()
+	}
+	return e.err.Error() + " (" + e.hint + ")"
+}
+
+func (e *classified) Unwrap() error { return e.err }
+
+// Transient marks err as worth retrying: the same operation may succeed
+// later (a broken connection, a server restarting, a lock timeout).
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{err: err, transient: true}
+}
+
+// Permanent marks err as one retrying cannot fix, with the remedy the
+// operator needs (hint may be empty). Error() is "err (hint)".
+func Permanent(err error, hint string) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{err: err, hint: hint}
+}
+
+// TransientHint is Transient with a remedy, for errors that heal by
+// themselves but may need a hand (a slot held by another process).
+func TransientHint(err error, hint string) error {
+	if err == nil {
+		return nil
+	}
+	return &classified{err: err, transient: true, hint: hint}
+}
+
+// IsTransient reports whether the outermost classification in err's chain
+// says transient. Context cancellation is never transient.
+func IsTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var c *classified
+	if errors.As(err, &c) {
+		return c.transient
+	}
+	return false
+}
+
+// IsClassified reports whether err carries a classification.
+func IsClassified(err error) bool {
+	var c *classified
+	return errors.As(err, &c)
+}
+
+// Hint returns the remedy of the outermost classified error in err's chain
+// that has one, or "".
+func Hint(err error) string {
+	for err != nil {
+		var c *classified
+		if !errors.As(err, &c) {
+			return ""
+		}
+		if c.hint != "" {
+			return c.hint
+		}
+		err = c.err
+	}
+	return ""
+}
+
+// Network marks the failures of a network round trip as transient: a
+// connection refused, reset or closed, an I/O timeout (a peer that went
+// silent, packets dropped on the way), an unexpected EOF, a DNS failure.
+// Other errors are returned unchanged for the caller to classify. It does
+// not mark a context's own deadline or cancellation.
+func Network(err error) error {
+	if err == nil || IsClassified(err) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A deadline the caller set on a network call: the peer did not
+		// answer in time.
+		return Transient(err)
+	}
+	var ne net.Error
+	var oe *net.OpError
+	var de *net.DNSError
+	switch {
+	case errors.As(err, &oe), errors.As(err, &de), errors.As(err, &ne):
+		return Transient(err)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return Transient(err)
+	}
+	return err
+}
