@@ -303,10 +303,7 @@ func Check(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxc
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	db, err := sql.Open("mysql", s.cfg.DSN) // with source.tls applied
-	if err != nil {
-		return []outboxcdc.CheckResult{outboxcdc.Fail("mysql.connect", err.Error(), "fix source.dsn")}
-	}
+	db := s.openDB() // with source.tls applied
 	defer db.Close()
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
@@ -336,7 +333,7 @@ func Check(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxc
 		out = append(out, outboxcdc.Pass("mysql.privilege.replication_client", "SHOW BINARY LOGS works"))
 	}
 
-	if _, err := s.tableColumns(ctx, db); err != nil {
+	if _, _, err := s.tableColumns(ctx, db); err != nil {
 		out = append(out, outboxcdc.Fail("mysql.table", strings.TrimPrefix(err.Error(), ErrTable.Error()+": "),
 			"create the outbox table with the route preset's columns, or fix source.table / route"))
 	} else {
