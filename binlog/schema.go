@@ -138,9 +138,9 @@ func (c *schemaColumn) fits(typ byte, meta uint16) string {
 	return ""
 }
 
-// parseLabels reads the labels of an ENUM or SET COLUMN_TYPE
-// ("enum('a','b”c','d\\e')"): quotes doubled, backslash escapes as in
-// SQL strings.
+// parseLabels reads the labels of an ENUM or SET COLUMN_TYPE, such as
+// enum('a','b'): a quote inside a label is doubled, and backslash escapes
+// are those of SQL strings.
 func parseLabels(columnType string) []string {
 	open := strings.IndexByte(columnType, '(')
 	if open < 0 {
