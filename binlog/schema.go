@@ -466,7 +466,7 @@ func (st *stream) ensureLayout(tm *replication.TableMapEvent, at binlogPoint) er
 		if len(tm.ColumnName) != int(tm.ColumnCount) {
 			return fmt.Errorf("%w: the table map at %s names %d of %d columns", ErrUnsupported, at, len(tm.ColumnName), tm.ColumnCount)
 		}
-		l, err := resolveLayout(tm, columnsFromBinlog(tm), st.src.cols, table, true)
+		l, err := resolveLayout(tm, columnsFromBinlog(tm, st.mariadb), st.src.cols, table, true)
 		if err != nil {
 			return fmt.Errorf("at %s: %w", at, err)
 		}
@@ -491,7 +491,7 @@ func (st *stream) ensureLayout(tm *replication.TableMapEvent, at binlogPoint) er
 		return joinSentinel(ErrSchema, fmt.Errorf("rows of %s up to %s were written before %s, which may have changed the table, "+
 			"and the binlog has no column names (binlog_row_metadata is not FULL)", table, at, n), schemaHint)
 	}
-	cols, err := columnsFromSchema(tm, st.schema.cols)
+	cols, err := columnsFromSchema(tm, st.schema.cols, st.mariadb)
 	if err != nil {
 		since := "information_schema's columns"
 		if st.lastDDL != nil {

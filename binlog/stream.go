@@ -51,6 +51,7 @@ type streamEnv struct {
 	db      *sql.DB
 	match   *tableMatcher
 	decoder *rowDecoder
+	mariadb bool // the server is MariaDB (its table maps count YEAR as numeric)
 }
 
 func newStream(src *Source, start Pos, env streamEnv) *stream {

@@ -70,17 +70,17 @@ func (l *layout) sameMap(tm *replication.TableMapEvent) bool {
 // columnsFromBinlog describes tm's columns from its own metadata: with
 // binlog_row_metadata=FULL the table map carries every column's name,
 // signedness, character set and ENUM/SET labels.
-func columnsFromBinlog(tm *replication.TableMapEvent) []colInfo {
+func columnsFromBinlog(tm *replication.TableMapEvent, mariadb bool) []colInfo {
 	n := int(tm.ColumnCount)
 	cols := make([]colInfo, n)
-	unsigned := tm.UnsignedMap()
+	unsigned := unsignedFlags(tm, mariadb)
 	collations := tm.CollationMap()
 	enums, sets := tm.EnumStrValueMap(), tm.SetStrValueMap()
 	for i := range cols {
 		c := &cols[i]
 		c.name = string(tm.ColumnName[i])
 		c.typ, c.meta = tm.ColumnType[i], tm.ColumnMeta[i]
-		c.unsigned = unsigned[i]
+		c.unsigned = unsigned != nil && unsigned[i]
 		c.binary = realType(c.typ, c.meta) == mysql.MYSQL_TYPE_STRING && collations[i] == collationBinary
 		if l, ok := enums[i]; ok {
 			c.labels = l
@@ -97,12 +97,12 @@ func columnsFromBinlog(tm *replication.TableMapEvent) []colInfo {
 // nullability the binlog row carries (and signedness, when the table map
 // has it). A list that does not fit is an error; one that fits is used only
 // where the stream has proven it describes these rows (schema.go).
-func columnsFromSchema(tm *replication.TableMapEvent, info []schemaColumn) ([]colInfo, error) {
+func columnsFromSchema(tm *replication.TableMapEvent, info []schemaColumn, mariadb bool) ([]colInfo, error) {
 	n := int(tm.ColumnCount)
 	if len(info) != n {
 		return nil, fmt.Errorf("the binlog row has %d columns, information_schema lists %d", n, len(info))
 	}
-	unsigned := tm.UnsignedMap()
+	unsigned := unsignedFlags(tm, mariadb)
 	cols := make([]colInfo, n)
 	for i := range cols {
 		sc := &info[i]
@@ -115,14 +115,49 @@ func columnsFromSchema(tm *replication.TableMapEvent, info []schemaColumn) ([]co
 		if ok, nullable := tm.Nullable(i); ok && nullable != sc.Nullable {
 			return nil, fmt.Errorf("column %d (%s) is %s in information_schema, but nullable=%v in the binlog row", i+1, sc.Name, sc.ColumnType, nullable)
 		}
-		if u, ok := unsigned[i]; ok && u != sc.Unsigned {
-			return nil, fmt.Errorf("column %d (%s) is %s in information_schema, but unsigned=%v in the binlog row", i+1, sc.Name, sc.ColumnType, u)
+		if unsigned != nil && numericInBitmap(c.typ, false) && unsigned[i] != sc.Unsigned {
+			return nil, fmt.Errorf("column %d (%s) is %s in information_schema, but unsigned=%v in the binlog row", i+1, sc.Name, sc.ColumnType, unsigned[i])
 		}
 		c.unsigned = sc.Unsigned
 		c.binary = sc.DataType == "binary"
 		c.labels, c.set = sc.Labels, sc.DataType == "set"
 	}
 	return cols, nil
+}
+
+// unsignedFlags reads the table map's signedness bitmap (MINIMAL and FULL
+// metadata), which has one bit per numeric column, most significant bit
+// first; nil when the table map has none. go-mysql's UnsignedMap counts
+// the numeric columns as MySQL does; MariaDB also counts YEAR.
+func unsignedFlags(tm *replication.TableMapEvent, mariadb bool) []bool {
+	bitmap := tm.SignednessBitmap
+	if len(bitmap) == 0 {
+		return nil
+	}
+	out := make([]bool, tm.ColumnCount)
+	bit := 0
+	for i, t := range tm.ColumnType {
+		if !numericInBitmap(t, mariadb) {
+			continue
+		}
+		if bit/8 >= len(bitmap) {
+			break
+		}
+		out[i] = bitmap[bit/8]&(0x80>>(bit%8)) != 0
+		bit++
+	}
+	return out
+}
+
+func numericInBitmap(t byte, mariadb bool) bool {
+	switch t {
+	case mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_LONG,
+		mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_FLOAT, mysql.MYSQL_TYPE_DOUBLE:
+		return true
+	case mysql.MYSQL_TYPE_YEAR:
+		return mariadb
+	}
+	return false
 }
 
 // resolveLayout maps the role and extra columns of cols (the table's
