@@ -25,6 +25,10 @@ type MariaDBOptions struct {
 	RowMetadata string
 	// LowerCaseTableNames is lower_case_table_names (0, 1 or 2).
 	LowerCaseTableNames int
+	// Instance separates servers with the same settings: a test that
+	// changes what other tests rely on (purges binlogs, say) asks for an
+	// instance of its own.
+	Instance string
 }
 
 func (o MariaDBOptions) key() string {
@@ -32,7 +36,11 @@ func (o MariaDBOptions) key() string {
 	if md == "" {
 		md = "MINIMAL"
 	}
-	return fmt.Sprintf("metadata=%s,lctn=%d", md, o.LowerCaseTableNames)
+	k := fmt.Sprintf("metadata=%s,lctn=%d", md, o.LowerCaseTableNames)
+	if o.Instance != "" {
+		k += ",instance=" + o.Instance
+	}
+	return k
 }
 
 // privateServer is one server this process started.
