@@ -8,6 +8,7 @@ package binlog
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math"
 	"sort"
 	"strings"
@@ -69,18 +70,22 @@ func tableMapBody(id uint64, schema, table string, cols []testCol) []byte {
 }
 
 // writeRowsBody is a WRITE_ROWS_EVENTv2 with one row of the given encoded
-// values (none NULL).
+// values (none NULL); a nil value is a column the row image leaves out.
 func writeRowsBody(id uint64, values [][]byte) []byte {
 	b := binary.LittleEndian.AppendUint64(nil, id)[:6]
 	b = binary.LittleEndian.AppendUint16(b, 1) // STMT_END_F
 	b = binary.LittleEndian.AppendUint16(b, 2) // no extra data
 	b = append(b, lenenc(len(values))...)
 	present := make([]byte, (len(values)+7)/8)
-	for i := range present {
-		present[i] = 0xff
+	n := 0
+	for i, v := range values {
+		if v != nil {
+			present[i/8] |= 1 << (i % 8)
+			n++
+		}
 	}
 	b = append(b, present...)
-	b = append(b, make([]byte, (len(values)+7)/8)...) // null bitmap
+	b = append(b, make([]byte, (n+7)/8)...) // null bitmap
 	for _, v := range values {
 		b = append(b, v...)
 	}
@@ -503,5 +508,33 @@ func TestCompressedTransactionValues(t *testing.T) {
 		if string(wc.Value) != wantText || string(gc.Value) != wantText {
 			t.Errorf("%s: plain %q, compressed %q, want %q", name, wc.Value, gc.Value, wantText)
 		}
+	}
+}
+
+// TestRowImageWithoutColumn: MySQL logs only the columns an INSERT names
+// when the session has binlog_row_image=MINIMAL (MariaDB logs them all).
+// A column the route takes that the row does not carry stops the source,
+// naming it and the setting, instead of passing for NULL.
+func TestRowImageWithoutColumn(t *testing.T) {
+	cols := []testCol{
+		{"message_id", mysql.MYSQL_TYPE_VARCHAR, []byte{64, 0}},
+		{"aggregate_type", mysql.MYSQL_TYPE_VARCHAR, []byte{64, 0}},
+		{"aggregate_id", mysql.MYSQL_TYPE_VARCHAR, []byte{64, 0}},
+		{"event_type", mysql.MYSQL_TYPE_VARCHAR, []byte{64, 0}},
+		{"payload", mysql.MYSQL_TYPE_JSON, []byte{4}},
+		{"created_at", mysql.MYSQL_TYPE_DATETIME2, []byte{6}},
+	}
+	roles := seedColumns
+	roles.Extra = []string{"created_at"}
+	es := newEventStream(t, roles)
+	es.feed(eventBytes(replication.TABLE_MAP_EVENT, tableMapBody(92, "shop", "outbox", cols)))
+	ev, err := es.parser.Parse(eventBytes(replication.WRITE_ROWS_EVENTv2, writeRowsBody(92, [][]byte{
+		varcharValue("m1"), varcharValue("ORDER"), varcharValue("A-1"), varcharValue("CREATED"), jsonValue(encodeJSON(jLit(jsonbNull))), nil})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = es.st.handle(ev, 500)
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "created_at") || !strings.Contains(err.Error(), "binlog_row_image=FULL") {
+		t.Fatalf("got %v, want ErrUnsupported naming created_at and binlog_row_image=FULL", err)
 	}
 }
