@@ -2,11 +2,14 @@ package binlog
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
@@ -171,4 +174,38 @@ func TestOutboxTableMatching(t *testing.T) {
 		f.insertTx("here")
 		expectIDs(t, r.next(), "here")
 	})
+}
+
+// TestColumnsFromSchemaChecksTypes: information_schema's column list is
+// used for a table map only if every column fits: count, type, length,
+// precision, nullability, signedness.
+func TestColumnsFromSchemaChecksTypes(t *testing.T) {
+	vc := func(name string, octets int64) schemaColumn {
+		return schemaColumn{Name: name, DataType: "varchar", ColumnType: "varchar(64)", OctetLen: sql.NullInt64{Int64: octets, Valid: true}}
+	}
+	info := []schemaColumn{
+		{Name: "id", DataType: "bigint", ColumnType: "bigint(20) unsigned", Unsigned: true},
+		vc("message_id", 256),
+		{Name: "amount", DataType: "decimal", ColumnType: "decimal(10,2)", Precision: sql.NullInt64{Int64: 10, Valid: true}, Scale: sql.NullInt64{Int64: 2, Valid: true}, Nullable: true},
+	}
+	tm := func(types []byte, metas []uint16, nullable byte, signedness []byte) *replication.TableMapEvent {
+		return &replication.TableMapEvent{ColumnCount: uint64(len(types)), ColumnType: types, ColumnMeta: metas,
+			NullBitmap: []byte{nullable}, SignednessBitmap: signedness}
+	}
+	good := tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{0, 256, 10<<8 | 2}, 0b100, []byte{0b10000000})
+	if _, err := columnsFromSchema(good, info, true); err != nil {
+		t.Fatalf("a fitting table map: %v", err)
+	}
+	for name, bad := range map[string]*replication.TableMapEvent{
+		"count":       tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR}, []uint16{0, 256}, 0, nil),
+		"type":        tm([]byte{mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{256, 0, 10<<8 | 2}, 0b100, nil),
+		"length":      tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{0, 512, 10<<8 | 2}, 0b100, nil),
+		"precision":   tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{0, 256, 12<<8 | 2}, 0b100, nil),
+		"nullability": tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{0, 256, 10<<8 | 2}, 0b010, nil),
+		"signedness":  tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{0, 256, 10<<8 | 2}, 0b100, []byte{0}),
+	} {
+		if _, err := columnsFromSchema(bad, info, true); err == nil {
+			t.Errorf("%s: a table map that does not fit was accepted", name)
+		}
+	}
 }
