@@ -96,7 +96,8 @@ func (st *stream) payloadParser() (*replication.BinlogParser, error) {
 	p.SetParseTime(true)
 	p.SetUseDecimal(false)
 	p.SetVerifyChecksum(false)
-	p.SetRowsEventDecodeFunc(st.decoder.decode)
+	// A decoder of its own: the session's runs in go-mysql's goroutine.
+	p.SetRowsEventDecodeFunc((&rowDecoder{match: st.match}).decode)
 	if _, err := p.Parse(formatDescription(st.fde)); err != nil {
 		return nil, fmt.Errorf("%w: format description for compressed transactions: %v", ErrUnsupported, err)
 	}

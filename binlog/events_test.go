@@ -176,7 +176,7 @@ func newEventStream(t *testing.T, cols outboxcdc.Columns) *eventStream {
 	match := resolvedTable{db: "shop", table: "outbox"}.matcher()
 	dec := &rowDecoder{match: match}
 	es := &eventStream{t: t, parser: testParser(t, dec), offset: 4}
-	es.st = newStream(src, Pos{File: "binlog.000001", Offset: 4}, streamEnv{ctx: context.Background(), match: match, decoder: dec})
+	es.st = newStream(src, Pos{File: "binlog.000001", Offset: 4}, streamEnv{ctx: context.Background(), match: match})
 	es.feed(formatDescription(mysql8FDE))
 	return es
 }

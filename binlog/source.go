@@ -290,7 +290,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		Uint32("server_id", s.serverID).Uint32("connection_id", syncer.LastConnectionID()).Str("table", s.qualifiedTable).Bool("column_names_in_binlog", info.rowMetadataFull).
 		Msg("binlog stream started")
 
-	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, decoder: decoder, mariadb: info.flavor == mysql.MariaDBFlavor})
+	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, mariadb: info.flavor == mysql.MariaDBFlavor})
 	for {
 		ev, err := streamer.GetEvent(ctx)
 		if err != nil {

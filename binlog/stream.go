@@ -44,13 +44,12 @@ type stream struct {
 	payload *replication.BinlogParser // for compressed transactions (decode.go)
 }
 
-// streamEnv is what a stream needs of its session: the table matcher and
-// row decoder the syncer uses, and a connection for information_schema.
+// streamEnv is what a stream needs of its session: the table matcher the
+// syncer's row decoder uses, and a connection for information_schema.
 type streamEnv struct {
 	ctx     context.Context
 	db      *sql.DB
 	match   *tableMatcher
-	decoder *rowDecoder
 	mariadb bool // the server is MariaDB (its table maps count YEAR as numeric)
 }
 
