@@ -303,6 +303,7 @@ type tableSchema struct {
 // loadSchema reads the column list and proves for which rows it holds
 // (steps 1-3 above): from is the end of the rows event that needs it.
 func (s *Source) loadSchema(ctx context.Context, db *sql.DB, m *tableMatcher, from binlogPoint) (*tableSchema, error) {
+	s.schemaLoads.Add(1)
 	qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	_, cols, err := s.tableColumns(qctx, db)
 	if err != nil {
@@ -328,7 +329,7 @@ const scanPage = 10000
 // scanDDL returns the first statement in the binlog between from and to
 // that may change the outbox table, or nil. It reads with SHOW BINLOG
 // EVENTS (REPLICATION SLAVE on MySQL, BINLOG MONITOR / REPLICATION CLIENT
-// on MariaDB), about a second per 100 MB of binlog.
+// on MariaDB), about 250 MB of binlog a second here (BenchmarkScanDDL).
 func (s *Source) scanDDL(ctx context.Context, db *sql.DB, m *tableMatcher, from, to binlogPoint) (*ddlEvent, error) {
 	if !from.before(to) {
 		return nil, nil
@@ -444,6 +445,38 @@ func splitUse(info string) (string, string) {
 	return db.String(), strings.TrimLeft(rest, " ")
 }
 
+// provenSchema is a column list proven for every row from validFrom on,
+// up to the next boundary: no boundary lies between validFrom and the row
+// where it was read (the stream saw every event in between), and none
+// between that row and the binlog's end when it was read (the scan). The
+// Source keeps the last one across reconnects, so a session that starts
+// at or after validFrom does not scan the binlog again: a scan of a large
+// backlog can outlast the server's patience with the blocked dump
+// connection (net_write_timeout), and repeating it after every reconnect
+// would never end.
+type provenSchema struct {
+	schema    *tableSchema
+	validFrom binlogPoint
+}
+
+// markScope notes where the session's stream really starts: the first
+// event of a transaction or statement (the artificial rotate and format
+// description events at the start of a dump do not count).
+func (st *stream) markScope(ev *replication.BinlogEvent, endPos uint32) {
+	if st.scope != nil {
+		return
+	}
+	switch ev.Event.(type) {
+	case *replication.MariadbGTIDEvent, *replication.GTIDEvent, *replication.QueryEvent, *replication.TableMapEvent,
+		*replication.RowsEvent, *replication.XIDEvent, *replication.TransactionPayloadEvent:
+		at := binlogPoint{st.file, startOf(ev)}
+		if ev.Header.LogPos == 0 || ev.Header.LogPos != endPos {
+			at.offset = endPos
+		}
+		st.scope = &at
+	}
+}
+
 // ddl marks a boundary when a query event may change the outbox table:
 // the column list in use ends here, and is read again at the next row.
 func (st *stream) ddl(ev *replication.BinlogEvent, e *replication.QueryEvent) {
@@ -451,6 +484,9 @@ func (st *stream) ddl(ev *replication.BinlogEvent, e *replication.QueryEvent) {
 		return
 	}
 	st.layout, st.schema = nil, nil
+	st.src.proven = nil
+	after := binlogPoint{st.file, ev.Header.LogPos}
+	st.scope = &after
 	st.lastDDL = &ddlEvent{at: binlogPoint{st.file, startOf(ev)}, stmt: shortStmt(string(e.Query))}
 	st.src.log.Info().Str("statement", st.lastDDL.stmt).Str("position", st.lastDDL.at.String()).
 		Msg("the outbox table may have changed; its columns are read again for the next row")
@@ -474,6 +510,11 @@ func (st *stream) ensureLayout(tm *replication.TableMapEvent, at binlogPoint) er
 		return nil
 	}
 	if st.schema == nil {
+		if p := st.src.proven; p != nil && st.scope != nil && !st.scope.before(p.validFrom) && !at.before(p.validFrom) {
+			st.schema = p.schema // proven by an earlier session for rows from here on
+		}
+	}
+	if st.schema == nil {
 		if st.db == nil {
 			return joinSentinel(ErrSchema, fmt.Errorf("the binlog has no column names at %s and no connection to read them", at), schemaHint)
 		}
@@ -485,6 +526,9 @@ func (st *stream) ensureLayout(tm *replication.TableMapEvent, at binlogPoint) er
 		if sc.next == nil {
 			st.src.log.Info().Str("from", at.String()).Str("to", sc.readAt.String()).Int("columns", len(sc.cols)).
 				Msg("read the outbox table's columns from information_schema (the binlog carries no column names); no change to the table in between")
+			if st.scope != nil {
+				st.src.proven = &provenSchema{schema: sc, validFrom: *st.scope}
+			}
 		}
 	}
 	if n := st.schema.next; n != nil && !n.at.before(at) {

@@ -1,6 +1,8 @@
 package binlog
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+	"github.com/rs/zerolog"
 )
 
 // A row of the ALTER matrix, by role.
@@ -199,5 +202,79 @@ func TestAlterBeforeBacklogRows(t *testing.T) {
 	err := r.stopped(t)
 	if !errors.Is(err, ErrSchema) || !strings.Contains(err.Error(), "RENAME COLUMN aggregate_type") {
 		t.Fatalf("got %v, want ErrSchema naming the RENAME", err)
+	}
+}
+
+// TestSchemaProofSurvivesReconnect: without column names, the column list
+// proven in one session is kept for the next one after a reconnect, so a
+// large backlog is not scanned again after every reconnect (a scan longer
+// than the server's net_write_timeout would otherwise repeat forever). A
+// change to the table after the reconnect is still followed.
+func TestSchemaProofSurvivesReconnect(t *testing.T) {
+	t.Parallel()
+	f := newFixtureOn(t, testenv.PrivateMariaDB(t, testenv.MariaDBOptions{RowMetadata: "MINIMAL"}))
+	r := f.start(f.config(), seedColumns, "")
+	r.waitReady()
+	a, b, c := rowNamed("A"), rowNamed("B"), rowNamed("C")
+	f.exec(a.insert(f.table))
+	a.check(t, r.next().Events[0])
+	id := r.src.connID.Load()
+	f.exec(fmt.Sprintf("KILL %d", id))
+	waitFor(t, "a new dump connection", func() bool { n := r.src.connID.Load(); return n != 0 && n != id })
+	f.exec(b.insert(f.table))
+	b.check(t, r.next().Events[0])
+	if n := r.src.schemaLoads.Load(); n != 1 {
+		t.Fatalf("the column list was read and proven %d times, want once", n)
+	}
+	f.exec("ALTER TABLE " + f.table + " MODIFY aggregate_id VARCHAR(64) NOT NULL AFTER message_id")
+	f.exec(c.insert(f.table))
+	c.check(t, r.next().Events[0])
+	if n := r.src.schemaLoads.Load(); n != 2 {
+		t.Fatalf("the column list was read %d times, want twice (once more after the ALTER)", n)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkScanDDL scans the server's whole binlog for statements that may
+// change a table (what a restart without column names does over its
+// backlog) and reports the rate.
+func BenchmarkScanDDL(b *testing.B) {
+	db, err := sql.Open("mysql", testenv.MySQLDSN(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	cfg := DefaultConfig()
+	cfg.DSN, cfg.Table = testenv.MySQLDSN(b), "none"
+	src, err := New(cfg, "bench", seedColumns, zerolog.Nop(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	files, err := binaryLogs(context.Background(), db)
+	if err != nil || len(files) == 0 {
+		b.Fatalf("SHOW BINARY LOGS: %v", err)
+	}
+	var total int64
+	for _, f := range files {
+		total += int64(f.size)
+	}
+	last := files[len(files)-1]
+	m := &tableMatcher{db: []byte("test"), table: []byte("no_such_table_" + uniqueName("x"))}
+	b.SetBytes(total)
+	for b.Loop() {
+		hit, err := src.scanDDL(context.Background(), db, m, binlogPoint{files[0].name, 4}, binlogPoint{last.name, uint32(last.size)})
+		if err != nil || hit != nil {
+			b.Fatalf("scan: %v %v", hit, err)
+		}
 	}
 }

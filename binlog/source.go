@@ -56,6 +56,8 @@ type Source struct {
 	running         atomic.Bool
 	connID          atomic.Uint32 // the binlog dump connection's id, 0 when none
 	prevConnID      uint32        // the last dump connection's id; Run's goroutine only
+	proven          *provenSchema // the last proven column list (schema.go); Run's goroutine only
+	schemaLoads     atomic.Int64  // column lists read and proven (schema.go)
 	mu              sync.Mutex
 	notReady        error // nil while streaming
 	lastAck         atomic.Pointer[outboxcdc.Position]

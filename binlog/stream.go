@@ -39,6 +39,7 @@ type stream struct {
 	streamEnv
 	layout  *layout
 	schema  *tableSchema // information_schema's list and its proof; nil: read at the next row
+	scope   *binlogPoint // the stream has seen every event from here on, with no boundary
 	lastDDL *ddlEvent    // the last statement that may have changed the table
 	fde     *replication.FormatDescriptionEvent
 	payload *replication.BinlogParser // for compressed transactions (decode.go)
@@ -61,6 +62,7 @@ func newStream(src *Source, start Pos, env streamEnv) *stream {
 // that should be delivered. endPos is the offset just past the event (for
 // events inside a compressed transaction payload: past the payload).
 func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc.Tx, error) {
+	st.markScope(ev, endPos) // schema.go
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		st.file = string(e.NextLogName)
