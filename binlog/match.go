@@ -52,8 +52,10 @@ func (s *Source) resolveTable(ctx context.Context, db *sql.DB) (resolvedTable, e
 	if err := db.QueryRowContext(ctx, "SELECT @@lower_case_table_names").Scan(&lctn); err != nil {
 		return resolvedTable{}, classifyConnErr(fmt.Errorf("read lower_case_table_names: %w", err))
 	}
+	// The database as written and in lower case (how lower_case_table_names
+	// 1 stores it), so the server reads one database's directory only.
 	rows, err := db.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "+
-		"WHERE LOWER(TABLE_SCHEMA) = LOWER(?) AND LOWER(TABLE_NAME) = LOWER(?)", s.db, s.table)
+		"WHERE TABLE_SCHEMA IN (?, ?) AND LOWER(TABLE_NAME) = LOWER(?)", s.db, strings.ToLower(s.db), s.table)
 	if err != nil {
 		return resolvedTable{}, classifyConnErr(fmt.Errorf("look up %s: %w", s.qualifiedTable, err))
 	}
