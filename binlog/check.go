@@ -67,14 +67,16 @@ func settingsResults(vars map[string]string) []outboxcdc.CheckResult {
 	}
 	want("binlog_format", "ROW")
 	want("binlog_row_image", "FULL")
-	// Not required: without column names the source maps columns from
-	// information_schema and stops if the table changes shape.
+	// Not required: without column names the source reads them from
+	// information_schema and follows a change only where it can prove
+	// which rows it applies to (schema.go).
 	switch v := vars["binlog_row_metadata"]; v {
 	case "FULL":
-		out = append(out, outboxcdc.Pass("mysql.binlog_row_metadata", "FULL: column names in the binlog, ALTER TABLE on the outbox is followed"))
+		out = append(out, outboxcdc.Pass("mysql.binlog_row_metadata", "FULL: column names in the binlog, every ALTER TABLE on the outbox is followed"))
 	default:
 		out = append(out, outboxcdc.Pass("mysql.binlog_row_metadata", orUnset(v)+
-			": works, but an ALTER TABLE on the outbox stops the connector; SET GLOBAL binlog_row_metadata=FULL (MySQL 8.0.1+, MariaDB 10.5+) to follow it"))
+			": works; an ALTER TABLE on the outbox is followed while the connector is caught up, but rows written before one stop it "+
+			"when it restarts behind them; SET GLOBAL binlog_row_metadata=FULL (MySQL 8.0.1+, MariaDB 10.5+) to follow every change"))
 	}
 	if v, ok := vars["gtid_mode"]; ok {
 		detail := v + ": positions are binlog file:offset (a GTID checkpoint needs ON)"
@@ -303,10 +305,7 @@ func Check(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxc
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	db, err := sql.Open("mysql", s.cfg.DSN) // with source.tls applied
-	if err != nil {
-		return []outboxcdc.CheckResult{outboxcdc.Fail("mysql.connect", err.Error(), "fix source.dsn")}
-	}
+	db := s.openDB() // with source.tls applied
 	defer db.Close()
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
@@ -336,7 +335,7 @@ func Check(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxc
 		out = append(out, outboxcdc.Pass("mysql.privilege.replication_client", "SHOW BINARY LOGS works"))
 	}
 
-	if _, err := s.tableColumns(ctx, db); err != nil {
+	if _, _, err := s.tableColumns(ctx, db); err != nil {
 		out = append(out, outboxcdc.Fail("mysql.table", strings.TrimPrefix(err.Error(), ErrTable.Error()+": "),
 			"create the outbox table with the route preset's columns, or fix source.table / route"))
 	} else {

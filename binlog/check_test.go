@@ -2,12 +2,15 @@ package binlog
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
 // TestSettingsResults: the server variables the source refuses, each with
@@ -153,12 +156,48 @@ func TestHasGlobalPrivilege(t *testing.T) {
 	}
 }
 
-// TestCheckAgainstServer runs the preflight against the local server: a
-// good table and no checkpoint pass; a missing role column, a purged file
-// and a foreign GTID domain fail with the right check.
+// TestCheckAgainstServer runs the preflight against the local server and
+// against a private server whose old binlogs were purged, as any
+// long-running server's are: a good table and no checkpoint pass; a
+// missing role column, a purged file and a foreign GTID domain fail with
+// the right check. The positions are built from the server's own binlog
+// state, so the test does not depend on its history.
 func TestCheckAgainstServer(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	t.Run("shared", func(t *testing.T) {
+		t.Parallel()
+		checkAgainst(t, newFixture(t))
+	})
+	t.Run("purged binlogs", func(t *testing.T) {
+		t.Parallel()
+		f := newFixtureOn(t, testenv.PrivateMariaDB(t, testenv.MariaDBOptions{RowMetadata: "FULL", Instance: "purged"}))
+		for i := range 3 {
+			f.insertTx(fmt.Sprintf("old-%d", i))
+			f.exec("FLUSH BINARY LOGS")
+		}
+		var last string
+		rows, err := f.db.Query("SHOW BINARY LOGS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			cols, _ := rows.Columns()
+			dest := make([]any, len(cols))
+			dest[0] = &last
+			for i := 1; i < len(dest); i++ {
+				dest[i] = new(sql.RawBytes)
+			}
+			if err := rows.Scan(dest...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows.Close()
+		f.exec("PURGE BINARY LOGS TO '" + last + "'")
+		checkAgainst(t, f)
+	})
+}
+
+func checkAgainst(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	byName := func(rs []outboxcdc.CheckResult) map[string]outboxcdc.CheckResult {
 		m := map[string]outboxcdc.CheckResult{}
@@ -173,6 +212,18 @@ func TestCheckAgainstServer(t *testing.T) {
 			t.Errorf("failed: %+v", r)
 		}
 	}
+	// A file before the server's first binlog, and the server's current
+	// GTID state plus a domain it never had.
+	first, _ := binlogFiles(t, f.db)
+	base, _, _ := strings.Cut(first, ".")
+	var state string
+	if err := f.db.QueryRow("SELECT @@GLOBAL.gtid_binlog_pos").Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	foreign := "77-1-5"
+	if state != "" {
+		foreign = state + "," + foreign
+	}
 	cols := seedColumns
 	cols.Payload = "body"
 	for _, tc := range []struct {
@@ -182,8 +233,8 @@ func TestCheckAgainstServer(t *testing.T) {
 		want string
 	}{
 		{cols, "", "mysql.table", "has no column body"},
-		{seedColumns, "mysql:file:mariadb-bin.000000:4", "mysql.position", "not on the server"},
-		{seedColumns, "mysql:mariadb-gtid:0-1-1,77-1-5", "mysql.position", "domain 77"},
+		{seedColumns, outboxcdc.Position("mysql:file:" + base + ".000000:4"), "mysql.position", "not on the server"},
+		{seedColumns, outboxcdc.Position("mysql:mariadb-gtid:" + foreign), "mysql.position", "domain 77"},
 	} {
 		r := byName(Check(ctx, f.config(), tc.cols, tc.pos))[tc.fail]
 		if r.OK || !strings.Contains(r.Detail, tc.want) || r.Fix == "" {

@@ -127,7 +127,7 @@ func classifyConnErr(err error) error {
 }
 
 func isClassified(err error) bool {
-	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrUnsupported, ErrTLS} {
+	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrUnsupported, ErrTLS, ErrSchema} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -327,19 +328,23 @@ func cloneBytes(b sql.RawBytes) []byte {
 
 // renderText renders a column read as text the way the binlog decoder
 // renders it (see render): DATETIME as 2006-01-02T15:04:05[.ffffff],
-// TIMESTAMP as RFC 3339 UTC (the session's time_zone is UTC); everything
-// else as the server's text.
+// TIMESTAMP as RFC 3339 UTC (the session's time_zone is UTC), BIT as its
+// unsigned decimal value; everything else (DECIMAL, ENUM and SET labels,
+// BINARY with its padding, JSON) as the server's text.
 func renderText(v []byte, dbType string) []byte {
 	switch dbType {
-	case "DATETIME", "TIMESTAMP":
-		t, err := time.Parse("2006-01-02 15:04:05.999999", string(v))
-		if err != nil {
-			break
+	case "DATETIME":
+		return normDatetime(string(v), false)
+	case "TIMESTAMP":
+		return normDatetime(string(v), true)
+	case "BIT":
+		if len(v) <= 8 {
+			var x uint64
+			for _, c := range v {
+				x = x<<8 | uint64(c)
+			}
+			return strconv.AppendUint(nil, x, 10)
 		}
-		if dbType == "TIMESTAMP" {
-			return render(t.UTC(), false, mysql.MYSQL_TYPE_TIMESTAMP2)
-		}
-		return render(t, false, mysql.MYSQL_TYPE_DATETIME2)
 	}
 	return append([]byte{}, v...)
 }

@@ -15,8 +15,9 @@ import (
 type serverInfo struct {
 	flavor          string // mysql.MySQLFlavor or mysql.MariaDBFlavor
 	version         string
-	gtidMode        string // MySQL's gtid_mode; "" on MariaDB
-	rowMetadataFull bool   // table map events carry column names
+	gtidMode        string        // MySQL's gtid_mode; "" on MariaDB
+	rowMetadataFull bool          // table map events carry column names
+	table           resolvedTable // the outbox table as the server names it (match.go)
 	columns         []schemaColumn
 }
 
@@ -51,9 +52,10 @@ func (s *Source) inspect(ctx context.Context, db *sql.DB) (serverInfo, error) {
 	info.gtidMode = vars["gtid_mode"]
 	if !info.rowMetadataFull {
 		s.log.Warn().Str("binlog_row_metadata", orUnset(vars["binlog_row_metadata"])).
-			Msg("the binlog carries no column names; using information_schema, and the outbox table must not change shape while streaming (set binlog_row_metadata=FULL to lift this)")
+			Msg("the binlog carries no column names: they are read from information_schema, an ALTER TABLE is followed while the connector is caught up, " +
+				"and a backlog holding rows written before an ALTER TABLE stops it; set binlog_row_metadata=FULL to follow every change")
 	}
-	info.columns, err = s.tableColumns(ctx, db)
+	info.table, info.columns, err = s.tableColumns(ctx, db)
 	return info, err
 }
 
@@ -65,53 +67,6 @@ func orUnset(v string) string {
 }
 
 func (s *Source) redacted() string { return "mysql at " + s.dsn.Addr }
-
-// tableColumns reads the outbox table's columns in binlog order and checks
-// that the role columns exist.
-func (s *Source) tableColumns(ctx context.Context, db *sql.DB) ([]schemaColumn, error) {
-	rows, err := db.QueryContext(ctx, "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "+
-		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", s.db, s.table)
-	if err != nil {
-		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
-	}
-	defer rows.Close()
-	var cols []schemaColumn
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
-		}
-		cols = append(cols, schemaColumn{Name: name, Unsigned: strings.Contains(strings.ToLower(typ), "unsigned")})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
-	}
-	if len(cols) == 0 {
-		return nil, fmt.Errorf("%w: table %s does not exist (or the user may not SELECT it): create it or fix source.table / the database in source.dsn",
-			ErrTable, s.qualifiedTable)
-	}
-	var missing, names []string
-	for _, want := range []string{s.cols.MessageID, s.cols.AggregateType, s.cols.AggregateID, s.cols.EventType, s.cols.Payload} {
-		found := false
-		for _, c := range cols {
-			if strings.EqualFold(c.Name, want) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			missing = append(missing, want)
-		}
-	}
-	if len(missing) > 0 {
-		for _, c := range cols {
-			names = append(names, c.Name)
-		}
-		return nil, fmt.Errorf("%w: table %s has no column %s (its columns: %s); the route preset needs them: change the table or the preset",
-			ErrTable, s.qualifiedTable, strings.Join(missing, ", "), strings.Join(names, ", "))
-	}
-	return cols, nil
-}
 
 // useGTID says whether a first run takes GTID positions.
 func (info *serverInfo) useGTID(cfg Config) bool {

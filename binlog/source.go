@@ -17,12 +17,10 @@
 package binlog
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -50,14 +48,16 @@ type Source struct {
 	serverID uint32
 	cols     outboxcdc.Columns
 	log      zerolog.Logger
+	baseLog  zerolog.Logger // as passed to New, for the drivers' components
 	m        *outboxcdc.SourceMetrics
 
-	db, table       string // from the DSN and Config.Table
-	dbB, tableB     []byte // the same, for comparing with table map events
+	db, table       string // from the DSN and Config.Table, as configured (match.go)
 	qualifiedTable  string // "db.table", for messages
 	running         atomic.Bool
 	connID          atomic.Uint32 // the binlog dump connection's id, 0 when none
 	prevConnID      uint32        // the last dump connection's id; Run's goroutine only
+	proven          *provenSchema // the last proven column list (schema.go); Run's goroutine only
+	schemaLoads     atomic.Int64  // column lists read and proven (schema.go)
 	mu              sync.Mutex
 	notReady        error // nil while streaming
 	lastAck         atomic.Pointer[outboxcdc.Position]
@@ -110,11 +110,10 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		serverID:        id,
 		cols:            cols,
 		log:             log.With().Str("component", "binlog").Logger(),
+		baseLog:         log,
 		m:               m,
 		db:              dc.DBName,
 		table:           cfg.Table,
-		dbB:             []byte(dc.DBName),
-		tableB:          []byte(cfg.Table),
 		qualifiedTable:  dc.DBName + "." + cfg.Table,
 		notReady:        errors.New("binlog source not started"),
 		emptyTxInterval: emptyTxInterval,
@@ -160,10 +159,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			return err
 		}
 	}
-	db, err := sql.Open("mysql", s.cfg.DSN)
-	if err != nil {
-		return fmt.Errorf("mysql source: %w", err)
-	}
+	db := s.openDB() // the driver logs through s.log (driverlog.go)
 	defer db.Close()
 	db.SetMaxOpenConns(2)
 	db.SetConnMaxIdleTime(time.Minute)
@@ -252,6 +248,8 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		s.prevConnID = 0
 	}
 
+	match := info.table.matcher()
+	decoder := &rowDecoder{match: match}
 	host, port := s.hostPort()
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:            s.serverID,
@@ -268,8 +266,8 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		DisableRetrySync:    true, // one retry layer: ours
 		DiscardGTIDSet:      true, // positions are tracked here, once per transaction
 		EventCacheCount:     1024,
-		Logger:              slog.New(slog.DiscardHandler),
-		RowsEventDecodeFunc: s.decodeRows,
+		Logger:              replicationLogger(s.baseLog),
+		RowsEventDecodeFunc: decoder.decode, // outbox rows only (decode.go)
 	})
 	defer syncer.Close()
 
@@ -294,7 +292,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		Uint32("server_id", s.serverID).Uint32("connection_id", syncer.LastConnectionID()).Str("table", s.qualifiedTable).Bool("column_names_in_binlog", info.rowMetadataFull).
 		Msg("binlog stream started")
 
-	st := newStream(s, start, info.columns)
+	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, mariadb: info.flavor == mysql.MariaDBFlavor})
 	for {
 		ev, err := streamer.GetEvent(ctx)
 		if err != nil {
@@ -321,20 +319,6 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 			return streamed, ctx.Err()
 		}
 	}
-}
-
-// decodeRows runs in go-mysql's reader goroutine for every rows event. It
-// decodes the rows of the outbox table only; other tables' rows are left
-// undecoded, which is most of the work on a busy server.
-func (s *Source) decodeRows(e *replication.RowsEvent, data []byte) error {
-	pos, err := e.DecodeHeader(data)
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(e.Table.Table, s.tableB) || !bytes.Equal(e.Table.Schema, s.dbB) {
-		return nil
-	}
-	return e.DecodeData(pos, data)
 }
 
 func (s *Source) hostPort() (string, uint16) {

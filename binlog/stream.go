@@ -2,6 +2,8 @@ package binlog
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -31,19 +33,36 @@ type stream struct {
 	mariaGTID    mysql.MariadbGTID
 	hasMariaGTID bool
 
-	layout   *layout
-	info     []schemaColumn
 	lastEmit time.Time
+
+	// Columns of the outbox table (schema.go, table.go).
+	streamEnv
+	layout  *layout
+	schema  *tableSchema // information_schema's list and its proof; nil: read at the next row
+	scope   *binlogPoint // the stream has seen every event from here on, with no boundary
+	lastDDL *ddlEvent    // the last statement that may have changed the table
+	fde     *replication.FormatDescriptionEvent
+	payload *replication.BinlogParser // for compressed transactions (decode.go)
 }
 
-func newStream(src *Source, start Pos, info []schemaColumn) *stream {
-	return &stream{src: src, pos: start.Clone(), file: start.File, info: info}
+// streamEnv is what a stream needs of its session: the table matcher the
+// syncer's row decoder uses, and a connection for information_schema.
+type streamEnv struct {
+	ctx     context.Context
+	db      *sql.DB
+	match   *tableMatcher
+	mariadb bool // the server is MariaDB (its table maps count YEAR as numeric)
+}
+
+func newStream(src *Source, start Pos, env streamEnv) *stream {
+	return &stream{src: src, pos: start.Clone(), file: start.File, streamEnv: env}
 }
 
 // handle consumes one event and returns a Tx when it ends a transaction
 // that should be delivered. endPos is the offset just past the event (for
 // events inside a compressed transaction payload: past the payload).
 func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc.Tx, error) {
+	st.markScope(ev, endPos) // schema.go
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		st.file = string(e.NextLogName)
@@ -81,33 +100,38 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 			st.begin()
 		}
 	case *replication.QueryEvent:
+		st.ddl(ev, e) // a statement that may change the outbox table (schema.go)
 		return st.query(ev, e.Query, endPos)
 	case *replication.XIDEvent:
 		return st.commit(ev, endPos)
-	case *replication.TableMapEvent:
-		if !bytes.Equal(e.Table, st.src.tableB) || !bytes.Equal(e.Schema, st.src.dbB) {
-			return nil, nil
-		}
-		if st.layout != nil && st.layout.tableID == e.TableID && st.layout.ncols == int(e.ColumnCount) {
-			return nil, nil
-		}
-		l, err := resolveLayout(e, st.src.cols, st.info, st.src.qualifiedTable)
-		if err != nil {
-			return nil, fmt.Errorf("at %s:%d: %w", st.file, startOf(ev), err)
-		}
-		st.layout = l
+	case *replication.FormatDescriptionEvent:
+		st.fde, st.payload = e, nil
 	case *replication.RowsEvent:
-		if st.layout == nil || e.TableID != st.layout.tableID || e.Table == nil ||
-			!bytes.Equal(e.Table.Table, st.src.tableB) || !bytes.Equal(e.Table.Schema, st.src.dbB) {
+		if e.Table == nil || !st.match.matches(e.Table.Schema, e.Table.Table) {
 			return nil, nil
+		}
+		if e.Type() == replication.EnumRowsEventTypeInsert {
+			// The columns these rows were written with (schema.go).
+			at := binlogPoint{st.file, endPos}
+			if err := st.ensureLayout(e.Table, at); err != nil {
+				return nil, err
+			}
+			if err := st.layout.checkImage(e, at); err != nil {
+				return nil, err
+			}
 		}
 		st.rows(ev, e)
 	case *replication.TransactionPayloadEvent:
 		// MySQL binlog_transaction_compression: a whole transaction inside
 		// one event. Its inner events carry no usable offsets; the
-		// transaction ends where the payload event ends.
+		// transaction ends where the payload event ends. They are decoded
+		// again with the session's settings (decode.go).
+		events, err := st.payloadEvents(e)
+		if err != nil {
+			return nil, err
+		}
 		var out *outboxcdc.Tx
-		for _, inner := range e.Events {
+		for _, inner := range events {
 			tx, err := st.handle(inner, endPos)
 			if err != nil {
 				return nil, err

@@ -43,6 +43,7 @@ func newLogger(cfg LogConfig, w io.Writer) zerolog.Logger {
 // done. It logs its own failures.
 func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	log := newLogger(cfg.Log, logOut)
+	routeLibraryLogs(log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
