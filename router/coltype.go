@@ -282,7 +282,7 @@ func precisionScale(args string) (p, s int, ok bool) {
 	return p, s, err1 == nil && err2 == nil
 }
 
-// mysqlEnumValues parses "enum('a','b''c')".
+// mysqlEnumValues parses "enum('a','b”c')".
 func mysqlEnumValues(t string) ([]string, error) {
 	open, close := strings.IndexByte(t, '('), strings.LastIndexByte(t, ')')
 	if open < 0 || close < open {

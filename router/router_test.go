@@ -311,6 +311,9 @@ type jsonRecord struct {
 	Value     *string      `json:"value"`
 	Headers   []jsonHeader `json:"headers"`
 	Timestamp string       `json:"timestamp"`
+	// Partition is the record's partition: its own, or the one Kafka's
+	// Java producer picks for the key over 6 partitions (connect goldens).
+	Partition *int32 `json:"partition,omitempty"`
 }
 
 type jsonHeader struct {
@@ -338,6 +341,8 @@ func render(r outboxcdc.Record) *jsonRecord {
 	}
 	return j
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func checkGolden(t *testing.T, path string, got golden) {
 	t.Helper()
