@@ -173,7 +173,7 @@ var connectCases = []connectCase{
 	},
 	{
 		name: "jackson_escaping", table: pgOutbox,
-		cfg:  with(conv("json", "json", "simple"), func(c *Config) { c.Converters.KeySchemas, c.Converters.ValueSchemas = false, false }),
+		cfg: with(conv("json", "json", "simple"), func(c *Config) { c.Converters.KeySchemas, c.Converters.ValueSchemas = false, false }),
 		ev: evWith(func(e *outboxcdc.Event) {
 			e.AggregateID = "a\"b\\c/d\x7f"
 			e.Payload = []byte("tab\there\nnl \x01 \x1f \u00e9 \u2028 <&>")
@@ -224,8 +224,10 @@ var connectCases = []connectCase{
 	},
 	{
 		name: "headers_json_debezium_server", table: pgOutbox,
-		cfg:  with(conv("json", "json", "json"), func(c *Config) { c.Headers = []string{"tenant", "status"} }),
-		ev:   evWith(func(e *outboxcdc.Event) { e.Extra = []outboxcdc.Column{{Name: "tenant", Null: true}, {Name: "status", Value: []byte("2")}} }),
+		cfg: with(conv("json", "json", "json"), func(c *Config) { c.Headers = []string{"tenant", "status"} }),
+		ev: evWith(func(e *outboxcdc.Event) {
+			e.Extra = []outboxcdc.Column{{Name: "tenant", Null: true}, {Name: "status", Value: []byte("2")}}
+		}),
 		cite: "[DS] Debezium Server writes headers with JsonConverter, schemas on by default; [DT] uuid is io.debezium.data.Uuid v1; " +
 			"[JC] a null optional value is null inside the envelope, a column default is the schema's \"default\"",
 		key:   `{"schema":{"type":"string","optional":false},"payload":"SO-1001"}`,
@@ -291,8 +293,10 @@ var connectCases = []connectCase{
 	},
 	{
 		name: "expand_json_schema", table: pgOutbox,
-		cfg:  with(conv("string", "json", "simple"), func(c *Config) { c.ExpandJSONPayload = true }),
-		ev:   evWith(func(e *outboxcdc.Event) { e.Payload = []byte(`{"id":7,"items":[{"sku":"a"},{"sku":"b","qty":2}],"ok":true}`) }),
+		cfg: with(conv("string", "json", "simple"), func(c *Config) { c.ExpandJSONPayload = true }),
+		ev: evWith(func(e *outboxcdc.Event) {
+			e.Payload = []byte(`{"id":7,"items":[{"sku":"a"},{"sku":"b","qty":2}],"ok":true}`)
+		}),
 		cite: "[ER] the schema is an optional struct named after the payload column, nested structs named payload.<field>, " +
 			"an array of objects takes the union of their fields",
 		key: `SO-1001`,
@@ -359,8 +363,8 @@ var connectCases = []connectCase{
 	},
 	{
 		name: "decimal_base64_and_numeric", table: pgOutbox,
-		cfg:  with(conv("json", "string", "simple"), func(c *Config) { c.ColumnNames.AggregateID = "amount"; c.Converters.KeySchemas = true }),
-		ev:   evWith(func(e *outboxcdc.Event) { e.AggregateID = "-1.5" }),
+		cfg: with(conv("json", "string", "simple"), func(c *Config) { c.ColumnNames.AggregateID = "amount"; c.Converters.KeySchemas = true }),
+		ev:  evWith(func(e *outboxcdc.Event) { e.AggregateID = "-1.5" }),
 		cite: "[DT] numeric(10,2) is org.apache.kafka.connect.data.Decimal with scale and precision parameters; " +
 			"[JC] with decimal.format BASE64 the unscaled -150 is two's complement FF6A, base64 /2o=",
 		key: `{"schema":{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,` +
@@ -369,8 +373,10 @@ var connectCases = []connectCase{
 	},
 	{
 		name: "zoned_timestamp_default_placeholder", table: pgOutbox,
-		cfg:  with(conv("string", "string", "json"), func(c *Config) { c.Headers = []string{"occurred_at"} }),
-		ev:   evWith(func(e *outboxcdc.Event) { e.Extra = []outboxcdc.Column{{Name: "occurred_at", Value: []byte("2026-03-14 15:09:26.5+01")}} }),
+		cfg: with(conv("string", "string", "json"), func(c *Config) { c.Headers = []string{"occurred_at"} }),
+		ev: evWith(func(e *outboxcdc.Event) {
+			e.Extra = []outboxcdc.Column{{Name: "occurred_at", Value: []byte("2026-03-14 15:09:26.5+01")}}
+		}),
 		cite: "[DT] timestamptz is io.debezium.time.ZonedTimestamp, ISO-8601 in UTC; Postgres' now() default becomes the epoch placeholder",
 		key:  `SO-1001`, value: "-",
 		headers: []string{
