@@ -171,11 +171,8 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 			if cv.TopicPrefix == "" {
 				return nil, fmt.Errorf("route.converters.topic_prefix: the envelope's schema is named after Debezium's topic.prefix; set it (value_schemas: false needs no name)")
 			}
-			switch {
-			case table != nil:
+			if table != nil {
 				conv.schemaPrefix = cv.TopicPrefix + "." + table.Schema + "." + table.Name + "."
-			default:
-				return nil, fmt.Errorf("route.envelope: the envelope's schema name needs the outbox table (route.converters.topic_prefix.<database>.<table>)")
 			}
 		}
 		if cc.version != nil && cc.expand != nil && len(cc.envelope) > 0 {

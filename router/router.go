@@ -58,6 +58,9 @@ func New(cfg Config) (*Router, error) {
 		return nil, errors.New("route.converters: the converters need the outbox table's column types (the command reads them from the database); " +
 			"give every converted column's type in route.converters.column_types to build the route without it")
 	}
+	if len(cfg.Envelope) > 0 && orRaw(cfg.Converters.Value) != ConvRaw && cfg.Converters.ValueSchemas {
+		return nil, errors.New("route.envelope: the envelope's schema is named <topic_prefix>.<database>.<table>...: it needs the outbox table")
+	}
 	return NewForTable(cfg, nil)
 }
 
