@@ -58,10 +58,10 @@ const (
 // converterClasses maps Kafka Connect converter classes to route.converters
 // names.
 var converterClasses = map[string]string{
-	"org.apache.kafka.connect.storage.StringConverter":     "string",
-	"org.apache.kafka.connect.json.JsonConverter":          "json",
+	"org.apache.kafka.connect.storage.StringConverter":       "string",
+	"org.apache.kafka.connect.json.JsonConverter":            "json",
 	"org.apache.kafka.connect.converters.ByteArrayConverter": "bytearray",
-	"io.debezium.converters.BinaryDataConverter":           "binary",
+	"io.debezium.converters.BinaryDataConverter":             "binary",
 }
 
 // translator holds the input keys and what became of each.
