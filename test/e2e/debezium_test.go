@@ -439,3 +439,72 @@ checkpoint:
 		})
 	}
 }
+
+// TestDebeziumOnUpdate: route.on_update (Debezium's
+// table.op.invalid.behavior). fatal stops the connector at the UPDATE of
+// an outbox row, after delivering and checkpointing every transaction
+// before it; restarted with warn, it skips the UPDATE with a warning and
+// delivers what followed.
+func TestDebeziumOnUpdate(t *testing.T) {
+	for _, be := range []struct {
+		kind    string
+		backend func(*testing.T) *dbzBackend
+	}{{"mysql", dbzMySQL}, {"postgres", dbzPostgres}} {
+		t.Run(be.kind, func(t *testing.T) {
+			b := be.backend(t)
+			_, brokers := testenv.Kafka(t)
+			checkpoint := filepath.Join(t.TempDir(), "checkpoint")
+			config := func(onUpdate string) string {
+				return writeConfig(t, fmt.Sprintf(`
+name: %s
+source:
+%sroute:
+  preset: debezium
+  on_update: %s
+sink:
+  type: kafka
+  brokers: [%q]
+checkpoint:
+  type: file
+  path: %q
+`, strings.ReplaceAll(testObjectName(t), "_", "-"), b.source, onUpdate, brokers[0], checkpoint))
+			}
+			c := start(t, config("fatal"))
+			const (
+				id1 = "11111111-1111-4111-8111-111111111111"
+				id2 = "22222222-2222-4222-8222-222222222222"
+			)
+			b.insertTx(t, dbzRow{id: id1, aggType: "Order", aggID: "A-1", typ: "Created", payload: `{"n":1}`})
+			if _, err := b.db.Exec("UPDATE " + b.table + " SET type = 'Changed' WHERE aggregateid = 'A-1'"); err != nil {
+				t.Fatal(err)
+			}
+			b.insertTx(t, dbzRow{id: id2, aggType: "Order", aggID: "A-2", typ: "Created", payload: `{"n":2}`})
+			select {
+			case <-c.done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the connector did not stop at the UPDATE:\n%s", c.log.String())
+			}
+			if c.exitErr == nil || !strings.Contains(c.log.String(), "route.on_update is fatal") {
+				t.Fatalf("exit %v, want status 1 naming route.on_update:\n%s", c.exitErr, c.log.String())
+			}
+			cons := newConsumer(t, brokers, `outbox\.event\..*`)
+			got := cons.waitFor(t, 1, 10*time.Second)
+			got = cons.quiet(t, 500*time.Millisecond)
+			if len(got) != 1 || got[0].Headers["id"] != id1 {
+				t.Fatalf("before the stop: read %+v, want only %s", got, id1)
+			}
+
+			c = start(t, config("warn"))
+			got = cons.waitFor(t, 2, 20*time.Second)
+			if len(got) < 2 || got[len(got)-1].Headers["id"] != id2 {
+				t.Fatalf("after the restart with warn: read %+v, want %s next", got, id2)
+			}
+			if !strings.Contains(c.log.String(), "outbox row UPDATEd: skipped (route.on_update: warn)") {
+				t.Fatalf("no warning for the skipped UPDATE:\n%s", c.log.String())
+			}
+			if err := c.stop(15 * time.Second); err != nil {
+				t.Fatalf("SIGTERM exit: %v", err)
+			}
+		})
+	}
+}
