@@ -421,6 +421,43 @@ var connectCases = []connectCase{
 		headers: []string{"content-type=application/cloudevents+json; charset=UTF-8", "id=" + id, "event_type=OrderCreated", "aggregate_type=Order"},
 	},
 	{
+		name: "partition_column_negative_is_bad", table: pgOutbox,
+		cfg:  with(conv("string", "string", "simple"), func(c *Config) { c.PartitionColumn = "part" }),
+		ev:   evWith(func(e *outboxcdc.Event) { e.Extra = []outboxcdc.Column{{Name: "part", Value: []byte("-1")}} }),
+		cite: "Kafka's ProducerRecord refuses a negative partition (the task would fail): the row is bad",
+		err:  "not a partition number",
+	},
+	{
+		name: "timestamp_column_unreadable_is_bad", table: pgOutbox,
+		cfg: with(conv("string", "string", "simple"), func(c *Config) { c.ColumnNames.Timestamp = "created_at" }),
+		ev: evWith(func(e *outboxcdc.Event) {
+			e.Extra = []outboxcdc.Column{{Name: "created_at", Value: []byte("yesterday")}}
+		}),
+		cite: "a timestamp column value that is no date and time: the row is bad, not stamped with another time",
+		err:  "is not a date and time",
+	},
+	{
+		name: "missing_column_error_is_bad", table: pgOutbox,
+		cfg:  with(conv("string", "string", "simple"), func(c *Config) { c.Headers = []string{"tenant"}; c.OnMissingColumn = "error" }),
+		cite: "[ER] table.field.additional.missing=error: a header column missing from the row stops the task; here the row is bad",
+		err:  "route.on_missing_column is error",
+	},
+	{
+		name: "missing_column_ignore_drops_header", table: pgOutbox,
+		cfg:  with(conv("string", "string", "simple"), func(c *Config) { c.Headers = []string{"tenant"} }),
+		cite: "[ER] table.field.additional.missing=ignore: the header is left out",
+		key:  `SO-1001`, value: "-", headers: []string{"id=" + id},
+	},
+	{
+		name: "cloudevents_json_type_but_not_json_is_bad", table: nil,
+		cfg: with(DefaultConfig(), func(c *Config) {
+			c.CloudEvents = CloudEventsConfig{Mode: CloudEventsBinary, Source: "/x", DataContentType: "application/json"}
+		}),
+		ev:   evWith(func(e *outboxcdc.Event) { e.Payload = []byte("not json") }),
+		cite: "[CE] datacontenttype says JSON, so a payload that is not JSON would mislead every consumer: the row is bad",
+		err:  "is not valid JSON",
+	},
+	{
 		name: "value_type_changed_is_bad", table: myOutbox, cfg: conv("json", "string", "simple"),
 		cite: "a key that no longer parses as the BIGINT read at start: the row is bad, with the remedy",
 		err:  "after an ALTER TABLE restart the connector",
@@ -839,5 +876,32 @@ func TestColumnTypes(t *testing.T) {
 		if got != d.want || ct.defaultErr != "" {
 			t.Errorf("%s %s default %s: %s (%s), want %s", d.flavor, d.typ, d.def, got, ct.defaultErr, d.want)
 		}
+	}
+}
+
+func BenchmarkRouteConnect(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"string", conv("string", "string", "simple")},
+		{"json_schemas", conv("json", "json", "simple")},
+		{"json_plain", with(conv("json", "json", "simple"), func(c *Config) { c.Converters.KeySchemas, c.Converters.ValueSchemas = false, false })},
+		{"json_headers_schemas", conv("json", "json", "json")},
+		{"expand_json", with(conv("string", "json", "simple"), func(c *Config) { c.ExpandJSONPayload = true })},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r, err := NewForTable(bc.cfg, pgOutbox)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ev := dbzEvent()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Route(&ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

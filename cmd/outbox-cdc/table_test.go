@@ -164,3 +164,32 @@ func TestReadOutboxTablePostgres(t *testing.T) {
 		t.Fatalf("missing table: %v (%T)", err, err)
 	}
 }
+
+// TestNewRouterRetriesUnreachableDatabase: reading the column types when
+// the database is not reachable yet is retried with backoff (the source
+// would wait too), not a configuration error; it ends only with ctx.
+func TestNewRouterRetriesUnreachableDatabase(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Source.Type = "postgres"
+	cfg.Source.Postgres.DSN = "postgres://u@127.0.0.1:1/db?connect_timeout=1"
+	cfg.Source.Postgres.Table = "public.outboxevent"
+	cfg.Route.Preset = router.PresetDebezium
+	cfg.Route.Converters.Key = "json"
+	var logs strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := newRouter(ctx, cfg, zerolog.New(&logs))
+	if err == nil || !strings.Contains(err.Error(), "context deadline exceeded") {
+		t.Fatalf("newRouter = %v, want the context's end", err)
+	}
+	if _, isConfig := err.(*configError); isConfig {
+		t.Fatal("an unreachable database is not a configuration error")
+	}
+	if time.Since(start) < 2*time.Second {
+		t.Fatalf("gave up after %s, before the context ended", time.Since(start))
+	}
+	if n := strings.Count(logs.String(), "cannot read the outbox table's column types"); n < 2 {
+		t.Fatalf("%d retries logged, want at least 2:\n%s", n, logs.String())
+	}
+}

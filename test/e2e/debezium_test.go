@@ -508,3 +508,59 @@ checkpoint:
 		})
 	}
 }
+
+// TestDebeziumOnUpdateInsertOnlyPublication: with route.on_update set, a
+// Postgres publication that does not publish UPDATEs would hide them, so
+// the connector refuses to start and says how to fix it.
+func TestDebeziumOnUpdateInsertOnlyPublication(t *testing.T) {
+	b := dbzPostgres(t)
+	_, brokers := testenv.Kafka(t)
+	pub := testObjectName(t)
+	if _, err := b.db.Exec("CREATE PUBLICATION " + pub + " FOR TABLE " + b.table + " WITH (publish = 'insert')"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, fmt.Sprintf(`
+name: %s
+source:
+%sroute:
+  preset: debezium
+  on_update: warn
+sink:
+  type: kafka
+  brokers: [%q]
+checkpoint:
+  type: file
+  path: %q
+`, strings.ReplaceAll(testObjectName(t), "_", "-"), b.source, brokers[0], filepath.Join(t.TempDir(), "checkpoint")))
+	code, out := runToExit(t, 30*time.Second, cfg)
+	if code != 1 || !strings.Contains(out, "does not publish updates") || !strings.Contains(out, "SET (publish = 'insert, update')") {
+		t.Fatalf("exit %d, want 1 naming the publication fix:\n%s", code, out)
+	}
+}
+
+// TestDebeziumConvertersNeedUsableTable: route.converters read the outbox
+// table's column types at start; a column type they cannot write as
+// Debezium does is a configuration error (exit 2) before anything is
+// read or written.
+func TestDebeziumConvertersNeedUsableTable(t *testing.T) {
+	b := dbzMySQL(t)
+	_, brokers := testenv.Kafka(t)
+	cfg := writeConfig(t, fmt.Sprintf(`
+name: %s
+source:
+%sroute:
+  preset: debezium
+  columns: {payload: body}
+  converters: {key: string, value: string}
+sink:
+  type: kafka
+  brokers: [%q]
+checkpoint:
+  type: file
+  path: %q
+`, strings.ReplaceAll(testObjectName(t), "_", "-"), b.source, brokers[0], filepath.Join(t.TempDir(), "checkpoint")))
+	code, out := runToExit(t, 30*time.Second, cfg)
+	if code != 2 || !strings.Contains(out, "StringConverter writes a binary column") {
+		t.Fatalf("exit %d, want 2 explaining the StringConverter trap:\n%s", code, out)
+	}
+}
