@@ -458,6 +458,15 @@ var connectCases = []connectCase{
 		err:  "is not valid JSON",
 	},
 	{
+		name: "cloudevents_empty_type_is_bad", table: nil,
+		cfg: with(DefaultConfig(), func(c *Config) {
+			c.CloudEvents = CloudEventsConfig{Mode: CloudEventsStructured, Source: "/x"}
+		}),
+		ev:   evWith(func(e *outboxcdc.Event) { e.EventType = "" }),
+		cite: "[CE] type is a required attribute and must be a non-empty string",
+		err:  "a CloudEvent needs a type",
+	},
+	{
 		name: "value_type_changed_is_bad", table: myOutbox, cfg: conv("json", "string", "simple"),
 		cite: "a key that no longer parses as the BIGINT read at start: the row is bad, with the remedy",
 		err:  "after an ALTER TABLE restart the connector",
