@@ -350,9 +350,7 @@ func (c Config) TypedColumns() []string {
 			}
 		}
 	}
-	if cv.Key != "" || cv.Value != "" {
-		add(c.PartitionColumn)
-	}
+	add(c.PartitionColumn) // its type is checked: Debezium reads a 32-bit integer
 	return cols
 }
 

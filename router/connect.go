@@ -136,28 +136,31 @@ func (s *cschema) field(name string) int {
 }
 
 // render fills the cached JSON form of s and its children.
-func (s *cschema) render() *cschema {
-	s.json = appendJSONSchema(nil, s, "")
+func (s *cschema) render() *cschema { return s.renderWith(decimalBase64) }
+
+// renderWith renders with JsonConverter's decimal.format for defaults.
+func (s *cschema) renderWith(decFormat int) *cschema {
+	s.json = appendJSONSchema(nil, s, "", decFormat)
 	return s
 }
 
 // appendJSONSchema writes JsonConverter.asJsonSchema(s) compactly; field is
 // the struct field name to append, "" for none.
-func appendJSONSchema(b []byte, s *cschema, field string) []byte {
+func appendJSONSchema(b []byte, s *cschema, field string, decFormat int) []byte {
 	b = append(b, `{"type":"`...)
 	b = append(b, s.typ.String()...)
 	b = append(b, '"')
 	switch s.typ {
 	case tArray:
 		b = append(b, `,"items":`...)
-		b = appendJSONSchema(b, s.elem, "")
+		b = appendJSONSchema(b, s.elem, "", decFormat)
 	case tStruct:
 		b = append(b, `,"fields":[`...)
 		for i, f := range s.fields {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONSchema(b, f.schema, f.name)
+			b = appendJSONSchema(b, f.schema, f.name, decFormat)
 		}
 		b = append(b, ']')
 	}
@@ -185,7 +188,7 @@ func appendJSONSchema(b []byte, s *cschema, field string) []byte {
 	}
 	if s.def != nil {
 		b = append(b, `,"default":`...)
-		b, _ = appendJSONValue(b, s, s.def, false, decimalBase64)
+		b, _ = appendJSONValue(b, s, s.def, false, decFormat)
 	}
 	if field != "" {
 		b = append(b, `,"field":`...)

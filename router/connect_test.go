@@ -849,7 +849,7 @@ func TestColumnTypes(t *testing.T) {
 			t.Errorf("%s %s: %v", c.flavor, c.typ, err)
 			continue
 		}
-		if got := string(appendJSONSchema(nil, ct.schema, "")); got != c.want {
+		if got := string(appendJSONSchema(nil, ct.schema, "", decimalBase64)); got != c.want {
 			t.Errorf("%s %s:\n got %s\nwant %s", c.flavor, c.typ, got, c.want)
 		}
 	}

@@ -251,8 +251,8 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 		}
 	}
 	for _, ct := range append(append([]*colType{conv.keyType, conv.payloadType}, conv.envTypes...), conv.headerTypes...) {
-		if ct != nil && ct.schema.json == nil {
-			ct.schema.render()
+		if ct != nil {
+			ct.schema.renderWith(decFormat)
 		}
 	}
 	return conv, nil
@@ -420,7 +420,7 @@ func (cv *connectConv) envelopeSchema(payload *cschema, envelope []envelopeField
 	for i, f := range envelope {
 		s.fields = append(s.fields, cfield{name: f.alias, schema: cv.envTypes[i].schema})
 	}
-	s.render()
+	s.renderWith(cv.decFormat)
 	if len(cv.envSchemas) >= maxEnvelopeSchemas {
 		clear(cv.envSchemas)
 	}
