@@ -157,6 +157,16 @@ func TestReadOutboxTablePostgres(t *testing.T) {
 		}
 	}
 
+	// check runs the same reading and says what it found.
+	if r := checkRouteTable(context.Background(), cfg); !r.OK || !strings.Contains(r.Detail, "aggregateid") {
+		t.Fatalf("check: %+v", r)
+	}
+	bad := cfg
+	bad.Route.Converters.Value = "bytearray"
+	if r := checkRouteTable(context.Background(), bad); r.OK || !strings.Contains(r.Detail, "ByteArrayConverter") {
+		t.Fatalf("check with ByteArrayConverter on jsonb: %+v", r)
+	}
+
 	// A table that does not exist is a configuration error, not a retry.
 	cfg.Source.Postgres.Table = schema + ".nope"
 	_, err = newRouter(context.Background(), cfg, zerolog.Nop())
@@ -191,5 +201,19 @@ func TestNewRouterRetriesUnreachableDatabase(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "cannot read the outbox table's column types"); n < 2 {
 		t.Fatalf("%d retries logged, want at least 2:\n%s", n, logs.String())
+	}
+}
+
+func TestTopicNeedsWithRegexRouting(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Route.TopicRegex = "(.*)"
+	cfg.Route.TopicReplacement = "shop.$1.events"
+	needs := topicNeeds(cfg)
+	if len(needs) != 1 || needs[0].Prefix != "shop." || needs[0].Exact {
+		t.Fatalf("needs %+v, want the prefix shop.", needs)
+	}
+	cfg.Route.TopicReplacement = "all-events"
+	if needs := topicNeeds(cfg); len(needs) != 1 || needs[0].Prefix != "all-events" || !needs[0].Exact {
+		t.Fatalf("literal replacement: %+v", needs)
 	}
 }
