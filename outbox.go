@@ -152,6 +152,10 @@ type Record struct {
 	Headers []Header
 	// Timestamp is the record timestamp; the source commit time.
 	Timestamp time.Time
+	// Partition, when set, is the partition to write to (Debezium's
+	// "partition" placement of a column); nil lets the sink pick it from
+	// Key.
+	Partition *int32
 }
 
 // Size is an estimate of the record's bytes in memory and on the wire, used
@@ -174,6 +178,10 @@ type Columns struct {
 	EventType     string
 	Payload       string
 	Extra         []string
+	// OnUpdate is what the source does with an UPDATE of an outbox row:
+	// "skip" or "" (count it), "warn" or "error" (count it and log at that
+	// level), "fatal" (stop with an *UpdateError). See UpdateSeen.
+	OnUpdate string
 }
 
 // Source delivers committed outbox transactions in commit order.

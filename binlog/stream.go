@@ -120,7 +120,9 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 				return nil, err
 			}
 		}
-		st.rows(ev, e)
+		if err := st.rows(ev, e); err != nil {
+			return nil, err
+		}
 	case *replication.TransactionPayloadEvent:
 		// MySQL binlog_transaction_compression: a whole transaction inside
 		// one event. Its inner events carry no usable offsets; the
@@ -222,18 +224,17 @@ func (st *stream) xaPrepare(ev *replication.BinlogEvent, data []byte, endPos uin
 }
 
 // rows buffers the INSERTed rows of one rows event on the outbox table and
-// counts UPDATE/DELETE rows as skipped.
-func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) {
+// counts UPDATE/DELETE rows as skipped (UPDATEs as route.on_update says).
+func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) error {
 	switch ev.Header.EventType {
 	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2,
 		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
 	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2,
 		replication.MARIADB_DELETE_ROWS_COMPRESSED_EVENT_V1:
 		st.src.m.SkippedOperations.WithLabelValues("delete").Add(float64(len(e.Rows)))
-		return
+		return nil
 	default: // updates: before and after image per row
-		st.src.m.SkippedOperations.WithLabelValues("update").Add(float64(len(e.Rows) / 2))
-		return
+		return st.src.cols.UpdateSeen(&st.src.log, st.src.m, st.origin(ev), len(e.Rows)/2)
 	}
 	if !st.inTx {
 		st.begin()
@@ -247,6 +248,7 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) {
 		evt.Origin = origin
 		st.events = append(st.events, evt)
 	}
+	return nil
 }
 
 // origin is "mariadb-bin.000003:1234" (the rows event's offset), plus the

@@ -33,6 +33,14 @@ type Config struct {
 	// {event_type}. Everything else is literal and must be legal in a Kafka
 	// topic name.
 	Topic string `yaml:"topic"`
+	// TopicRegex and TopicReplacement name the topic as Debezium's
+	// route.topic.regex and route.topic.replacement do, instead of Topic:
+	// when the regex matches the whole routing value (the aggregate_type
+	// column, Debezium's route.by.field), the topic is the value with its
+	// first match replaced by TopicReplacement ($1, ${name}, \$ as in
+	// Java); otherwise the topic is the routing value itself.
+	TopicRegex       string `yaml:"topic_regex"`
+	TopicReplacement string `yaml:"topic_replacement"`
 	// ColumnNames overrides the preset's column name for each role; empty
 	// fields keep the preset's name.
 	ColumnNames ColumnNames `yaml:"columns"`
@@ -41,6 +49,16 @@ type Config struct {
 	// (the last two are Debezium's table.fields.additional.placement form).
 	// A role column may be listed too (e.g. "type:header:eventType").
 	Headers []string `yaml:"headers"`
+	// Envelope lists columns added to the record value beside the payload,
+	// each "column" or "column:alias", as Debezium's
+	// table.fields.additional.placement "column:envelope[:alias]" does:
+	// the value becomes a struct {payload, alias...}. It needs
+	// converters.value: json.
+	Envelope []string `yaml:"envelope"`
+	// PartitionColumn names an integer column whose value is the record's
+	// partition (Debezium's "column:partition" placement); NULL leaves the
+	// choice to the key's hash.
+	PartitionColumn string `yaml:"partition_column"`
 	// PayloadFormat is "any" (the default: the payload bytes are sent as
 	// stored, whatever they are, as Debezium's EventRouter does) or "json"
 	// (a payload that is not valid JSON makes the row bad, see
@@ -52,7 +70,117 @@ type Config struct {
 	// default): a NULL payload makes the row bad and an empty payload is
 	// sent as an empty value.
 	TombstoneOnEmptyPayload bool `yaml:"tombstone_on_empty_payload"`
+	// ExpandJSONPayload parses a JSON text payload into a structure, as
+	// Debezium's table.expand.json.payload does (with converters.value:
+	// json, the value is the JSON document itself, and with schemas the
+	// schema Debezium infers from it). ExpandJSONNulls and
+	// ExpandJSONEmptyArrays are table.json.payload.null.behavior and
+	// table.json.payload.empty.array.behavior.
+	ExpandJSONPayload     bool   `yaml:"expand_json_payload"`
+	ExpandJSONNulls       string `yaml:"expand_json_nulls"`
+	ExpandJSONEmptyArrays string `yaml:"expand_json_empty_arrays"`
+	// OnUpdate is what an UPDATE of an outbox row does, as Debezium's
+	// table.op.invalid.behavior: skip (the default: counted in
+	// outbox_cdc_source_skipped_operations_total), warn and error (skipped
+	// and logged at that level), fatal (the connector stops at that
+	// transaction, having delivered and checkpointed everything before it).
+	OnUpdate string `yaml:"on_update"`
+	// OnMissingColumn is what happens when a header, envelope, partition or
+	// timestamp column is not in a row (the column was dropped): ignore
+	// (the default: the header or field is left out) or error (the row is
+	// bad), as Debezium's table.field.additional.missing.
+	OnMissingColumn string `yaml:"on_missing_column"`
+	// Converters reproduce the bytes Kafka Connect's converters write.
+	Converters ConvertersConfig `yaml:"converters"`
+	// CloudEvents wraps records as CloudEvents 1.0.
+	CloudEvents CloudEventsConfig `yaml:"cloudevents"`
 }
+
+// ConvertersConfig chooses how key, value and header bytes are written. The
+// default, "raw", is outbox-cdc's own format: the column bytes as stored.
+// The others reproduce Kafka Connect's converters (the settings a Debezium
+// connector ran with), which need the outbox table's column types: the
+// command reads them from the database at start-up.
+type ConvertersConfig struct {
+	// Key and Value: raw | string (StringConverter) | json (JsonConverter)
+	// | bytearray (ByteArrayConverter) | binary (Debezium's
+	// BinaryDataConverter, which passes bytes through and hands other
+	// values to Delegate).
+	Key   string `yaml:"key"`
+	Value string `yaml:"value"`
+	// KeySchemas and ValueSchemas are JsonConverter's schemas.enable
+	// (default true, as in Kafka Connect).
+	KeySchemas   bool `yaml:"key_schemas"`
+	ValueSchemas bool `yaml:"value_schemas"`
+	// Delegate is BinaryDataConverter's delegate.converter.type for values
+	// that are not bytes: "" (none: such a column is refused), string or
+	// json; DelegateSchemas is its schemas.enable.
+	Delegate        string `yaml:"delegate"`
+	DelegateSchemas bool   `yaml:"delegate_schemas"`
+	// Headers: raw | simple (Kafka Connect's SimpleHeaderConverter, its
+	// default header.converter) | json (JsonConverter, Debezium Server's
+	// default header format); HeaderSchemas is the json one's
+	// schemas.enable.
+	Headers       string `yaml:"headers"`
+	HeaderSchemas bool   `yaml:"header_schemas"`
+	// DecimalFormat is JsonConverter's decimal.format: base64 | numeric.
+	DecimalFormat string `yaml:"decimal_format"`
+	// ReplaceNullWithDefault is JsonConverter's replace.null.with.default.
+	ReplaceNullWithDefault bool `yaml:"replace_null_with_default"`
+	// DecimalHandling is Debezium's decimal.handling.mode for DECIMAL and
+	// NUMERIC columns: precise | double | string.
+	DecimalHandling string `yaml:"decimal_handling"`
+	// TopicPrefix is Debezium's topic.prefix (database.server.name), which
+	// names the value schema when Envelope is used:
+	// "<prefix>.<database or schema>.<table>.<routing value>.Value".
+	TopicPrefix string `yaml:"topic_prefix"`
+	// ColumnTypes overrides a column's Connect type, "column=type" or
+	// "column=type?" for a nullable one (types: string, json, uuid, int8,
+	// int16, int32, int64, boolean, bytes, float32, float64, timestamp,
+	// micro-timestamp, zoned-timestamp). MariaDB keeps JSON as LONGTEXT,
+	// so "payload=json" says it was declared JSON.
+	ColumnTypes []string `yaml:"column_types"`
+}
+
+// Converter names.
+const (
+	ConvRaw       = "raw"
+	ConvString    = "string"
+	ConvJSON      = "json"
+	ConvByteArray = "bytearray"
+	ConvBinary    = "binary"
+	// Header formats beside raw and json.
+	HeadersSimple = "simple"
+)
+
+// CloudEventsConfig is route.cloudevents.
+type CloudEventsConfig struct {
+	// Mode: off (default) | structured (the value is a CloudEvents JSON
+	// object with the payload as data) | binary (the payload is the value,
+	// the attributes are ce_ headers).
+	Mode string `yaml:"mode"`
+	// Source is the CloudEvents source attribute (a URI-reference); the
+	// command defaults it to /outbox-cdc/<name>.
+	Source string `yaml:"source"`
+	// DataContentType is the datacontenttype attribute: the payload's media
+	// type (default application/json).
+	DataContentType string `yaml:"data_content_type"`
+}
+
+// CloudEvents modes.
+const (
+	CloudEventsOff        = "off"
+	CloudEventsStructured = "structured"
+	CloudEventsBinary     = "binary"
+)
+
+// Update behaviours (OnUpdate).
+const (
+	OnUpdateSkip  = "skip"
+	OnUpdateWarn  = "warn"
+	OnUpdateError = "error"
+	OnUpdateFatal = "fatal"
+)
 
 // Payload formats.
 const (
@@ -67,11 +195,32 @@ type ColumnNames struct {
 	AggregateID   string `yaml:"aggregate_id"`
 	EventType     string `yaml:"event_type"`
 	Payload       string `yaml:"payload"`
+	// Timestamp, when set, names the column whose value is the record
+	// timestamp (Debezium's table.field.event.timestamp): a DATETIME or
+	// TIMESTAMP column; a NULL value falls back to the commit time.
+	Timestamp string `yaml:"timestamp"`
+	// SchemaVersion, when set, names an integer column whose value is the
+	// value schema's version with Envelope and JSON schemas (Debezium's
+	// table.field.event.schema.version).
+	SchemaVersion string `yaml:"schema_version"`
 }
 
 // DefaultConfig is the seed preset with Debezium's default topic naming.
 func DefaultConfig() Config {
-	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny}
+	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny,
+		OnUpdate: OnUpdateSkip, OnMissingColumn: "ignore",
+		ExpandJSONNulls: "ignore", ExpandJSONEmptyArrays: "ignore",
+		Converters:  DefaultConvertersConfig(),
+		CloudEvents: CloudEventsConfig{Mode: CloudEventsOff, DataContentType: "application/json"},
+	}
+}
+
+// DefaultConvertersConfig is raw bytes everywhere, with Kafka Connect's
+// defaults for the JSON converter's options.
+func DefaultConvertersConfig() ConvertersConfig {
+	return ConvertersConfig{Key: ConvRaw, Value: ConvRaw, Headers: ConvRaw,
+		KeySchemas: true, ValueSchemas: true, DelegateSchemas: true, HeaderSchemas: true,
+		DecimalFormat: "base64", ReplaceNullWithDefault: true, DecimalHandling: "precise"}
 }
 
 type preset struct {
@@ -90,9 +239,9 @@ var presets = map[string]preset{
 			Payload:       "payload",
 		},
 		roleHeaders: []headerSpec{
-			{key: "id", role: roleMessageID},
-			{key: "event_type", role: roleEventType},
-			{key: "aggregate_type", role: roleAggregateType},
+			{key: "id", columnRef: columnRef{role: roleMessageID}},
+			{key: "event_type", columnRef: columnRef{role: roleEventType}},
+			{key: "aggregate_type", columnRef: columnRef{role: roleAggregateType}},
 		},
 	},
 	PresetDebezium: {
@@ -104,7 +253,7 @@ var presets = map[string]preset{
 			Payload:       "payload",
 		},
 		roleHeaders: []headerSpec{
-			{key: "id", role: roleMessageID},
+			{key: "id", columnRef: columnRef{role: roleMessageID}},
 		},
 	},
 }
@@ -134,6 +283,7 @@ func (c Config) columnNames(p preset) ColumnNames {
 	pick(&n.AggregateID, c.ColumnNames.AggregateID)
 	pick(&n.EventType, c.ColumnNames.EventType)
 	pick(&n.Payload, c.ColumnNames.Payload)
+	n.Timestamp, n.SchemaVersion = c.ColumnNames.Timestamp, c.ColumnNames.SchemaVersion
 	return n
 }
 
@@ -145,15 +295,90 @@ func (c Config) topic() string {
 }
 
 // Validate checks the configuration without building a Router. Errors name
-// the yaml key at fault.
+// the yaml key at fault. Checks that need the outbox table's column types
+// (a converter that cannot write a column's type) run in NewForTable.
 func (c Config) Validate() error {
-	_, err := c.compile()
+	_, err := c.compile(nil)
 	return err
 }
 
+// usesConverters reports whether any converter is not raw.
+func (c Config) usesConverters() bool {
+	v := c.Converters
+	return orRaw(v.Key) != ConvRaw || orRaw(v.Value) != ConvRaw || orRaw(v.Headers) != ConvRaw
+}
+
+func orRaw(s string) string {
+	if s == "" {
+		return ConvRaw
+	}
+	return s
+}
+
+// TypedColumns returns the columns whose database types decide the bytes:
+// those a non-raw converter writes. Empty when every converter is raw.
+func (c Config) TypedColumns() []string {
+	p, err := c.preset()
+	if err != nil {
+		return nil
+	}
+	n := c.columnNames(p)
+	var cols []string
+	add := func(col string) {
+		if col != "" && !contains(cols, col) {
+			cols = append(cols, col)
+		}
+	}
+	cv := c.Converters
+	if orRaw(cv.Key) != ConvRaw {
+		add(n.AggregateID)
+	}
+	if orRaw(cv.Value) != ConvRaw {
+		add(n.Payload)
+		for _, e := range c.Envelope {
+			col, _, _ := strings.Cut(e, ":")
+			add(col)
+		}
+	}
+	if orRaw(cv.Headers) != ConvRaw {
+		for _, h := range p.roleHeaders {
+			add(n.columnOf(h.role))
+		}
+		for _, e := range c.Headers {
+			if col, _, _, err := parseHeaderEntry(e); err == nil {
+				add(col)
+			}
+		}
+	}
+	add(c.PartitionColumn) // its type is checked: Debezium reads a 32-bit integer
+	return cols
+}
+
+// NeedsTable reports whether the router needs the outbox table's column
+// types (NewForTable): a non-raw converter writes a column that
+// converters.column_types does not type.
+func (c Config) NeedsTable() bool {
+	if !c.usesConverters() {
+		return false
+	}
+	over := map[string]bool{}
+	for _, e := range c.Converters.ColumnTypes {
+		if col, _, err := parseOverride(e); err == nil {
+			over[col] = true
+		}
+	}
+	for _, col := range c.TypedColumns() {
+		if !over[col] {
+			return true
+		}
+	}
+	return false
+}
+
 // Columns returns the column names a source must deliver: the role columns
-// and, in Extra, the non-role columns the headers ask for. Call it on a
-// valid Config; on an invalid one it returns what it can.
+// and, in Extra, the non-role columns the headers, envelope, partition,
+// timestamp and schema version ask for, plus what to do with UPDATEs. Call
+// it on a valid Config; on an invalid one it returns what it can.
 func (c Config) Columns() outboxcdc.Columns {
 	p, err := c.preset()
 	if err != nil {
@@ -167,13 +392,28 @@ func (c Config) Columns() outboxcdc.Columns {
 		EventType:     n.EventType,
 		Payload:       n.Payload,
 	}
-	for _, entry := range c.Headers {
-		col, _, _, err := parseHeaderEntry(entry)
-		if err != nil || roleOf(n, col) != roleNone || contains(cols.Extra, col) {
-			continue
+	if c.OnUpdate != OnUpdateSkip {
+		cols.OnUpdate = c.OnUpdate
+	}
+	add := func(col string) {
+		if col == "" || roleOf(n, col) != roleNone || contains(cols.Extra, col) {
+			return
 		}
 		cols.Extra = append(cols.Extra, col)
 	}
+	for _, entry := range c.Headers {
+		if col, _, _, err := parseHeaderEntry(entry); err == nil {
+			add(col)
+		}
+	}
+	for _, entry := range c.Envelope {
+		if col, _, err := parseEnvelopeEntry(entry); err == nil {
+			add(col)
+		}
+	}
+	add(c.PartitionColumn)
+	add(n.Timestamp)
+	add(n.SchemaVersion)
 	return cols
 }
 
@@ -182,13 +422,50 @@ type compiled struct {
 	names    ColumnNames
 	columns  outboxcdc.Columns
 	template template
+	regex    *topicRegex // set: Debezium's regex routing instead of template
 	headers  []headerSpec
 	// json: the payload must be valid JSON; tombstone: a NULL or empty
 	// payload becomes a null value.
 	json, tombstone bool
+	envelope        []envelopeField
+	partition       *columnRef
+	timestamp       *columnRef
+	version         *columnRef
+	missingIsError  bool
+	expand          *expandOptions
+	conv            *connectConv // nil: every converter raw
+	ce              *cloudEvents // nil: CloudEvents off
 }
 
-func (c Config) compile() (*compiled, error) {
+// columnRef locates a column of a row: a role's value, or an extra column
+// (sources deliver Extra in the order Columns lists it, so extraIdx is
+// tried before a search).
+type columnRef struct {
+	column   string
+	role     role
+	extraIdx int
+}
+
+type envelopeField struct {
+	columnRef
+	alias string
+}
+
+func (c Config) ref(names ColumnNames, cols outboxcdc.Columns, col string) *columnRef {
+	r := &columnRef{column: col, role: roleOf(names, col)}
+	if r.role == roleNone {
+		for j, e := range cols.Extra {
+			if e == col {
+				r.extraIdx = j
+			}
+		}
+	}
+	return r
+}
+
+// compile resolves the configuration; table (nil when not known) gives
+// the column types the converters need.
+func (c Config) compile(table *Table) (*compiled, error) {
 	p, err := c.preset()
 	if err != nil {
 		return nil, err
@@ -200,16 +477,26 @@ func (c Config) compile() (*compiled, error) {
 		{"aggregate_id", names.AggregateID},
 		{"event_type", names.EventType},
 		{"payload", names.Payload},
+		{"timestamp", names.Timestamp},
+		{"schema_version", names.SchemaVersion},
 	} {
 		if strings.TrimSpace(f.val) != f.val {
 			return nil, fmt.Errorf("route.columns.%s: column name %q has leading or trailing spaces", f.key, f.val)
 		}
 	}
-	tpl, err := parseTemplate(c.topic())
-	if err != nil {
+	cc := &compiled{names: names}
+	if c.TopicRegex != "" || c.TopicReplacement != "" {
+		if c.Topic != "" && c.Topic != DefaultTopic {
+			return nil, fmt.Errorf("route.topic_regex: set either route.topic or route.topic_regex/topic_replacement, not both")
+		}
+		if cc.regex, err = newTopicRegex(c.TopicRegex, c.TopicReplacement); err != nil {
+			return nil, err
+		}
+	} else if cc.template, err = parseTemplate(c.topic()); err != nil {
 		return nil, fmt.Errorf("route.topic: %w", err)
 	}
 	cols := c.Columns()
+	cc.columns = cols
 	headers := append([]headerSpec(nil), p.roleHeaders...)
 	for i, entry := range c.Headers {
 		col, key, _, err := parseHeaderEntry(entry)
@@ -222,23 +509,91 @@ func (c Config) compile() (*compiled, error) {
 					i, key, col, col+":other_name")
 			}
 		}
-		h := headerSpec{key: key, role: roleOf(names, col), column: col}
-		if h.role == roleNone {
-			for j, e := range cols.Extra {
-				if e == col {
-					h.extraIdx = j
-				}
+		headers = append(headers, headerSpec{key: key, columnRef: *c.ref(names, cols, col)})
+	}
+	for i := range headers {
+		if headers[i].column == "" {
+			headers[i].column = names.columnOf(headers[i].role)
+		}
+	}
+	cc.headers = headers
+	for i, entry := range c.Envelope {
+		col, alias, err := parseEnvelopeEntry(entry)
+		if err != nil {
+			return nil, fmt.Errorf("route.envelope[%d]: %w", i, err)
+		}
+		if alias == "payload" {
+			return nil, fmt.Errorf("route.envelope[%d]: %q: the field name payload is taken by the payload itself; give it another alias", i, entry)
+		}
+		for _, f := range cc.envelope {
+			if f.alias == alias {
+				return nil, fmt.Errorf("route.envelope[%d]: field %q is already in the envelope; give %q another alias", i, alias, col)
 			}
 		}
-		headers = append(headers, h)
+		cc.envelope = append(cc.envelope, envelopeField{columnRef: *c.ref(names, cols, col), alias: alias})
+	}
+	if c.PartitionColumn != "" {
+		if strings.TrimSpace(c.PartitionColumn) != c.PartitionColumn {
+			return nil, fmt.Errorf("route.partition_column: column name %q has leading or trailing spaces", c.PartitionColumn)
+		}
+		cc.partition = c.ref(names, cols, c.PartitionColumn)
+	}
+	if names.Timestamp != "" {
+		cc.timestamp = c.ref(names, cols, names.Timestamp)
+	}
+	if names.SchemaVersion != "" {
+		cc.version = c.ref(names, cols, names.SchemaVersion)
 	}
 	switch c.PayloadFormat {
 	case "", PayloadAny, PayloadJSON:
 	default:
 		return nil, fmt.Errorf("route.payload_format: %q is not %s or %s", c.PayloadFormat, PayloadAny, PayloadJSON)
 	}
-	return &compiled{names: names, columns: cols, template: tpl, headers: headers,
-		json: c.PayloadFormat == PayloadJSON, tombstone: c.TombstoneOnEmptyPayload}, nil
+	cc.json, cc.tombstone = c.PayloadFormat == PayloadJSON, c.TombstoneOnEmptyPayload
+	switch c.OnUpdate {
+	case "", OnUpdateSkip, OnUpdateWarn, OnUpdateError, OnUpdateFatal:
+	default:
+		return nil, fmt.Errorf("route.on_update: %q is not one of skip, warn, error, fatal", c.OnUpdate)
+	}
+	switch c.OnMissingColumn {
+	case "", "ignore":
+	case "error":
+		cc.missingIsError = true
+	default:
+		return nil, fmt.Errorf("route.on_missing_column: %q is not ignore or error", c.OnMissingColumn)
+	}
+	if cc.expand, err = c.expandOptions(); err != nil {
+		return nil, err
+	}
+	if cc.ce, err = c.cloudEvents(); err != nil {
+		return nil, err
+	}
+	if cc.conv, err = c.connect(cc, table); err != nil {
+		return nil, err
+	}
+	return cc, nil
+}
+
+func (c Config) expandOptions() (*expandOptions, error) {
+	o := &expandOptions{}
+	switch c.ExpandJSONNulls {
+	case "", "ignore":
+	case "optional_bytes":
+		o.nullsAsBytes = true
+	default:
+		return nil, fmt.Errorf("route.expand_json_nulls: %q is not ignore or optional_bytes", c.ExpandJSONNulls)
+	}
+	switch c.ExpandJSONEmptyArrays {
+	case "", "ignore":
+	case "optional_string":
+		o.emptyArraysAsStrings = true
+	default:
+		return nil, fmt.Errorf("route.expand_json_empty_arrays: %q is not ignore or optional_string", c.ExpandJSONEmptyArrays)
+	}
+	if !c.ExpandJSONPayload {
+		return nil, nil
+	}
+	return o, nil
 }
 
 // parseHeaderEntry splits "col", "col:alias", "col:header" or
@@ -266,10 +621,37 @@ func parseHeaderEntry(entry string) (col, key string, placement string, err erro
 	default:
 		return "", "", "", fmt.Errorf("%q: too many ':' (want column, column:alias or column:header[:alias])", entry)
 	}
-	if placement != "header" {
+	switch placement {
+	case "header":
+	case "envelope":
+		return "", "", "", fmt.Errorf("%q: envelope placement goes in route.envelope (%q)", entry, strings.TrimSuffix(col+":"+key, ":"+col))
+	case "partition":
+		return "", "", "", fmt.Errorf("%q: partition placement is route.partition_column: %s", entry, col)
+	default:
 		return "", "", "", fmt.Errorf("%q: placement %q is not supported, only header", entry, placement)
 	}
 	return col, key, placement, nil
+}
+
+// parseEnvelopeEntry splits "col" or "col:alias" (also Debezium's
+// "col:envelope[:alias]").
+func parseEnvelopeEntry(entry string) (col, alias string, err error) {
+	parts := strings.Split(entry, ":")
+	for _, p := range parts {
+		if p == "" || strings.TrimSpace(p) != p {
+			return "", "", fmt.Errorf("%q: want column or column:alias with no empty parts or spaces", entry)
+		}
+	}
+	if len(parts) >= 2 && parts[1] == "envelope" {
+		parts = append(parts[:1], parts[2:]...)
+	}
+	switch len(parts) {
+	case 1:
+		return parts[0], parts[0], nil
+	case 2:
+		return parts[0], parts[1], nil
+	}
+	return "", "", fmt.Errorf("%q: want column or column:alias", entry)
 }
 
 func roleOf(n ColumnNames, col string) role {
@@ -286,6 +668,23 @@ func roleOf(n ColumnNames, col string) role {
 		return rolePayload
 	}
 	return roleNone
+}
+
+// columnOf is the column that plays role r.
+func (n ColumnNames) columnOf(r role) string {
+	switch r {
+	case roleMessageID:
+		return n.MessageID
+	case roleAggregateType:
+		return n.AggregateType
+	case roleAggregateID:
+		return n.AggregateID
+	case roleEventType:
+		return n.EventType
+	case rolePayload:
+		return n.Payload
+	}
+	return ""
 }
 
 func contains(list []string, s string) bool {

@@ -25,14 +25,21 @@
 //     configured columns in order. A NULL column gives a header with a nil
 //     (Kafka null) value, as the EventRouter does; a column the source did
 //     not deliver (dropped from the table) gives no header.
-//   - Timestamp: the source commit time.
+//   - Timestamp: the source commit time, or the timestamp column's value.
 //
 // An empty message id makes the row bad too: consumers dedupe on it.
+//
+// With route.converters the key, value and headers are written as Kafka
+// Connect's converters write what Debezium's Outbox EventRouter produces
+// (converter.go, connect.go); with route.cloudevents the record is a
+// CloudEvent (cloudevents.go).
 package router
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
+	"time"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -43,9 +50,24 @@ type Router struct {
 	c *compiled
 }
 
-// New validates cfg and builds a Router.
+// New validates cfg and builds a Router. A configuration whose converters
+// need the outbox table's column types (Config.NeedsTable) is refused:
+// use NewForTable.
 func New(cfg Config) (*Router, error) {
-	c, err := cfg.compile()
+	if cfg.NeedsTable() {
+		return nil, errors.New("route.converters: the converters need the outbox table's column types (the command reads them from the database); " +
+			"give every converted column's type in route.converters.column_types to build the route without it")
+	}
+	if len(cfg.Envelope) > 0 && orRaw(cfg.Converters.Value) != ConvRaw && cfg.Converters.ValueSchemas {
+		return nil, errors.New("route.envelope: the envelope's schema is named <topic_prefix>.<database>.<table>...: it needs the outbox table")
+	}
+	return NewForTable(cfg, nil)
+}
+
+// NewForTable validates cfg against the outbox table's columns (nil when
+// not needed) and builds a Router.
+func NewForTable(cfg Config, table *Table) (*Router, error) {
+	c, err := cfg.compile(table)
 	if err != nil {
 		return nil, err
 	}
@@ -69,31 +91,21 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 	if ev.AggregateID == "" {
 		return outboxcdc.Record{}, r.bad(ev, "aggregate id column "+quote(c.names.AggregateID)+" (the record key) is NULL or empty")
 	}
+	if c.conv != nil {
+		return r.routeConnect(ev)
+	}
 	value := ev.Payload
 	switch {
 	case len(value) == 0 && c.tombstone:
 		value = nil
 	case value == nil:
-		return outboxcdc.Record{}, r.bad(ev, "payload column "+quote(c.names.Payload)+
-			" is NULL (set route.tombstone_on_empty_payload to send such rows as tombstones)")
+		return outboxcdc.Record{}, r.nullPayload(ev)
 	case c.json && !json.Valid(value):
-		what := "is not valid JSON"
-		if len(value) == 0 {
-			what = "is empty, which is not valid JSON"
-		}
-		return outboxcdc.Record{}, r.bad(ev, "payload column "+quote(c.names.Payload)+" "+what+
-			" ("+strconv.Itoa(len(value))+" bytes) and route.payload_format is json")
+		return outboxcdc.Record{}, r.notJSON(ev, value)
 	}
-	topic, why, badRole := c.template.render(ev)
-	if why != "" {
-		reason := "the topic template " + quote(c.template.String()) + " " + why
-		if badRole != roleNone {
-			reason = badRole.name() + " column " + quote(r.columnOf(badRole)) + " " + why
-			if v := badRole.text(ev); v != "" {
-				reason += " (value " + quote(v) + ")"
-			}
-		}
-		return outboxcdc.Record{}, r.bad(ev, reason)
+	topic, err := r.topic(ev)
+	if err != nil {
+		return outboxcdc.Record{}, err
 	}
 
 	// One buffer holds the key and every string-role header value, so the
@@ -111,8 +123,11 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 		h := &c.headers[i]
 		switch h.role {
 		case roleNone:
-			col, ok := extraColumn(ev, h)
+			col, ok := extraColumn(ev, &h.columnRef)
 			if !ok {
+				if c.missingIsError {
+					return outboxcdc.Record{}, r.missing(ev, "header", h.column)
+				}
 				continue
 			}
 			v := col.Value
@@ -130,47 +145,157 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 			headers = append(headers, outboxcdc.Header{Key: h.key, Value: buf[start:len(buf):len(buf)]})
 		}
 	}
-	return outboxcdc.Record{
+	rec := outboxcdc.Record{
 		Topic:     topic,
 		Key:       key,
 		Value:     value,
 		Headers:   headers,
 		Timestamp: ev.CommitTime,
-	}, nil
+	}
+	if err := r.finish(ev, &rec); err != nil {
+		return outboxcdc.Record{}, err
+	}
+	return rec, nil
+}
+
+// topic renders the topic (template or Debezium's regex routing).
+func (r *Router) topic(ev *outboxcdc.Event) (string, error) {
+	c := r.c
+	if c.regex != nil {
+		if ev.AggregateType == "" {
+			return "", r.bad(ev, "aggregate type column "+quote(c.names.AggregateType)+" (the routing value) is NULL or empty")
+		}
+		topic := c.regex.route(ev.AggregateType)
+		if why := checkTopic(topic); why != "" {
+			return "", r.bad(ev, "route.topic_regex "+quote(c.regex.src)+" makes the topic "+quote(topic)+": "+why)
+		}
+		if i := illegalTopicByte(topic); i >= 0 {
+			return "", r.bad(ev, "route.topic_regex "+quote(c.regex.src)+" makes the topic "+quote(topic)+", whose "+
+				quoteByte(topic[i])+" is not allowed in a Kafka topic name (legal: a-z A-Z 0-9 . _ -)")
+		}
+		return topic, nil
+	}
+	topic, why, badRole := c.template.render(ev)
+	if why != "" {
+		reason := "the topic template " + quote(c.template.String()) + " " + why
+		if badRole != roleNone {
+			reason = badRole.name() + " column " + quote(c.names.columnOf(badRole)) + " " + why
+			if v := badRole.text(ev); v != "" {
+				reason += " (value " + quote(v) + ")"
+			}
+		}
+		return "", r.bad(ev, reason)
+	}
+	return topic, nil
+}
+
+// finish applies what both paths share: the partition and timestamp
+// columns and CloudEvents.
+func (r *Router) finish(ev *outboxcdc.Event, rec *outboxcdc.Record) error {
+	c := r.c
+	if c.partition != nil {
+		v, null, ok := columnText(ev, c.partition)
+		switch {
+		case !ok:
+			if c.missingIsError {
+				return r.missing(ev, "partition", c.partition.column)
+			}
+		case !null:
+			p, err := strconv.ParseInt(string(v), 10, 32)
+			if err != nil || p < 0 {
+				return r.bad(ev, "partition column "+quote(c.partition.column)+" holds "+quote(string(v))+
+					", not a partition number (0 to 2147483647)")
+			}
+			p32 := int32(p)
+			rec.Partition = &p32
+		}
+	}
+	if c.timestamp != nil {
+		v, null, ok := columnText(ev, c.timestamp)
+		switch {
+		case !ok:
+			if c.missingIsError {
+				return r.missing(ev, "timestamp", c.timestamp.column)
+			}
+		case !null:
+			t, err := r.timestampOf(v)
+			if err != nil {
+				return r.bad(ev, "timestamp column "+quote(c.timestamp.column)+": "+err.Error())
+			}
+			rec.Timestamp = t
+		}
+	}
+	if c.ce != nil {
+		if err := c.ce.apply(ev, rec, c.names.Payload); err != nil {
+			return r.bad(ev, err.Error())
+		}
+	}
+	return nil
+}
+
+// timestampOf reads the timestamp column's text: Debezium takes the
+// column's value in milliseconds (a micro- or nanosecond value divided
+// down).
+func (r *Router) timestampOf(v []byte) (time.Time, error) {
+	t, err := parseTime(string(v), true)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t.Truncate(time.Millisecond), nil
+}
+
+func (r *Router) nullPayload(ev *outboxcdc.Event) error {
+	return r.bad(ev, "payload column "+quote(r.c.names.Payload)+
+		" is NULL (set route.tombstone_on_empty_payload to send such rows as tombstones)")
+}
+
+func (r *Router) notJSON(ev *outboxcdc.Event, value []byte) error {
+	what := "is not valid JSON"
+	if len(value) == 0 {
+		what = "is empty, which is not valid JSON"
+	}
+	return r.bad(ev, "payload column "+quote(r.c.names.Payload)+" "+what+
+		" ("+strconv.Itoa(len(value))+" bytes) and route.payload_format is json")
+}
+
+func (r *Router) missing(ev *outboxcdc.Event, what, col string) error {
+	return r.bad(ev, what+" column "+quote(col)+" is not in the row (dropped from the table?) and route.on_missing_column is error")
 }
 
 // headerSpec is one header to send, resolved at construction.
 type headerSpec struct {
-	key  string
-	role role // roleNone: an extra column
-	// column and extraIdx locate an extra column: sources deliver Extra in
-	// the order Columns lists it, so extraIdx is tried before a search.
-	column   string
-	extraIdx int
+	key string
+	columnRef
 }
 
-func extraColumn(ev *outboxcdc.Event, h *headerSpec) (outboxcdc.Column, bool) {
+func extraColumn(ev *outboxcdc.Event, h *columnRef) (outboxcdc.Column, bool) {
 	if h.extraIdx < len(ev.Extra) && ev.Extra[h.extraIdx].Name == h.column {
 		return ev.Extra[h.extraIdx], true
 	}
 	return ev.Column(h.column)
 }
 
-func (r *Router) columnOf(ro role) string {
-	n := r.c.names
-	switch ro {
-	case roleMessageID:
-		return n.MessageID
-	case roleAggregateType:
-		return n.AggregateType
-	case roleAggregateID:
-		return n.AggregateID
-	case roleEventType:
-		return n.EventType
+// columnText returns a column's value in a row: its text, whether it is
+// NULL, and whether the row has the column at all. Role columns are never
+// NULL (a NULL role value arrives as "").
+func columnText(ev *outboxcdc.Event, ref *columnRef) (v []byte, null, ok bool) {
+	switch ref.role {
+	case roleNone:
+		col, ok := extraColumn(ev, ref)
+		if !ok {
+			return nil, false, false
+		}
+		if col.Null {
+			return nil, true, true
+		}
+		if col.Value == nil {
+			return empty, false, true
+		}
+		return col.Value, false, true
 	case rolePayload:
-		return n.Payload
+		return ev.Payload, ev.Payload == nil, true
 	}
-	return ""
+	return []byte(ref.role.text(ev)), false, true
 }
 
 func (r *Router) bad(ev *outboxcdc.Event, reason string) error {

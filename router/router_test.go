@@ -272,7 +272,9 @@ func TestValidate(t *testing.T) {
 		{"literal dot", Config{Topic: "."}, "forbidden"},
 		{"literal too long", Config{Topic: strings.Repeat("a", 250)}, "249"},
 		{"header empty part", Config{Headers: []string{"tenant:"}}, "route.headers[0]"},
-		{"header envelope", Config{Headers: []string{"ok", "tenant:envelope"}}, `route.headers[1]: "tenant:envelope": placement "envelope" is not supported`},
+		{"header envelope", Config{Headers: []string{"ok", "tenant:envelope"}}, `route.headers[1]: "tenant:envelope": envelope placement goes in route.envelope ("tenant")`},
+		{"header partition", Config{Headers: []string{"p:partition"}}, `route.headers[0]: "p:partition": partition placement is route.partition_column: p`},
+		{"header other placement", Config{Headers: []string{"p:body:x"}}, `placement "body" is not supported`},
 		{"header too many parts", Config{Headers: []string{"a:header:b:c"}}, "too many"},
 		{"header clashes with builtin", Config{Headers: []string{"uuid:id"}}, `route.headers[0]: header "id" is already sent`},
 		{"header duplicate", Config{Headers: []string{"a:x", "b:x"}}, `route.headers[1]: header "x"`},
@@ -309,6 +311,9 @@ type jsonRecord struct {
 	Value     *string      `json:"value"`
 	Headers   []jsonHeader `json:"headers"`
 	Timestamp string       `json:"timestamp"`
+	// Partition is the record's partition: its own, or the one Kafka's
+	// Java producer picks for the key over 6 partitions (connect goldens).
+	Partition *int32 `json:"partition,omitempty"`
 }
 
 type jsonHeader struct {
@@ -336,6 +341,8 @@ func render(r outboxcdc.Record) *jsonRecord {
 	}
 	return j
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func checkGolden(t *testing.T, path string, got golden) {
 	t.Helper()

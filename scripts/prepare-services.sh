@@ -6,6 +6,7 @@
 #   MariaDB:    server_id, log_bin, binlog_format=ROW, binlog_row_image=FULL,
 #               binlog_row_metadata=FULL; root may log in over TCP without a password.
 #   PostgreSQL: wal_level=logical.
+#   kcat:       installed from Debian's packages when missing (e2e tests).
 #   Both:       TLS with a test CA and server certificate generated once in
 #               $TLS_DIR (default /etc/outbox-cdc-test-tls; SAN localhost and
 #               127.0.0.1); tests find the CA as $TLS_DIR/ca.pem. Plaintext
@@ -153,9 +154,21 @@ prepare_postgres() {
   log "PostgreSQL ready: $(psql -U postgres -h 127.0.0.1 -Atc 'SHOW server_version'), wal_level=logical, TLS with $TLS_DIR/ca.pem"
 }
 
+# kcat (librdkafka's command-line client) is the independent consumer the
+# e2e tests compare record bytes with (test/e2e/debezium_test.go).
+prepare_kcat() {
+  if command -v kcat >/dev/null 2>&1; then return 0; fi
+  log "installing kcat (Debian package) for the e2e byte comparisons"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null || { log "cannot install kcat"; exit 1; }
+  fi
+}
+
 case "${1:-all}" in
   mariadb|mysql) prepare_tls; prepare_mariadb ;;
   postgres) prepare_tls; prepare_postgres ;;
-  all) prepare_tls; prepare_mariadb; prepare_postgres ;;
+  kcat) prepare_kcat ;;
+  all) prepare_tls; prepare_mariadb; prepare_postgres; prepare_kcat ;;
   *) echo "usage: $0 [all|mariadb|postgres]" >&2; exit 2 ;;
 esac

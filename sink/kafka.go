@@ -287,6 +287,9 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		m.Headers = p.headers
 		m.Metadata = p
 		m.Partition = -1
+		if p.rec.Partition != nil {
+			m.Partition = *p.rec.Partition // the route chose it; see partitioner
+		}
 		if p.rec.Key != nil {
 			m.Key = &p.key
 		}

@@ -53,7 +53,8 @@ func JavaPartition(key []byte, numPartitions int32) int32 {
 	return (Murmur2(key) & 0x7fffffff) % numPartitions
 }
 
-// partitioner is the sarama Partitioner for one topic. Keyed records go to
+// partitioner is the sarama Partitioner for one topic. A record that names
+// its partition goes there. Keyed records go to
 // JavaPartition over all partitions of the topic (consistency required, so a
 // key never moves while a partition is offline). Null-key records have no
 // order to keep; they go round-robin over the partitions that currently have
@@ -68,6 +69,12 @@ type partitioner struct {
 func newPartitioner(string) sarama.Partitioner { return &partitioner{} }
 
 func (p *partitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
+	if msg.Partition >= 0 {
+		// The record names its partition (Record.Partition, Debezium's
+		// partition placement); one that does not exist fails the record
+		// with sarama.ErrInvalidPartition, a permanent error.
+		return msg.Partition, nil
+	}
 	if msg.Key == nil {
 		n := p.next % numPartitions
 		p.next = (p.next + 1) & 0x7fffffff
@@ -85,5 +92,5 @@ func (p *partitioner) RequiresConsistency() bool { return true }
 // MessageRequiresConsistency implements sarama.DynamicConsistencyPartitioner:
 // only null-key records may pick among the writable partitions.
 func (p *partitioner) MessageRequiresConsistency(msg *sarama.ProducerMessage) bool {
-	return msg.Key != nil
+	return msg.Key != nil || msg.Partition >= 0
 }

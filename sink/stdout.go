@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,7 +20,8 @@ import (
 //
 //	{"topic":"outbox.event.ORDER","partition":null,"key":"o-1","value":"{\"total\":3}","headers":{"id":"m-1"},"timestamp":"2024-05-01T10:00:00Z"}
 //
-// partition is always null: no partition is chosen without Kafka. key, value
+// partition is null (no partition is chosen without Kafka) unless the
+// record names one (route.partition_column). key, value
 // and header values are JSON strings when they are valid UTF-8, null when
 // nil, and otherwise an object {"base64":"..."} holding the standard base64
 // of the bytes. headers keep the records' order; a repeated header key is
@@ -69,7 +71,13 @@ func (s *Stdout) Close() error {
 func appendRecordJSON(b []byte, r *outboxcdc.Record) []byte {
 	b = append(b, `{"topic":`...)
 	b = appendJSONString(b, validUTF8(r.Topic))
-	b = append(b, `,"partition":null,"key":`...)
+	b = append(b, `,"partition":`...)
+	if r.Partition != nil {
+		b = strconv.AppendInt(b, int64(*r.Partition), 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"key":`...)
 	b = appendJSONBytes(b, r.Key)
 	b = append(b, `,"value":`...)
 	b = appendJSONBytes(b, r.Value)

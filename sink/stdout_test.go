@@ -57,6 +57,15 @@ func TestStdoutFormat(t *testing.T) {
 			t.Errorf("line %d: value %q, want %q", i, s, recs[i].Value)
 		}
 	}
+	// A record that names its partition shows it.
+	out.Reset()
+	p := int32(4)
+	if err := s.Write(context.Background(), []outboxcdc.Record{{Topic: "t", Key: []byte("k"), Value: []byte("v"), Partition: &p}}); err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"topic":"t","partition":4,"key":"k","value":"v","headers":{},"timestamp":null}` + "\n"; out.String() != want {
+		t.Fatalf("placed record: %s, want %s", out.String(), want)
+	}
 	if err := s.Ready(); err != nil {
 		t.Fatal(err)
 	}

@@ -396,14 +396,18 @@ type txnMsg struct {
 	value   *byteRef
 	headers []sarama.RecordHeader
 	ts      time.Time
-	index   int // record index; -1 for the progress record
+	index   int   // record index; -1 for the progress record
+	part    int32 // -1: by key
 }
 
 func (t *Transactional) messages(records []outboxcdc.Record, end outboxcdc.Position) []txnMsg {
 	msgs := make([]txnMsg, 0, len(records)+1)
 	for i := range records {
 		r := &records[i]
-		m := txnMsg{topic: r.Topic, ts: r.Timestamp, index: i}
+		m := txnMsg{topic: r.Topic, ts: r.Timestamp, index: i, part: -1}
+		if r.Partition != nil {
+			m.part = *r.Partition
+		}
 		if r.Key != nil {
 			m.key = &byteRef{r.Key}
 		}
@@ -421,7 +425,7 @@ func (t *Transactional) messages(records []outboxcdc.Record, end outboxcdc.Posit
 	if !end.IsZero() {
 		now := time.Now()
 		msgs = append(msgs, txnMsg{
-			topic: t.tcfg.ProgressTopic, ts: now, index: -1,
+			topic: t.tcfg.ProgressTopic, ts: now, index: -1, part: -1,
 			key:   &byteRef{[]byte(t.connector)},
 			value: &byteRef{encodeProgress(end, t.tcfg.TransactionalID, now)},
 		})
@@ -504,7 +508,7 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 	for i := range msgs {
 		m := &msgs[i]
 		refs[i] = txnRef{a: a, index: m.index}
-		pm := &sarama.ProducerMessage{Topic: m.topic, Timestamp: m.ts, Headers: m.headers, Metadata: &refs[i], Partition: -1}
+		pm := &sarama.ProducerMessage{Topic: m.topic, Timestamp: m.ts, Headers: m.headers, Metadata: &refs[i], Partition: m.part}
 		if m.key != nil {
 			pm.Key = m.key
 		}

@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/rs/zerolog"
+
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
@@ -75,6 +77,7 @@ type decoder struct {
 	cols          outboxcdc.Columns
 	metrics       *outboxcdc.SourceMetrics
 	onNonTxMsg    func(lsn pglogrepl.LSN)
+	log           zerolog.Logger // route.on_update: warn and error
 
 	rels    map[uint32]*relation
 	lastID  uint32
@@ -150,11 +153,10 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*committed, error) {
 			return nil, fmt.Errorf("%w: short change at LSN %s", errProtocol, lsn)
 		}
 		if r := d.lookup(binary.BigEndian.Uint32(body)); r != nil && r.outbox {
-			op := "update"
-			if data[0] == msgDelete {
-				op = "delete"
+			if data[0] == msgUpdate {
+				return nil, d.cols.UpdateSeen(&d.log, d.metrics, "LSN "+lsn.String(), 1)
 			}
-			d.metrics.SkippedOperations.WithLabelValues(op).Inc()
+			d.metrics.SkippedOperations.WithLabelValues("delete").Inc()
 		}
 	case msgTruncate:
 		var tm pglogrepl.TruncateMessage

@@ -311,6 +311,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 	}()
 
 	dec := newDecoder(s.schema, s.table, s.cfg.Messages.Prefix, s.cols, s.m)
+	dec.log = s.log
 	dec.onNonTxMsg = func(lsn pglogrepl.LSN) {
 		s.log.Warn().Str("lsn", lsn.String()).Str("prefix", s.cfg.Messages.Prefix).
 			Msg("skipping a non-transactional logical message with the outbox prefix: emit it with pg_logical_emit_message(true, ...)")
@@ -557,13 +558,19 @@ func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn) error {
 			return permanent(fmt.Errorf("source.table: table %s does not exist in this database (check source.dsn's database and the schema)", tableIdent))
 		}
 	}
+	// route.on_update needs the UPDATEs of the outbox table in the stream.
+	wantUpdates := s.cols.OnUpdate != "" && s.cols.OnUpdate != "skip"
 	for attempt := 0; ; attempt++ {
-		var pubInsert bool
-		err := db.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, pub).Scan(&pubInsert)
+		var pubInsert, pubUpdate bool
+		err := db.QueryRow(ctx, `SELECT pubinsert, pubupdate FROM pg_publication WHERE pubname = $1`, pub).Scan(&pubInsert, &pubUpdate)
 		if errors.Is(err, pgx.ErrNoRows) {
 			create := "CREATE PUBLICATION " + pgx.Identifier{pub}.Sanitize()
 			if s.table != "" {
-				create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert')"
+				if wantUpdates {
+					create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert, update')"
+				} else {
+					create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert')"
+				}
 			}
 			if !s.cfg.Create {
 				return permanent(fmt.Errorf("publication %q does not exist and source.create is false: run %s; (as the table's owner) or set source.create: true", pub, create))
@@ -585,6 +592,10 @@ func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn) error {
 		}
 		if !pubInsert {
 			return permanent(fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert');", pub, pgx.Identifier{pub}.Sanitize()))
+		}
+		if wantUpdates && !pubUpdate {
+			return permanent(fmt.Errorf("route.on_update is %s but publication %q does not publish updates, so none would be seen: run ALTER PUBLICATION %s SET (publish = 'insert, update'); (the outbox table then needs a primary key or replica identity, or its UPDATEs fail), or set route.on_update: skip",
+				s.cols.OnUpdate, pub, pgx.Identifier{pub}.Sanitize()))
 		}
 		var n int
 		err = db.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,

@@ -73,11 +73,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // checkAll runs every check of cfg: the checkpoint first (the source checks
 // need its position), then the source, then the sink.
 func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
-	rt, err := router.New(cfg.Route)
-	if err != nil {
+	if err := cfg.Route.Validate(); err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("route", err.Error(), "fix the route section")}
 	}
-	cols := rt.Columns()
+	cols := cfg.Route.Columns()
 	kind := binlog.Kind
 	if cfg.Source.Type == "postgres" {
 		kind = wal.Kind
@@ -86,6 +85,9 @@ func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 	var out []outboxcdc.CheckResult
 	from, cpResult := checkCheckpoint(ctx, cfg, kind)
 	out = append(out, cpResult)
+	if cfg.Route.NeedsTable() {
+		out = append(out, checkRouteTable(ctx, cfg))
+	}
 
 	switch cfg.Source.Type {
 	case "mysql":
@@ -104,6 +106,21 @@ func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 		out = append(out, outboxcdc.Pass("sink", "sink.type "+cfg.Sink.Type+": nothing to connect to"))
 	}
 	return out
+}
+
+// checkRouteTable reads the outbox table's column types as run does for
+// route.converters, and checks the converters can write every column.
+func checkRouteTable(ctx context.Context, cfg Config) outboxcdc.CheckResult {
+	const name = "route converters"
+	table, err := readOutboxTable(ctx, cfg)
+	if err != nil {
+		return outboxcdc.Fail(name, err.Error(), "the converters read the outbox table's column types at start: make source.table readable")
+	}
+	if _, err := router.NewForTable(cfg.Route, table); err != nil {
+		return outboxcdc.Fail(name, err.Error(), "change the route.converters settings or the column (see README, Replacing Debezium)")
+	}
+	return outboxcdc.Pass(name, fmt.Sprintf("columns %s of %s.%s have types the converters write as Debezium does",
+		strings.Join(cfg.Route.TypedColumns(), ", "), table.Schema, table.Name))
 }
 
 // checkCheckpoint reads the checkpoint as run would; an unreadable or
@@ -136,6 +153,18 @@ func topicNeeds(cfg Config) []sink.TopicNeed {
 	tmpl := cfg.Route.Topic
 	if tmpl == "" {
 		tmpl = router.DefaultTopic
+	}
+	if cfg.Route.TopicRegex != "" || cfg.Route.TopicReplacement != "" {
+		// Debezium's regex routing: the replacement's text before its first
+		// group reference (a routing value the regex does not match is its
+		// own topic, which cannot be known in advance).
+		tmpl = cfg.Route.TopicReplacement
+		if tmpl == "" {
+			tmpl = "outbox.event.$"
+		}
+		if i := strings.IndexAny(tmpl, `$\`); i >= 0 {
+			tmpl = tmpl[:i] + "{"
+		}
 	}
 	var needs []sink.TopicNeed
 	if i := strings.IndexByte(tmpl, '{'); i >= 0 {

@@ -168,6 +168,9 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 	if cfg.Pipeline.OnError == outboxcdc.OnErrorDLQ && cfg.Pipeline.DLQTopic == "" {
 		cfg.Pipeline.DLQTopic = outboxcdc.DefaultDeadLetterTopic(cfg.Name)
 	}
+	if ce := &cfg.Route.CloudEvents; ce.Mode != "" && ce.Mode != router.CloudEventsOff && ce.Source == "" {
+		ce.Source = "/outbox-cdc/" + cfg.Name
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -266,6 +269,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Lifecycle.Validate(); err != nil {
 		return configErrorf("%v", err)
+	}
+	if c.Lifecycle.MarkSent && c.Route.OnUpdate != "" && c.Route.OnUpdate != router.OnUpdateSkip {
+		return configErrorf("route.on_update: %s would trip on the connector's own lifecycle.mark_sent UPDATEs of the outbox table; use one or the other", c.Route.OnUpdate)
 	}
 	if err := c.Pipeline.Validate(); err != nil {
 		return wrap("pipeline", err)

@@ -68,6 +68,16 @@ func TestFaultInvalidConfigExit2BeforeConnecting(t *testing.T) {
 			[]string{"route.payload_format", "any", "json"}},
 		{"tombstone option not a bool", mysqlOK + sinkOK + "route:\n  tombstone_on_empty_payload: sometimes\n",
 			[]string{"tombstone_on_empty_payload"}},
+		{"converter unknown", mysqlOK + sinkOK + "route:\n  converters:\n    value: avro\n",
+			[]string{"route.converters.value", "raw, string, json, bytearray, binary"}},
+		{"expansion under StringConverter", mysqlOK + sinkOK + "route:\n  expand_json_payload: true\n  converters:\n    value: string\n",
+			[]string{"route.expand_json_payload", "Struct{...}"}},
+		{"topic regex Java-only", mysqlOK + sinkOK + "route:\n  topic_regex: \"(?<=a)b\"\n",
+			[]string{"route.topic_regex", "look-around"}},
+		{"on_update with lifecycle marking", mysqlOK + sinkOK + "route:\n  on_update: warn\nlifecycle:\n  mark_sent: true\n",
+			[]string{"route.on_update", "mark_sent"}},
+		{"cloudevents mode unknown", mysqlOK + sinkOK + "route:\n  cloudevents:\n    mode: batch\n",
+			[]string{"route.cloudevents.mode"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -58,6 +58,8 @@ const usage = `usage:
                                          replace it (stop the connector first)
   outbox-cdc position import-debezium --config FILE --offset FILE|- [--force]
                                          take over a Debezium connector's offset
+  outbox-cdc migrate debezium-config [--input FILE|-] [--strict]
+                                         translate a Debezium connector's configuration
   outbox-cdc check --config FILE [--json] connect and check every prerequisite (exit 0: all pass)
   outbox-cdc version                     print the version
 
@@ -97,6 +99,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(args[1:], stdout, stderr)
 	case "position":
 		return runPosition(args[1:], stdout, stderr)
+	case "migrate":
+		return runMigrate(args[1:], os.Stdin, stdout, stderr)
 	case "config":
 		if len(args) < 2 || args[1] != "print" {
 			fmt.Fprintf(stderr, "outbox-cdc config: want 'config print --config FILE'\n")

@@ -17,7 +17,6 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
-	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
@@ -73,7 +72,7 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	defer role.releaseLock()
 
-	p, closeAll, err := build(cfg, log, reg, os.Stdout)
+	p, closeAll, err := build(ctx, cfg, log, reg, os.Stdout)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
 		return err
@@ -99,10 +98,10 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 }
 
 // build constructs the pipeline and a function that closes what it opened.
-func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*outboxcdc.Pipeline, func(), error) {
-	rt, err := router.New(cfg.Route)
+func build(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*outboxcdc.Pipeline, func(), error) {
+	rt, err := newRouter(ctx, cfg, log) // table.go
 	if err != nil {
-		return nil, nil, &configError{msg: err.Error()}
+		return nil, nil, err
 	}
 	cols := rt.Columns()
 	srcMetrics := outboxcdc.NewSourceMetrics(reg)
