@@ -80,7 +80,9 @@ type Config struct {
 
 // DefaultConfig returns the defaults (disabled, 1s checks, 10s session
 // timeout).
-func DefaultConfig() Config { return Config{CheckInterval: time.Second, SessionTimeout: 10 * time.Second} }
+func DefaultConfig() Config {
+	return Config{CheckInterval: time.Second, SessionTimeout: 10 * time.Second}
+}
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
