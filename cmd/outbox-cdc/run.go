@@ -72,13 +72,13 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	defer role.releaseLock()
 
-	p, closeAll, err := build(cfg, log, reg, os.Stdout)
+	p, closeAll, abort, err := build(cfg, role, log, reg, os.Stdout)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
 		return err
 	}
 	defer closeAll()
-	role.activate(p, closeAll)
+	role.activate(p, abort)
 
 	log.Info().Str("version", buildVersion()).Str("connector", cfg.Name).Str("source", cfg.Source.Type).
 		Str("sink", cfg.Sink.Type).Msg("starting")
@@ -97,11 +97,13 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	return nil
 }
 
-// build constructs the pipeline and a function that closes what it opened.
-func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*outboxcdc.Pipeline, func(), error) {
+// build constructs the pipeline, a function that closes what it opened,
+// and one that aborts the sink and the lifecycle at once (HA lock loss).
+// role fences the checkpoint store (see haState).
+func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*outboxcdc.Pipeline, func(), func(), error) {
 	rt, err := router.New(cfg.Route)
 	if err != nil {
-		return nil, nil, &configError{msg: err.Error()}
+		return nil, nil, nil, &configError{msg: err.Error()}
 	}
 	cols := rt.Columns()
 	srcMetrics := outboxcdc.NewSourceMetrics(reg)
@@ -112,13 +114,18 @@ func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.
 	case "mysql":
 		s, err := binlog.New(cfg.Source.MySQL, cfg.Name, cols, log, srcMetrics)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		src, kind = s, binlog.Kind
 	case "postgres":
-		s, err := wal.New(cfg.Source.Postgres, cfg.Name, cols, log, srcMetrics, reg)
+		pc := cfg.Source.Postgres
+		// The HA lock makes this instance the only rightful reader of the
+		// slot: a walsender still holding it served a previous active
+		// instance that is gone or cut off (wal/takeover.go).
+		pc.TakeOverSlot = cfg.HA.Enabled
+		s, err := wal.New(pc, cfg.Name, cols, log, srcMetrics, reg)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		src, kind = s, wal.Kind
 	}
@@ -128,38 +135,47 @@ func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.
 	case "kafka":
 		k, err := newKafkaSink(cfg, kind, log, reg) // transactional in exactly-once mode
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		snk = k
 	case "stdout":
 		snk = sink.NewStdout(stdout)
 	}
 
-	cp, closeCP, err := newCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it
+	cp, table, closeCP, err := openCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it
 	if err != nil {
 		snk.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	cp = role.fence(cp, table)
 
 	p, err := outboxcdc.NewPipeline(cfg.Pipeline, src, rt, snk, cp, log, reg)
 	if err != nil {
 		snk.Close()
 		closeCP()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	closeLC, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
+	lc, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
 	if err != nil {
 		snk.Close()
 		closeCP()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return p, func() {
-		closeLC()
+	closeSink := func() {
 		if err := snk.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing sink")
 		}
+	}
+	closeAll := func() {
+		lc.close(cfg.Pipeline.ShutdownTimeout)
+		closeSink()
 		closeCP()
-	}, nil
+	}
+	abort := func() {
+		closeSink()
+		lc.close(0)
+	}
+	return p, closeAll, abort, nil
 }
 
 func buildInfo() prometheus.Collector {
