@@ -142,7 +142,9 @@ func (t *Table) open(ctx context.Context) (*sql.DB, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.db == nil {
-		db, err := dbconn.Open(t.dialect, t.dsn, dbconn.Defaults())
+		o := dbconn.Defaults()
+		o.LockWait = tableTimeout
+		db, err := dbconn.Open(t.dialect, t.dsn, o)
 		if err != nil {
 			return nil, fmt.Errorf("%s: opening the database at %s: %w", t, outboxcdc.RedactDSN(t.dsn), err)
 		}

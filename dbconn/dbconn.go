@@ -64,6 +64,11 @@ type Options struct {
 	// busy more often than that (the HA lock's checks): a pool's idle
 	// connections would be cut. 0: the server's defaults.
 	SessionIdle time.Duration
+	// LockWait bounds how long a statement waits for a row lock on the
+	// server (MySQL innodb_lock_wait_timeout, whole seconds; PostgreSQL
+	// lock_timeout), so a statement whose client gave up does not linger
+	// there. 0: the server's default.
+	LockWait time.Duration
 	// Application names the connection on the server (PostgreSQL
 	// application_name unless the DSN sets one).
 	Application string
@@ -124,14 +129,21 @@ func openMySQL(dsn string, o Options) (*sql.DB, error) {
 	// UPDATE's affected rows count matched rows, so a conditional UPDATE
 	// that rewrites equal values still reports its match.
 	cfg.ClientFoundRows = true
-	if s := seconds(o.SessionIdle); s > 0 {
+	// go-sql-driver sends each parameter as SET <name>=<value> after
+	// connecting.
+	set := func(name string, secs int) {
 		if cfg.Params == nil {
 			cfg.Params = map[string]string{}
 		}
-		// go-sql-driver sends each as SET <name>=<value> after connecting.
+		cfg.Params[name] = strconv.Itoa(secs)
+	}
+	if s := seconds(o.SessionIdle); s > 0 {
 		for _, p := range []string{"wait_timeout", "net_read_timeout", "net_write_timeout"} {
-			cfg.Params[p] = strconv.Itoa(s)
+			set(p, s)
 		}
+	}
+	if s := seconds(o.LockWait); s > 0 {
+		set("innodb_lock_wait_timeout", s)
 	}
 	c, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -167,8 +179,8 @@ func openPostgres(dsn string, o Options) (*sql.DB, error) {
 }
 
 // sessionSettings is the SET statement for a PostgreSQL session: the
-// server's TCP keepalives (every version), tcp_user_timeout (12+) and
-// idle_session_timeout (14+).
+// server's TCP keepalives (every version), tcp_user_timeout (12+),
+// lock_timeout and idle_session_timeout (14+).
 func sessionSettings(serverVersion string, o Options) string {
 	major, _ := strconv.Atoi(strings.SplitN(serverVersion, ".", 2)[0])
 	var sets []string
@@ -180,6 +192,9 @@ func sessionSettings(serverVersion string, o Options) string {
 		if major >= 12 {
 			sets = append(sets, "SET tcp_user_timeout = "+strconv.FormatInt(o.DeadAfter().Milliseconds(), 10))
 		}
+	}
+	if o.LockWait > 0 {
+		sets = append(sets, "SET lock_timeout = "+strconv.FormatInt(o.LockWait.Milliseconds(), 10))
 	}
 	if o.SessionIdle > 0 && major >= 14 {
 		sets = append(sets, "SET idle_session_timeout = "+strconv.FormatInt(o.SessionIdle.Milliseconds(), 10))

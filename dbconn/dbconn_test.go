@@ -65,6 +65,7 @@ func TestSessionSettings(t *testing.T) {
 		t.Run(s.dialect, func(t *testing.T) {
 			o := Defaults()
 			o.SessionIdle = 3 * time.Second
+			o.LockWait = 4 * time.Second
 			db, err := Open(s.dialect, s.dsn, o)
 			if err != nil {
 				t.Fatal(err)
@@ -74,23 +75,24 @@ func TestSessionSettings(t *testing.T) {
 			defer cancel()
 			switch s.dialect {
 			case MySQL:
-				var wait, netRead, netWrite int
-				if err := db.QueryRowContext(ctx, "SELECT @@session.wait_timeout, @@session.net_read_timeout, @@session.net_write_timeout").Scan(&wait, &netRead, &netWrite); err != nil {
+				var wait, netRead, netWrite, lockWait int
+				if err := db.QueryRowContext(ctx, "SELECT @@session.wait_timeout, @@session.net_read_timeout, @@session.net_write_timeout, @@session.innodb_lock_wait_timeout").
+					Scan(&wait, &netRead, &netWrite, &lockWait); err != nil {
 					t.Fatal(err)
 				}
-				if wait != 3 || netRead != 3 || netWrite != 3 {
-					t.Fatalf("wait_timeout %d, net_read_timeout %d, net_write_timeout %d; want 3", wait, netRead, netWrite)
+				if wait != 3 || netRead != 3 || netWrite != 3 || lockWait != 4 {
+					t.Fatalf("wait_timeout %d, net_read_timeout %d, net_write_timeout %d (want 3), innodb_lock_wait_timeout %d (want 4)", wait, netRead, netWrite, lockWait)
 				}
 			case Postgres:
-				var idle, kaIdle, kaCount, userTimeout, app string
+				var idle, kaIdle, kaCount, userTimeout, lockWait, app string
 				if err := db.QueryRowContext(ctx, `SELECT current_setting('idle_session_timeout'), current_setting('tcp_keepalives_idle'),
-  current_setting('tcp_keepalives_count'), current_setting('tcp_user_timeout'), current_setting('application_name')`).
-					Scan(&idle, &kaIdle, &kaCount, &userTimeout, &app); err != nil {
+  current_setting('tcp_keepalives_count'), current_setting('tcp_user_timeout'), current_setting('lock_timeout'), current_setting('application_name')`).
+					Scan(&idle, &kaIdle, &kaCount, &userTimeout, &lockWait, &app); err != nil {
 					t.Fatal(err)
 				}
-				if idle != "3s" || kaIdle != "5" || kaCount != "3" || userTimeout != "20000" || app != "outbox-cdc" {
-					t.Fatalf("idle_session_timeout %s, tcp_keepalives_idle %s, tcp_keepalives_count %s, tcp_user_timeout %s, application_name %s",
-						idle, kaIdle, kaCount, userTimeout, app)
+				if idle != "3s" || kaIdle != "5" || kaCount != "3" || userTimeout != "20000" || lockWait != "4s" || app != "outbox-cdc" {
+					t.Fatalf("idle_session_timeout %s, tcp_keepalives_idle %s, tcp_keepalives_count %s, tcp_user_timeout %s, lock_timeout %s, application_name %s",
+						idle, kaIdle, kaCount, userTimeout, lockWait, app)
 				}
 			}
 		})
