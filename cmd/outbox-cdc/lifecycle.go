@@ -23,6 +23,23 @@ func (r lifecycleRun) close(timeout time.Duration) {
 	}
 }
 
+// failed is closed when marking stopped on an error; nil (never ready)
+// without a lifecycle.
+func (r lifecycleRun) failed() <-chan struct{} {
+	if r.l == nil {
+		return nil
+	}
+	return r.l.Failed()
+}
+
+// err is the error that closed failed.
+func (r lifecycleRun) err() error {
+	if r.l == nil {
+		return nil
+	}
+	return r.l.Err()
+}
+
 // observeLifecycle registers the outbox lifecycle (lifecycle.mark_sent,
 // lifecycle.cleanup) as the pipeline's checkpoint observer, and returns
 // it; its close drains the marks queued (bounded by

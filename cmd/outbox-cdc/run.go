@@ -72,38 +72,69 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	defer role.releaseLock()
 
-	p, closeAll, abort, err := build(cfg, role, log, reg, os.Stdout)
+	b, err := build(cfg, role, log, reg, os.Stdout)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
 		return err
 	}
-	defer closeAll()
-	role.activate(p, abort)
+	defer b.close()
+	role.activate(b.p, b.abort)
+
+	// A lifecycle that cannot mark stops the connector (gracefully: what
+	// was received is still delivered and checkpointed).
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		select {
+		case <-b.lc.failed():
+			stopRun()
+		case <-ctx.Done():
+		}
+	}()
 
 	log.Info().Str("version", buildVersion()).Str("connector", cfg.Name).Str("source", cfg.Source.Type).
 		Str("sink", cfg.Sink.Type).Msg("starting")
-	if err := p.Run(ctx); err != nil {
-		if lostErr := role.err(); lostErr != nil {
-			err = fmt.Errorf("%w (pipeline: %v)", lostErr, err)
+	err = b.p.Run(ctx)
+	if lostErr := role.err(); lostErr != nil {
+		if err != nil {
+			lostErr = fmt.Errorf("%w (pipeline: %v)", lostErr, err)
 		}
-		log.Error().Err(err).Msg("stopped on error")
-		return err
+		log.Error().Err(lostErr).Msg("stopped")
+		return lostErr
 	}
-	if err := role.err(); err != nil {
-		log.Error().Err(err).Msg("stopped")
+	if lcErr := b.lc.err(); lcErr != nil {
+		if err != nil {
+			lcErr = fmt.Errorf("%w (pipeline: %v)", lcErr, err)
+		}
+		log.Error().Err(lcErr).Msg("stopped on error")
+		return lcErr
+	}
+	if err != nil {
+		log.Error().Err(err).Msg("stopped on error")
 		return err
 	}
 	log.Info().Msg("stopped")
 	return nil
 }
 
-// build constructs the pipeline, a function that closes what it opened,
-// and one that aborts the sink and the lifecycle at once (HA lock loss).
+// parts is what build makes.
+type parts struct {
+	p  *outboxcdc.Pipeline
+	lc lifecycleRun
+	// close closes everything, giving the lifecycle up to
+	// pipeline.shutdown_timeout to mark what is queued.
+	close func()
+	// abort closes the sink (cancelling the write in flight) and the
+	// lifecycle at once: HA lock loss.
+	abort func()
+}
+
+// build constructs the pipeline and what closes or aborts what it opened.
 // role fences the checkpoint store (see haState).
-func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*outboxcdc.Pipeline, func(), func(), error) {
+func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*parts, error) {
 	rt, err := router.New(cfg.Route)
 	if err != nil {
-		return nil, nil, nil, &configError{msg: err.Error()}
+		return nil, &configError{msg: err.Error()}
 	}
 	cols := rt.Columns()
 	srcMetrics := outboxcdc.NewSourceMetrics(reg)
@@ -114,7 +145,7 @@ func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registe
 	case "mysql":
 		s, err := binlog.New(cfg.Source.MySQL, cfg.Name, cols, log, srcMetrics)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
 		src, kind = s, binlog.Kind
 	case "postgres":
@@ -125,7 +156,7 @@ func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registe
 		pc.TakeOverSlot = cfg.HA.Enabled
 		s, err := wal.New(pc, cfg.Name, cols, log, srcMetrics, reg)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
 		src, kind = s, wal.Kind
 	}
@@ -135,7 +166,7 @@ func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registe
 	case "kafka":
 		k, err := newKafkaSink(cfg, kind, log, reg) // transactional in exactly-once mode
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
 		snk = k
 	case "stdout":
@@ -145,7 +176,7 @@ func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registe
 	cp, table, closeCP, err := openCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it
 	if err != nil {
 		snk.Close()
-		return nil, nil, nil, err
+		return nil, err
 	}
 	cp = role.fence(cp, table)
 
@@ -153,29 +184,32 @@ func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registe
 	if err != nil {
 		snk.Close()
 		closeCP()
-		return nil, nil, nil, err
+		return nil, err
 	}
 	lc, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
 	if err != nil {
 		snk.Close()
 		closeCP()
-		return nil, nil, nil, err
+		return nil, err
 	}
 	closeSink := func() {
 		if err := snk.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing sink")
 		}
 	}
-	closeAll := func() {
-		lc.close(cfg.Pipeline.ShutdownTimeout)
-		closeSink()
-		closeCP()
-	}
-	abort := func() {
-		closeSink()
-		lc.close(0)
-	}
-	return p, closeAll, abort, nil
+	return &parts{
+		p:  p,
+		lc: lc,
+		close: func() {
+			lc.close(cfg.Pipeline.ShutdownTimeout)
+			closeSink()
+			closeCP()
+		},
+		abort: func() {
+			closeSink()
+			lc.close(0)
+		},
+	}, nil
 }
 
 func buildInfo() prometheus.Collector {
