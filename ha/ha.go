@@ -322,6 +322,7 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 			began := time.Now()
 			cctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout())
 			held, err := l.d.held(cctx, conn)
+			timedOut := cctx.Err() != nil
 			cancel()
 			select {
 			case <-stop:
@@ -331,7 +332,7 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 			if err != nil || !held {
 				if err == nil {
 					err = errors.New("the server says this session no longer holds it")
-				} else if cctx.Err() != nil {
+				} else if timedOut {
 					err = fmt.Errorf("the lock check got no answer within %s (ha.session_timeout / 2): %w", l.cfg.CheckTimeout(), err)
 				}
 				l.log.Error().Err(err).Dur("check_took", time.Since(began)).Msg("lock lost: this instance must stop streaming")

@@ -201,13 +201,17 @@ func build(cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registe
 		p:  p,
 		lc: lc,
 		close: func() {
-			lc.close(cfg.Pipeline.ShutdownTimeout)
+			drain := cfg.Pipeline.ShutdownTimeout
+			if role.fenced.Load() {
+				drain = 0 // the lock is lost: mark nothing more
+			}
+			lc.close(drain)
 			closeSink()
 			closeCP()
 		},
 		abort: func() {
+			go lc.close(0)
 			closeSink()
-			lc.close(0)
 		},
 	}, nil
 }
