@@ -146,8 +146,10 @@ type haState struct {
 	active prometheus.Gauge
 
 	// fenced is set the moment the lock is found lost, before anything
-	// else happens: from then on no checkpoint is saved.
+	// else happens: from then on no checkpoint is saved. lostCh is closed
+	// right after.
 	fenced atomic.Bool
+	lostCh chan struct{}
 
 	mu      sync.Mutex
 	ready   readiness // the pipeline once active
@@ -163,7 +165,7 @@ func newHAState(cfg Config, log zerolog.Logger, reg prometheus.Registerer) *haSt
 		Help: "1 while this instance is the active one (holds the HA lock, or HA is off), 0 while standby.",
 	})
 	reg.MustRegister(g)
-	return &haState{cfg: cfg, log: log.With().Str("component", "ha").Logger(), active: g, standby: cfg.HA.Enabled}
+	return &haState{cfg: cfg, log: log.With().Str("component", "ha").Logger(), active: g, standby: cfg.HA.Enabled, lostCh: make(chan struct{})}
 }
 
 // Ready implements readiness for /readyz.
@@ -216,6 +218,7 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 			return
 		}
 		h.fenced.Store(true)
+		close(h.lostCh)
 		h.log.Error().Msg("lost the HA lock: aborting the write in flight, saving no further checkpoint, and exiting; a standby takes over")
 		h.active.Set(0)
 		h.mu.Lock()

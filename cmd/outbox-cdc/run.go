@@ -94,7 +94,20 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 
 	log.Info().Str("version", buildVersion()).Str("connector", cfg.Name).Str("source", cfg.Source.Type).
 		Str("sink", cfg.Sink.Type).Msg("starting")
-	err = b.p.Run(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- b.p.Run(ctx) }()
+	select {
+	case err = <-ran:
+	case <-role.lostCh:
+		// Nothing is produced or checkpointed any more (see haState);
+		// a source connection that hangs on a cut network must not keep
+		// the process from exiting.
+		select {
+		case err = <-ran:
+		case <-time.After(lostExitWait):
+			log.Warn().Dur("waited", lostExitWait).Msg("the pipeline did not stop after the HA lock loss (a source connection hangs on the network?); exiting without waiting for it")
+		}
+	}
 	if lostErr := role.err(); lostErr != nil {
 		if err != nil {
 			lostErr = fmt.Errorf("%w (pipeline: %v)", lostErr, err)
@@ -116,6 +129,10 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	log.Info().Msg("stopped")
 	return nil
 }
+
+// lostExitWait bounds how long a process that lost the HA lock waits for
+// its pipeline to return before exiting anyway.
+const lostExitWait = 5 * time.Second
 
 // parts is what build makes.
 type parts struct {
