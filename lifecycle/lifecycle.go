@@ -481,10 +481,9 @@ func (l *Lifecycle) mark(ids []string) error {
 	backoff := 200 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.MarkTimeout)
-		res, err := l.db.ExecContext(ctx, q, args...)
+		n, err := l.exec(ctx, q, args...)
 		cancel()
 		if err == nil {
-			n, _ := res.RowsAffected()
 			l.marked.Add(float64(n))
 			return nil
 		}
@@ -510,6 +509,27 @@ func (l *Lifecycle) mark(ids []string) error {
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// exec runs one statement in its own READ COMMITTED transaction and
+// returns the rows it matched. On MySQL/MariaDB the default REPEATABLE
+// READ would take next-key locks: an UPDATE waiting on a row the business
+// holds locked would then also block the business's INSERTs into the
+// outbox (into the gap before that row) for as long as it waits.
+func (l *Lifecycle) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tx, err := l.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 func (l *Lifecycle) describe(n int) string {
@@ -627,7 +647,9 @@ func (l *Lifecycle) selectKeys(q string) ([]any, error) {
 func (l *Lifecycle) remove(keys []any, cond string) (int, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
-	tx, err := l.db.BeginTx(ctx, nil)
+	// READ COMMITTED: no gap locks that would block the business's
+	// INSERTs (see exec).
+	tx, err := l.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err
 	}
