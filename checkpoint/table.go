@@ -11,11 +11,10 @@ import (
 	"sync"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/dbconn"
 )
 
 // DefaultTable is the checkpoint table unless configured.
@@ -52,6 +51,7 @@ func (c TableConfig) Validate() error {
 //	position   the position text
 //	checksum   CRC-32C (hex) of the format tag, connector and position
 //	saved_at   when it was saved (for people; not checked)
+//	epoch      the owner epoch (Claim); 0 until an instance claims the row
 //
 // Save is one autocommitted upsert, atomic and durable as any committed
 // row (given the server's usual durability settings, innodb_flush_log_at_
@@ -64,6 +64,18 @@ func (c TableConfig) Validate() error {
 // rows; the binlog source hands those on at most once a second, so an
 // idle connector saves about once a second. PostgreSQL's publication
 // covers only the outbox table, so saves never come back through the slot.
+//
+// # Fencing
+//
+// With high availability, the instance that takes the HA lock calls Claim
+// before Load: it raises the row's epoch and from then on saves only while
+// the row still carries its epoch. An older instance that wakes up after a
+// standby took over (a frozen process, a partition) finds the epoch raised
+// and its Save fails with ErrFenced, whatever it believes about the lock.
+//
+// Every statement has a deadline (tableTimeout) and the connections have
+// TCP keepalives (dbconn), so a save never hangs on a silent network: it
+// fails, and the pipeline stops before acknowledging anything further.
 type Table struct {
 	dialect   string // "mysql" or "postgres"
 	dsn       string
@@ -75,7 +87,16 @@ type Table struct {
 	mu      sync.Mutex
 	db      *sql.DB
 	created bool
+	// epoch is this instance's claim (Claim); 0: saves are not fenced.
+	epoch int64
 }
+
+// tableTimeout bounds every statement on the checkpoint table.
+var tableTimeout = 15 * time.Second
+
+// ErrFenced is wrapped by a Save refused because another instance claimed
+// the checkpoint row since this one did (see Table's Fencing).
+var ErrFenced = errors.New("checkpoint claimed by another instance")
 
 var _ outboxcdc.Checkpointer = (*Table)(nil)
 
@@ -121,11 +142,9 @@ func (t *Table) open(ctx context.Context) (*sql.DB, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.db == nil {
-		driver := "mysql"
-		if t.dialect == "postgres" {
-			driver = "pgx"
-		}
-		db, err := sql.Open(driver, t.dsn)
+		o := dbconn.Defaults()
+		o.LockWait = tableTimeout
+		db, err := dbconn.Open(t.dialect, t.dsn, o)
 		if err != nil {
 			return nil, fmt.Errorf("%s: opening the database at %s: %w", t, outboxcdc.RedactDSN(t.dsn), err)
 		}
@@ -138,14 +157,16 @@ func (t *Table) open(ctx context.Context) (*sql.DB, error) {
   connector VARCHAR(191) NOT NULL PRIMARY KEY,
   position TEXT NOT NULL,
   checksum CHAR(8) NOT NULL,
-  saved_at DATETIME(6) NOT NULL
+  saved_at DATETIME(6) NOT NULL,
+  epoch BIGINT NOT NULL DEFAULT 0
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
 		if t.dialect == "postgres" {
 			ddl = "CREATE TABLE IF NOT EXISTS " + t.table + ` (
   connector TEXT NOT NULL PRIMARY KEY,
   position TEXT NOT NULL,
   checksum CHAR(8) NOT NULL,
-  saved_at TIMESTAMPTZ NOT NULL
+  saved_at TIMESTAMPTZ NOT NULL,
+  epoch BIGINT NOT NULL DEFAULT 0
 )`
 		}
 		if _, err := t.db.ExecContext(ctx, ddl); err != nil {
@@ -166,6 +187,8 @@ func tableChecksum(connector string, pos outboxcdc.Position) string {
 // Load returns the connector's saved position, or a zero Position when it
 // has no row. A row that fails the checks is an error wrapping ErrUntrusted.
 func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
+	ctx, cancel := context.WithTimeout(ctx, tableTimeout)
+	defer cancel()
 	db, err := t.open(ctx)
 	if err != nil {
 		return "", err
@@ -186,6 +209,11 @@ func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: reading the checkpoint: %w", t, err)
 	}
+	if pos == "" && strings.TrimSpace(sum) == "" {
+		// Claimed by an instance that has not saved yet.
+		t.log.Info().Msg("no checkpoint yet; the source starts where source.start says")
+		return "", nil
+	}
 	p := outboxcdc.Position(pos)
 	if strings.TrimSpace(sum) != tableChecksum(t.connector, p) {
 		return "", fmt.Errorf("%w: %s holds a row whose checksum does not match its position %q (edited by hand, or damaged); the connector refuses to start: restore the row, or delete it deliberately to start where source.start says",
@@ -204,14 +232,21 @@ func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
 	return p, nil
 }
 
-// Save durably stores pos (one autocommitted upsert).
+// Save durably stores pos (one autocommitted statement). After Claim it
+// is an UPDATE conditional on this instance's epoch, refused with
+// ErrFenced once another instance claimed the row.
 func (t *Table) Save(ctx context.Context, pos outboxcdc.Position) error {
 	if pos.Kind() == "" {
 		return fmt.Errorf("checkpoint: refusing to save position %q: it has no source kind prefix", string(pos))
 	}
+	ctx, cancel := context.WithTimeout(ctx, tableTimeout)
+	defer cancel()
 	db, err := t.open(ctx)
 	if err != nil {
 		return err
+	}
+	if epoch := t.claimed(); epoch != 0 {
+		return t.saveFenced(ctx, db, pos, epoch)
 	}
 	var q string
 	switch t.dialect {
@@ -226,6 +261,109 @@ func (t *Table) Save(ctx context.Context, pos outboxcdc.Position) error {
 		return fmt.Errorf("saving checkpoint %q to %s: %w", string(pos), t, err)
 	}
 	t.log.Debug().Str("position", string(pos)).Msg("checkpoint saved")
+	return nil
+}
+
+func (t *Table) claimed() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.epoch
+}
+
+func (t *Table) saveFenced(ctx context.Context, db *sql.DB, pos outboxcdc.Position, epoch int64) error {
+	now := "UTC_TIMESTAMP(6)"
+	if t.dialect == "postgres" {
+		now = "now()"
+	}
+	q := "UPDATE " + t.table + " SET position = " + t.param(1) + ", checksum = " + t.param(2) + ", saved_at = " + now +
+		" WHERE connector = " + t.param(3) + " AND epoch = " + t.param(4)
+	res, err := db.ExecContext(ctx, q, string(pos), tableChecksum(t.connector, pos), t.connector, epoch)
+	if err != nil {
+		return fmt.Errorf("saving checkpoint %q to %s: %w", string(pos), t, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		var now int64
+		_ = db.QueryRowContext(ctx, "SELECT epoch FROM "+t.table+" WHERE connector = "+t.param(1), t.connector).Scan(&now)
+		return fmt.Errorf("%w: %s now carries epoch %d, this instance claimed epoch %d; another instance took over (this one lost the HA lock) and this one must stop without saving %q",
+			ErrFenced, t, now, epoch, string(pos))
+	}
+	t.log.Debug().Str("position", string(pos)).Int64("epoch", epoch).Msg("checkpoint saved")
+	return nil
+}
+
+// Claim makes this instance the checkpoint row's owner: it raises the
+// row's epoch (creating the row, without a position, when there is none)
+// and fences every later Save to that epoch. The HA active instance calls
+// it once, after taking the lock and before Load; an instance that claimed
+// earlier then cannot save any more (ErrFenced). A table created before
+// fencing existed gets its epoch column added here.
+func (t *Table) Claim(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, tableTimeout)
+	defer cancel()
+	db, err := t.open(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := t.addEpochColumn(ctx, db); err != nil {
+		return 0, err
+	}
+	var epoch int64
+	switch t.dialect {
+	case "mysql":
+		err = func() error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, "INSERT INTO "+t.table+" (connector, position, checksum, saved_at, epoch) VALUES (?, '', '', UTC_TIMESTAMP(6), 1) "+
+				"ON DUPLICATE KEY UPDATE epoch = epoch + 1", t.connector); err != nil {
+				return err
+			}
+			if err := tx.QueryRowContext(ctx, "SELECT epoch FROM "+t.table+" WHERE connector = ?", t.connector).Scan(&epoch); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}()
+	default:
+		err = db.QueryRowContext(ctx, "INSERT INTO "+t.table+" AS c (connector, position, checksum, saved_at, epoch) VALUES ($1, '', '', now(), 1) "+
+			"ON CONFLICT (connector) DO UPDATE SET epoch = c.epoch + 1 RETURNING epoch", t.connector).Scan(&epoch)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: claiming the checkpoint row: %w", t, err)
+	}
+	t.mu.Lock()
+	t.epoch = epoch
+	t.mu.Unlock()
+	t.log.Info().Int64("epoch", epoch).Msg("checkpoint row claimed: saves of any earlier owner are refused from now on")
+	return epoch, nil
+}
+
+// addEpochColumn adds the epoch column to a table created without it.
+func (t *Table) addEpochColumn(ctx context.Context, db *sql.DB) error {
+	if t.dialect == "postgres" {
+		if _, err := db.ExecContext(ctx, "ALTER TABLE "+t.table+" ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0"); err != nil {
+			return fmt.Errorf("%s: adding the epoch column: %w", t, err)
+		}
+		return nil
+	}
+	schema, table, qualified := strings.Cut(t.name, ".")
+	var n int
+	var err error
+	if qualified {
+		err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'epoch'", schema, table).Scan(&n)
+	} else {
+		err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'epoch'", schema).Scan(&n)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: looking for the epoch column: %w", t, err)
+	}
+	if n == 0 {
+		if _, err := db.ExecContext(ctx, "ALTER TABLE "+t.table+" ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0"); err != nil {
+			return fmt.Errorf("%s: adding the epoch column: %w (the connector's user needs ALTER on the table, or add it: ALTER TABLE %s ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0)", t, err, t.name)
+		}
+		t.log.Info().Msg("added the epoch column (HA fencing) to the checkpoint table")
+	}
 	return nil
 }
 

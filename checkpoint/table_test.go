@@ -4,9 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -33,7 +40,7 @@ func TestTableStore(t *testing.T) {
 		t.Run(tc.dialect, func(t *testing.T) {
 			ctx := context.Background()
 			db := tc.db(t)
-			table := "outbox_cdc_checkpoint_test"
+			table := uniqueTable("outbox_cdc_checkpoint_test")
 			db.Exec("DROP TABLE IF EXISTS " + table)
 			t.Cleanup(func() { db.Exec("DROP TABLE IF EXISTS " + table) })
 			open := func(connector string) *Table {
@@ -95,5 +102,165 @@ func TestTableConfig(t *testing.T) {
 	}
 	if _, err := NewTable("sqlite", "x", DefaultTableConfig(), "n", zerolog.Nop()); err == nil {
 		t.Fatal("sqlite accepted")
+	}
+}
+
+// uniqueTable suffixes base so that concurrent test runs on the shared
+// servers do not meet.
+func uniqueTable(base string) string {
+	return fmt.Sprintf("%s_%08x", base, rand.Uint32())
+}
+
+type tableBackend struct {
+	dialect, dsn, pos string
+	db                *sql.DB
+	// proxied is dsn through a proxy the test controls.
+	proxied func(t *testing.T) (string, *testenv.Proxy)
+}
+
+func tableBackends(t *testing.T) []tableBackend {
+	my, pg := testenv.MySQLDSN(t), testenv.PostgresDSN(t)
+	pgdb, err := sql.Open("pgx", pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pgdb.Close() })
+	return []tableBackend{
+		{"mysql", my, "mysql:0-1-", testenv.MySQL(t), func(t *testing.T) (string, *testenv.Proxy) {
+			cfg, err := mysql.ParseDSN(my)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := testenv.NewProxy(t, cfg.Addr)
+			cfg.Addr = p.Addr()
+			return cfg.FormatDSN(), p
+		}},
+		{"postgres", pg, "postgres:0/16B37", pgdb, func(t *testing.T) (string, *testenv.Proxy) {
+			cfg, err := pgx.ParseConfig(pg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := testenv.NewProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+			return "postgres://" + cfg.User + "@" + p.Addr() + "/" + cfg.Database + "?sslmode=disable", p
+		}},
+	}
+}
+
+// An instance that claimed the row earlier cannot save once another one
+// claimed it: a zombie that wakes up after a takeover writes nothing.
+// A table created before fencing gets its epoch column on the first claim.
+func TestTableClaimFencesEarlierOwner(t *testing.T) {
+	for _, b := range tableBackends(t) {
+		t.Run(b.dialect, func(t *testing.T) {
+			ctx := context.Background()
+			table := uniqueTable("outbox_cdc_checkpoint_fence")
+			b.db.Exec("DROP TABLE IF EXISTS " + table)
+			t.Cleanup(func() { b.db.Exec("DROP TABLE IF EXISTS " + table) })
+			// The table as earlier versions created it, without epoch.
+			old := "CREATE TABLE " + table + " (connector VARCHAR(191) NOT NULL PRIMARY KEY, position TEXT NOT NULL, checksum CHAR(8) NOT NULL, saved_at DATETIME(6) NOT NULL)"
+			if b.dialect == "postgres" {
+				old = "CREATE TABLE " + table + " (connector TEXT NOT NULL PRIMARY KEY, position TEXT NOT NULL, checksum CHAR(8) NOT NULL, saved_at TIMESTAMPTZ NOT NULL)"
+			}
+			if _, err := b.db.Exec(old); err != nil {
+				t.Fatal(err)
+			}
+			open := func() *Table {
+				s, err := NewTable(b.dialect, b.dsn, TableConfig{Table: table}, "fence", zerolog.New(zerolog.NewTestWriter(t)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+				return s
+			}
+			a, c := open(), open()
+			if err := a.Save(ctx, outboxcdc.Position(b.pos+"1")); err != nil { // unclaimed: a plain upsert
+				t.Fatal(err)
+			}
+			ea, err := a.Claim(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pos, err := a.Load(ctx); err != nil || string(pos) != b.pos+"1" {
+				t.Fatalf("Load after claim = %q, %v", pos, err)
+			}
+			if err := a.Save(ctx, outboxcdc.Position(b.pos+"2")); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Save(ctx, outboxcdc.Position(b.pos+"2")); err != nil { // the same position again still matches
+				t.Fatal(err)
+			}
+			ec, err := c.Claim(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ec <= ea {
+				t.Fatalf("second claim epoch %d, first %d", ec, ea)
+			}
+			err = a.Save(ctx, outboxcdc.Position(b.pos+"3"))
+			if !errors.Is(err, ErrFenced) {
+				t.Fatalf("the earlier owner's Save = %v, want ErrFenced", err)
+			}
+			t.Logf("fenced: %v", err)
+			if err := c.Save(ctx, outboxcdc.Position(b.pos+"4")); err != nil {
+				t.Fatal(err)
+			}
+			if pos, err := open().Load(ctx); err != nil || string(pos) != b.pos+"4" {
+				t.Fatalf("Load = %q, %v", pos, err)
+			}
+
+			// A claim without any row yet: no checkpoint, and the first
+			// save creates the position.
+			fresh, err := NewTable(b.dialect, b.dsn, TableConfig{Table: table}, "fresh", zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fresh.Close()
+			if _, err := fresh.Claim(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if pos, err := fresh.Load(ctx); err != nil || !pos.IsZero() {
+				t.Fatalf("Load of a claimed, never saved row = %q, %v", pos, err)
+			}
+			if err := fresh.Save(ctx, outboxcdc.Position(b.pos+"5")); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A save over a silent network path fails within the statement deadline
+// instead of hanging until the kernel gives up (about 15 minutes).
+func TestTableSaveBoundedOnSilentPath(t *testing.T) {
+	defer func(d time.Duration) { tableTimeout = d }(tableTimeout)
+	tableTimeout = 2 * time.Second
+	for _, b := range tableBackends(t) {
+		t.Run(b.dialect, func(t *testing.T) {
+			ctx := context.Background()
+			table := uniqueTable("outbox_cdc_checkpoint_silent")
+			b.db.Exec("DROP TABLE IF EXISTS " + table)
+			t.Cleanup(func() { b.db.Exec("DROP TABLE IF EXISTS " + table) })
+			dsn, proxy := b.proxied(t)
+			s, err := NewTable(b.dialect, dsn, TableConfig{Table: table}, "silent", zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Save(ctx, outboxcdc.Position(b.pos+"1")); err != nil {
+				t.Fatal(err)
+			}
+			proxy.Silence()
+			began := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- s.Save(ctx, outboxcdc.Position(b.pos+"2")) }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("Save over a silent path succeeded")
+				}
+				t.Logf("Save failed after %s: %v", time.Since(began).Round(time.Millisecond), err)
+			case <-time.After(tableTimeout + 10*time.Second):
+				t.Fatalf("Save still blocked %s after the path went silent (deadline %s)", time.Since(began), tableTimeout)
+			}
+		})
 	}
 }

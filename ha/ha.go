@@ -3,26 +3,45 @@
 // offers, held on a dedicated connection:
 //
 //   - MySQL/MariaDB: GET_LOCK('outbox-cdc:<name>'), a named lock owned by the
-//     session; the server releases it when the session ends, including when
-//     the process is killed and its connection drops.
+//     session; the server releases it when the session ends.
 //   - PostgreSQL: pg_try_advisory_lock(<64-bit hash of 'outbox-cdc:<name>'>),
 //     a session-level advisory lock with the same release rule.
 //
 // The instance holding the lock is active; the others are standbys that
 // retry every check_interval and take over as soon as the server releases
-// the lock (within a second or two of the active process dying). The active
-// instance checks every check_interval, on its lock connection, that it
-// still holds the lock; when the check fails (connection killed or broken,
-// server restarted, network partition) the lock counts as lost and the
-// caller must stop streaming at once.
+// the lock.
 //
-// The lock is the first guard, not the only one. After a partition the
-// server may free the lock while the old active has not noticed yet; in
-// that window two instances may write. On PostgreSQL the replication slot
-// admits one reader at a time; in exactly-once mode the Kafka
-// transactional id fences the older producer, so its writes are rejected
-// whatever the lock says. In at-least-once mode the window can only add
-// duplicates.
+// # Bounds
+//
+// The server must release the lock of an active instance it no longer
+// hears from, whether the process died (the kernel closes its socket: at
+// once), its host died or was cut off (no FIN ever arrives), or the process
+// is frozen (SIGSTOP, a stuck VM: its kernel still answers TCP keepalives).
+// The lock session therefore carries a server-side idle timeout,
+// session_timeout: MySQL wait_timeout (and net_read/net_write_timeout),
+// PostgreSQL idle_session_timeout (14+; older servers only end it through
+// TCP keepalives, which a frozen process's kernel answers). The active
+// instance keeps the session busy with a check every check_interval, well
+// inside session_timeout. So after the active instance goes silent:
+//
+//   - the server frees the lock within session_timeout (MySQL rounds up to
+//     whole seconds), and a standby holds it at most check_interval later;
+//   - the active instance, if it still runs, finds a check failing or
+//     unanswered within check_interval + session_timeout/2 and reports the
+//     lock lost, so it stops before a standby can start (Validate keeps
+//     check_interval at most a third of session_timeout).
+//
+// Every statement on the lock connection has a deadline, the connection
+// has TCP keepalives (dbconn), and the standby's waits are bounded the same
+// way, so no path waits on a silent network.
+//
+// The lock is the first guard, not the only one. A frozen process that
+// resumes after a standby took over runs until its next check (at most
+// check_interval). In that window the checkpoint table refuses its saves
+// (checkpoint.Table.Claim), in exactly-once mode the Kafka transactional id
+// fences its producer, the replication slot (PostgreSQL) or server_id
+// (MySQL) was taken over by the new active instance, and in at-least-once
+// mode what it still sends can only add duplicates.
 package ha
 
 import (
@@ -37,11 +56,10 @@ import (
 	"sync"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/dbconn"
 )
 
 // Config is the ha: section.
@@ -51,19 +69,61 @@ type Config struct {
 	Enabled bool `yaml:"enabled"`
 	// CheckInterval is how often the active instance verifies it still
 	// holds the lock, and how often a standby retries. Takeover after the
-	// active process dies takes about this long.
+	// active process exits takes about this long.
 	CheckInterval time.Duration `yaml:"check_interval"`
+	// SessionTimeout is how long the database keeps the lock session of
+	// an instance it hears nothing from (frozen, cut off, host dead)
+	// before ending it, which frees the lock. See the package
+	// documentation for the bounds it gives.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
 }
 
-// DefaultConfig returns the defaults (disabled, 1s checks).
-func DefaultConfig() Config { return Config{CheckInterval: time.Second} }
+// DefaultConfig returns the defaults (disabled, 1s checks, 10s session
+// timeout).
+func DefaultConfig() Config {
+	return Config{CheckInterval: time.Second, SessionTimeout: 10 * time.Second}
+}
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
-	if c.CheckInterval < 100*time.Millisecond || c.CheckInterval > time.Minute {
+	switch {
+	case c.CheckInterval < 100*time.Millisecond || c.CheckInterval > time.Minute:
 		return fmt.Errorf("ha.check_interval: %s is outside 100ms..1m", c.CheckInterval)
+	case c.SessionTimeout < 2*time.Second || c.SessionTimeout > time.Hour:
+		return fmt.Errorf("ha.session_timeout: %s is outside 2s..1h", c.SessionTimeout)
+	case c.SessionTimeout < 3*c.CheckInterval:
+		return fmt.Errorf("ha.session_timeout (%s) must be at least 3 × ha.check_interval (%s), so that the active instance notices a lost lock before the database frees it for a standby", c.SessionTimeout, c.CheckInterval)
 	}
 	return nil
+}
+
+// CheckTimeout is how long one lock check may take before the lock counts
+// as lost: half the session timeout.
+func (c Config) CheckTimeout() time.Duration { return c.SessionTimeout / 2 }
+
+// ActiveStopsWithin bounds the time from the active instance's database
+// path going silent to the active instance reporting the lock lost.
+func (c Config) ActiveStopsWithin() time.Duration { return c.CheckInterval + c.CheckTimeout() }
+
+// TakeoverWithin bounds the time from the active instance going silent
+// (frozen, cut off, host dead) to a standby holding the lock: the session
+// timeout (whole seconds on MySQL) plus one standby retry. Starting to
+// stream (connecting the source and the sink) comes on top.
+func (c Config) TakeoverWithin() time.Duration {
+	return time.Duration(math.Ceil(c.SessionTimeout.Seconds()))*time.Second + c.CheckInterval
+}
+
+// conn is the lock connection's settings: the session timeout on the
+// server, keepalives at a fifth of it, reads bounded by the longest
+// statement (a standby's GET_LOCK wait) plus the check timeout.
+func (c Config) conn(wait time.Duration) dbconn.Options {
+	o := dbconn.Defaults()
+	o.SessionIdle = c.SessionTimeout
+	o.KeepAlive = max(time.Second, c.SessionTimeout/5)
+	o.KeepAliveProbes = 3
+	o.IO = wait + c.CheckTimeout()
+	o.Application = "outbox-cdc-ha"
+	return o
 }
 
 // Locker hands out the connector's lock.
@@ -169,20 +229,30 @@ func New(kind, dsn, connector string, cfg Config, log zerolog.Logger) (Locker, e
 	default:
 		return nil, fmt.Errorf("ha: no lock for source kind %q", kind)
 	}
-	return &sqlLock{dsn: dsn, cfg: cfg, d: d,
+	return &sqlLock{dsn: dsn, dialect: kind, cfg: cfg, d: d,
 		log: log.With().Str("component", "ha").Str("lock", d.what).Logger()}, nil
 }
 
 type sqlLock struct {
-	dsn string
-	cfg Config
-	d   dialect
-	log zerolog.Logger
+	dsn     string
+	dialect string
+	cfg     Config
+	d       dialect
+	log     zerolog.Logger
+}
+
+// wait is how long one standby attempt waits for the lock on the server
+// (GET_LOCK takes whole seconds).
+func (l *sqlLock) wait() time.Duration {
+	if l.dialect == "mysql" {
+		return time.Duration(math.Max(1, math.Ceil(l.cfg.CheckInterval.Seconds()))) * time.Second
+	}
+	return l.cfg.CheckInterval
 }
 
 // Lock implements Locker.
 func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
-	db, err := sql.Open(l.d.driver, l.dsn)
+	db, err := dbconn.Open(l.dialect, l.dsn, l.cfg.conn(l.wait()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("ha: opening %s: %w", outboxcdc.RedactDSN(l.dsn), err)
 	}
@@ -191,11 +261,17 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 	logged := false
 	for {
 		if conn == nil {
-			conn, err = db.Conn(ctx)
+			cctx, cancel := context.WithTimeout(ctx, l.cfg.SessionTimeout)
+			conn, err = db.Conn(cctx)
+			cancel()
 		}
 		var got bool
 		if err == nil {
-			got, err = l.d.try(ctx, conn, l.cfg.CheckInterval)
+			// A standby's attempt waits on the server for up to wait();
+			// beyond that plus the check timeout its path is silent.
+			cctx, cancel := context.WithTimeout(ctx, l.wait()+l.cfg.CheckTimeout())
+			got, err = l.d.try(cctx, conn, l.wait())
+			cancel()
 		}
 		if got {
 			break
@@ -227,7 +303,8 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 			logged = true
 		}
 	}
-	l.log.Info().Msg("lock acquired: this instance is active")
+	l.log.Info().Dur("session_timeout", l.cfg.SessionTimeout).Dur("stops_within", l.cfg.ActiveStopsWithin()).
+		Msg("lock acquired: this instance is active")
 
 	lost := make(chan struct{})
 	stop := make(chan struct{})
@@ -242,8 +319,10 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 				return
 			case <-t.C:
 			}
-			cctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckInterval)
+			began := time.Now()
+			cctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout())
 			held, err := l.d.held(cctx, conn)
+			timedOut := cctx.Err() != nil
 			cancel()
 			select {
 			case <-stop:
@@ -253,8 +332,10 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 			if err != nil || !held {
 				if err == nil {
 					err = errors.New("the server says this session no longer holds it")
+				} else if timedOut {
+					err = fmt.Errorf("the lock check got no answer within %s (ha.session_timeout / 2): %w", l.cfg.CheckTimeout(), err)
 				}
-				l.log.Error().Err(err).Msg("lock lost: this instance must stop streaming")
+				l.log.Error().Err(err).Dur("check_took", time.Since(began)).Msg("lock lost: this instance must stop streaming")
 				close(lost)
 				return
 			}

@@ -4,10 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
@@ -164,5 +168,120 @@ func TestLockName(t *testing.T) {
 	}
 	if AdvisoryKey("a") == AdvisoryKey("b") {
 		t.Fatal("keys collide")
+	}
+}
+
+// viaProxy returns b's DSN rewritten to reach the server through a proxy
+// the test controls.
+func viaProxy(t *testing.T, b backend) (string, *testenv.Proxy) {
+	t.Helper()
+	switch b.kind {
+	case "mysql":
+		cfg, err := mysql.ParseDSN(b.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := testenv.NewProxy(t, cfg.Addr)
+		cfg.Addr = p.Addr()
+		return cfg.FormatDSN(), p
+	default:
+		cfg, err := pgx.ParseConfig(b.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := testenv.NewProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+		return "postgres://" + cfg.User + "@" + p.Addr() + "/" + cfg.Database + "?sslmode=disable", p
+	}
+}
+
+// The active instance's path to the database goes silent (no FIN, no RST:
+// a cut network, a dead host, or, as the server sees it, a frozen
+// process). The server ends the silent lock session within
+// ha.session_timeout, a standby takes the lock within TakeoverWithin, and
+// the active instance reports the loss within ActiveStopsWithin, before the
+// standby holds the lock.
+func TestLockTakeoverWhenActiveGoesSilent(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.kind, func(t *testing.T) {
+			name := "ha-silent-" + b.kind
+			cfg := DefaultConfig()
+			cfg.Enabled = true
+			cfg.CheckInterval = 200 * time.Millisecond
+			cfg.SessionTimeout = 2 * time.Second
+			dsn, proxy := viaProxy(t, b)
+			log := zerolog.New(zerolog.NewTestWriter(t))
+			active, err := New(b.kind, dsn, name, cfg, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			standby, err := New(b.kind, b.dsn, name, cfg, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			lost, release, err := active.Lock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			second := lockAsync(ctx, standby)
+			time.Sleep(time.Second)
+			select {
+			case r := <-second:
+				t.Fatalf("standby got the lock while the active holds it: %v", r.err)
+			default:
+			}
+
+			proxy.Silence()
+			silenced := time.Now()
+			var noticed time.Duration
+			select {
+			case <-lost:
+				noticed = time.Since(silenced)
+			case <-time.After(cfg.ActiveStopsWithin() + 5*time.Second):
+				t.Fatalf("active did not notice the silent path within %s", cfg.ActiveStopsWithin()+5*time.Second)
+			}
+			var r lockResult
+			select {
+			case r = <-second:
+			case <-time.After(cfg.TakeoverWithin() + 10*time.Second):
+				t.Fatalf("standby did not take over within %s of the active going silent (bound %s)", cfg.TakeoverWithin()+10*time.Second, cfg.TakeoverWithin())
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			defer r.release()
+			took := r.at.Sub(silenced)
+			t.Logf("%s: active noticed after %s (bound %s); standby took over after %s (bound %s)",
+				b.kind, noticed.Round(time.Millisecond), cfg.ActiveStopsWithin(), took.Round(time.Millisecond), cfg.TakeoverWithin())
+			if noticed >= took {
+				t.Fatalf("the standby took the lock (%s) before the active noticed losing it (%s)", took, noticed)
+			}
+			if took > cfg.TakeoverWithin()+5*time.Second {
+				t.Fatalf("takeover took %s, bound %s", took, cfg.TakeoverWithin())
+			}
+		})
+	}
+}
+
+func TestConfigBounds(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ActiveStopsWithin(); got != 6*time.Second {
+		t.Fatalf("ActiveStopsWithin = %s", got)
+	}
+	if got := c.TakeoverWithin(); got != 11*time.Second {
+		t.Fatalf("TakeoverWithin = %s", got)
+	}
+	c.SessionTimeout = 2 * time.Second
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "3 × ha.check_interval") {
+		t.Fatalf("session timeout below 3 check intervals: %v", err)
+	}
+	c.SessionTimeout = time.Second
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ha.session_timeout") {
+		t.Fatalf("1s session timeout: %v", err)
 	}
 }

@@ -4,9 +4,29 @@
 //
 // It is an outboxcdc.CheckpointObserver: the pipeline's saver goroutine
 // hands it the message ids of every durable checkpoint. The ids are queued
-// and marked by a background goroutine in small UPDATEs on a pool of at
-// most two connections of its own, so the business keeps its connections
-// and the pipeline is not held up by the database.
+// and marked by a background goroutine in UPDATEs of up to mark_batch ids
+// on a pool of at most two connections of its own, so the business keeps
+// its connections and the pipeline is not held up by the database.
+//
+// # A slow or failing mark_sent
+//
+// Marking never holds up the checkpoint: Checkpointed only appends to a
+// queue bounded by lifecycle.queue ids and returns. While the database is
+// slow (row locks, load) the ids accumulate and each UPDATE takes up to
+// mark_batch of them at once (marking is idempotent, so they coalesce).
+// When the queue is full the newest ids are left unmarked rather than
+// blocking: those rows keep their status exactly as after a crash (they
+// were delivered; cleanup never deletes them), and the ids and the
+// checkpoint positions are counted and logged. Memory stays bounded by the
+// queue, whatever the backlog.
+//
+// Every UPDATE has a deadline (mark_timeout, also the server's lock wait
+// on these connections). A failure that retrying cannot fix (an unknown
+// column in mark_sent_set, a syntax error, a missing privilege) stops the
+// lifecycle at once; any other failure (lock wait timeout, deadlock, lost
+// connection) is retried with backoff for mark_retry_timeout. Either way
+// Failed then reports the error, naming the setting, and the command
+// stops the connector with it.
 //
 // The sources never re-emit these changes: the binlog source skips UPDATE
 // and DELETE rows on the outbox table (counted in
@@ -24,12 +44,13 @@ import (
 	"sync"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/dbconn"
 )
 
 // Config is the lifecycle: section.
@@ -44,9 +65,15 @@ type Config struct {
 	MessageIDColumn string `yaml:"message_id_column"`
 	// MarkBatch bounds the ids of one UPDATE.
 	MarkBatch int `yaml:"mark_batch"`
-	// Queue bounds the ids waiting to be marked. When it is full the
-	// checkpoint waits (back-pressure): ids are never dropped.
+	// Queue bounds the ids waiting to be marked. When it is full, the
+	// newest ids are left unmarked (counted and logged); the checkpoint
+	// never waits for marking.
 	Queue int `yaml:"queue"`
+	// MarkTimeout bounds one UPDATE, including its wait for row locks.
+	MarkTimeout time.Duration `yaml:"mark_timeout"`
+	// MarkRetryTimeout is how long a failing UPDATE is retried before the
+	// connector stops with the error.
+	MarkRetryTimeout time.Duration `yaml:"mark_retry_timeout"`
 	// Cleanup deletes or archives old delivered rows.
 	Cleanup CleanupConfig `yaml:"cleanup"`
 }
@@ -76,9 +103,11 @@ type CleanupConfig struct {
 // DefaultConfig: nothing on; the seed table's columns.
 func DefaultConfig() Config {
 	return Config{
-		MarkSentSet: "status = 1",
-		MarkBatch:   500,
-		Queue:       100000,
+		MarkSentSet:      "status = 1",
+		MarkBatch:        500,
+		Queue:            100000,
+		MarkTimeout:      10 * time.Second,
+		MarkRetryTimeout: 2 * time.Minute,
 		Cleanup: CleanupConfig{
 			Retention: 168 * time.Hour, Interval: time.Hour, Batch: 500, Pause: 100 * time.Millisecond,
 			Delivered: "status = 1", Key: "id", CreatedColumn: "created_at",
@@ -102,6 +131,12 @@ func (c Config) Validate() error {
 		}
 		if c.Queue < c.MarkBatch {
 			bad("queue: %d must be at least mark_batch (%d)", c.Queue, c.MarkBatch)
+		}
+		if c.MarkTimeout < time.Second || c.MarkTimeout > 10*time.Minute {
+			bad("mark_timeout: %s is outside 1s..10m", c.MarkTimeout)
+		}
+		if c.MarkRetryTimeout < 0 || c.MarkRetryTimeout > 24*time.Hour {
+			bad("mark_retry_timeout: %s is outside 0..24h", c.MarkRetryTimeout)
 		}
 	}
 	cl := c.Cleanup
@@ -164,7 +199,7 @@ const (
 )
 
 // Lifecycle marks and cleans up; create it with New, register it with
-// Pipeline.Observe, and Close it after the pipeline stopped.
+// Pipeline.Observe, watch Failed, and Close it after the pipeline stopped.
 type Lifecycle struct {
 	cfg     Config
 	dialect string
@@ -173,14 +208,30 @@ type Lifecycle struct {
 	db      *sql.DB
 	log     zerolog.Logger
 
-	q       chan []string
-	closed  chan struct{}
+	// The mark queue: ids in checkpoint order, at most cfg.Queue.
+	mu       sync.Mutex
+	queue    []string
+	dropped  dropRange // ids left unmarked since the last log line
+	wake     chan struct{}
+	closed   chan struct{}
+	failed   chan struct{}
+	err      error
+	failOnce sync.Once
+
 	done    sync.WaitGroup
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closeMu sync.Once
 
-	marked, deleted, errs prometheus.Counter
+	marked, deleted, errs, unmarked prometheus.Counter
+	queued                          prometheus.Gauge
+}
+
+// dropRange is what a full queue left unmarked, for one log line.
+type dropRange struct {
+	ids         int
+	first, last outboxcdc.Position
+	logged      time.Time
 }
 
 var _ outboxcdc.CheckpointObserver = (*Lifecycle)(nil)
@@ -193,14 +244,16 @@ func New(cfg Config, dialect, dsn, table, messageIDColumn string, log zerolog.Lo
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	driver := map[string]string{MySQL: "mysql", Postgres: "pgx"}[dialect]
-	if driver == "" {
+	if dialect != MySQL && dialect != Postgres {
 		return nil, fmt.Errorf("lifecycle: unknown dialect %q", dialect)
 	}
 	if cfg.MessageIDColumn == "" {
 		cfg.MessageIDColumn = messageIDColumn
 	}
-	db, err := sql.Open(driver, dsn)
+	o := dbconn.Defaults()
+	o.LockWait = cfg.MarkTimeout
+	o.IO = max(o.IO, cfg.MarkTimeout+5*time.Second, 2*time.Minute) // cleanup statements run up to a minute
+	db, err := dbconn.Open(dialect, dsn, o)
 	if err != nil {
 		return nil, errors.New("lifecycle: cannot open the source database (check source.dsn)")
 	}
@@ -212,8 +265,9 @@ func New(cfg Config, dialect, dsn, table, messageIDColumn string, log zerolog.Lo
 		table:  quoteQualified(dialect, table),
 		idCol:  quote(dialect, cfg.MessageIDColumn),
 		log:    log.With().Str("component", "lifecycle").Logger(),
-		q:      make(chan []string, max(1, cfg.Queue/max(1, cfg.MarkBatch))),
+		wake:   make(chan struct{}, 1),
 		closed: make(chan struct{}),
+		failed: make(chan struct{}),
 		marked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_cdc_lifecycle_marked_total", Help: "Outbox rows marked sent (lifecycle.mark_sent) after their checkpoint.",
 		}),
@@ -221,11 +275,18 @@ func New(cfg Config, dialect, dsn, table, messageIDColumn string, log zerolog.Lo
 			Name: "outbox_cdc_lifecycle_deleted_total", Help: "Delivered outbox rows deleted (or archived) by lifecycle.cleanup.",
 		}),
 		errs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_cdc_lifecycle_errors_total", Help: "Failed lifecycle statements (retried) and ids left unmarked at shutdown.",
+			Name: "outbox_cdc_lifecycle_errors_total", Help: "Failed lifecycle statements (mark_sent UPDATEs and cleanup passes).",
+		}),
+		unmarked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_cdc_lifecycle_unmarked_total",
+			Help: "Delivered, checkpointed outbox rows left unmarked: the mark queue (lifecycle.queue) was full, or the connector stopped first.",
+		}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_cdc_lifecycle_queue_ids", Help: "Message ids waiting to be marked sent.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(l.marked, l.deleted, l.errs)
+		reg.MustRegister(l.marked, l.deleted, l.errs, l.unmarked, l.queued)
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	if cfg.MarkSent {
@@ -240,54 +301,99 @@ func New(cfg Config, dialect, dsn, table, messageIDColumn string, log zerolog.Lo
 	return l, nil
 }
 
-// Checkpointed queues the ids for marking. It blocks only while the queue
-// is full (back-pressure on the checkpoint, never a dropped id), and gives
-// up only when ctx ends or the lifecycle is closed; ids given up are
-// counted as errors and left unmarked.
-func (l *Lifecycle) Checkpointed(ctx context.Context, _ outboxcdc.Position, ids []string) {
-	if !l.cfg.MarkSent {
+// Checkpointed queues the ids for marking and returns at once: it never
+// blocks the checkpoint. Ids beyond the queue's bound are left unmarked,
+// counted in outbox_cdc_lifecycle_unmarked_total and logged with the
+// checkpoint position (at most one line per dropLogInterval).
+func (l *Lifecycle) Checkpointed(_ context.Context, end outboxcdc.Position, ids []string) {
+	if !l.cfg.MarkSent || len(ids) == 0 {
 		return
 	}
-	for len(ids) > 0 {
-		n := min(len(ids), l.cfg.MarkBatch)
-		chunk := make([]string, 0, n)
-		for _, id := range ids[:n] {
-			if id != "" {
-				chunk = append(chunk, id)
-			}
-		}
-		ids = ids[n:]
-		if len(chunk) == 0 {
+	l.mu.Lock()
+	stopped := l.err != nil
+	select {
+	case <-l.closed:
+		stopped = true
+	default:
+	}
+	kept := 0
+	for _, id := range ids {
+		if id == "" {
 			continue
 		}
+		if stopped || len(l.queue) >= l.cfg.Queue {
+			l.drop(end, 1)
+			continue
+		}
+		l.queue = append(l.queue, id)
+		kept++
+	}
+	l.queued.Set(float64(len(l.queue)))
+	l.logDrops(false)
+	l.mu.Unlock()
+	if kept > 0 {
 		select {
-		case l.q <- chunk:
+		case l.wake <- struct{}{}:
 		default:
-			t := time.Now()
-			select {
-			case l.q <- chunk:
-				l.log.Debug().Dur("waited", time.Since(t)).Msg("mark_sent queue was full; the checkpoint waited")
-			case <-ctx.Done():
-				l.giveUp(len(chunk) + len(ids))
-				return
-			case <-l.closed:
-				l.giveUp(len(chunk) + len(ids))
-				return
-			}
 		}
 	}
 }
 
-func (l *Lifecycle) giveUp(n int) {
-	l.errs.Add(float64(n))
-	l.log.Warn().Int("ids", n).Msg("mark_sent: checkpointed rows left with their old status (stopping)")
+// dropLogInterval rate-limits the warning about ids left unmarked.
+const dropLogInterval = 30 * time.Second
+
+// drop counts n ids of the checkpoint at end left unmarked; l.mu is held.
+func (l *Lifecycle) drop(end outboxcdc.Position, n int) {
+	l.unmarked.Add(float64(n))
+	if l.dropped.ids == 0 {
+		l.dropped.first = end
+	}
+	l.dropped.ids += n
+	l.dropped.last = end
 }
 
-// Close stops the cleanup, marks what is queued (waiting at most timeout)
-// and closes the pool. Call it after the pipeline stopped.
+// logDrops logs the ids left unmarked since the last line, at most once per
+// dropLogInterval unless final; l.mu is held.
+func (l *Lifecycle) logDrops(final bool) {
+	d := &l.dropped
+	if d.ids == 0 || (!final && time.Since(d.logged) < dropLogInterval) {
+		return
+	}
+	l.log.Warn().Int("ids", d.ids).Str("from_checkpoint", string(d.first)).Str("to_checkpoint", string(d.last)).Int("queue", l.cfg.Queue).
+		Msg("mark_sent: rows delivered and checkpointed but left with their old status (the mark queue was full, or marking stopped); they stay as after a crash, and cleanup never deletes them")
+	d.ids, d.logged = 0, time.Now()
+}
+
+// Failed is closed when marking stopped on an error (Err says which); the
+// connector must then stop.
+func (l *Lifecycle) Failed() <-chan struct{} { return l.failed }
+
+// Err returns the error that closed Failed, or nil.
+func (l *Lifecycle) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *Lifecycle) fail(err error) {
+	l.failOnce.Do(func() {
+		l.mu.Lock()
+		l.err = err
+		l.mu.Unlock()
+		l.log.Error().Err(err).Msg("mark_sent failed; stopping")
+		close(l.failed)
+	})
+}
+
+// Close stops the cleanup, marks what is queued (waiting at most timeout;
+// 0 marks nothing more) and closes the pool. Call it after the pipeline
+// stopped. It may be called more than once; only the first call counts.
 func (l *Lifecycle) Close(timeout time.Duration) {
 	l.closeMu.Do(func() {
 		close(l.closed)
+		if timeout <= 0 {
+			l.cancel()
+		}
 		done := make(chan struct{})
 		go func() { l.done.Wait(); close(done) }()
 		select {
@@ -297,59 +403,168 @@ func (l *Lifecycle) Close(timeout time.Duration) {
 			<-done
 		}
 		l.cancel()
+		l.mu.Lock()
+		if n := len(l.queue); n > 0 {
+			l.drop("", n)
+			l.queue = nil
+			l.queued.Set(0)
+		}
+		l.logDrops(true)
+		l.mu.Unlock()
 		l.db.Close()
 	})
 }
 
-// marker runs the UPDATEs until closed, then drains the queue.
+// take removes up to MarkBatch ids from the head of the queue.
+func (l *Lifecycle) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := min(len(l.queue), l.cfg.MarkBatch)
+	if n == 0 {
+		return nil
+	}
+	ids := append([]string(nil), l.queue[:n]...)
+	l.queue = l.queue[n:]
+	if len(l.queue) == 0 {
+		l.queue = nil // let the backing array go
+	}
+	l.queued.Set(float64(len(l.queue)))
+	return ids
+}
+
+// marker runs the UPDATEs until closed (then marks what is queued) or
+// until marking fails.
 func (l *Lifecycle) marker() {
 	defer l.done.Done()
-	for {
+	for l.markQueued() {
 		select {
-		case c := <-l.q:
-			l.mark(c)
+		case <-l.wake:
 		case <-l.closed:
-			for {
-				select {
-				case c := <-l.q:
-					l.mark(c)
-				default:
-					return
-				}
-			}
+			l.markQueued()
+			return
+		case <-l.ctx.Done():
+			return
 		}
 	}
 }
 
-// mark updates one chunk, retrying until it succeeds or the lifecycle is
-// cancelled.
-func (l *Lifecycle) mark(ids []string) {
+// markQueued marks until the queue is empty; false when marking failed or
+// was cancelled (the queue is then dropped and counted).
+func (l *Lifecycle) markQueued() bool {
+	for ids := l.take(); ids != nil; ids = l.take() {
+		if err := l.mark(ids); err != nil {
+			l.mu.Lock()
+			l.drop("", len(ids)+len(l.queue))
+			l.queue = nil
+			l.queued.Set(0)
+			l.mu.Unlock()
+			if l.ctx.Err() == nil {
+				l.fail(err)
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// mark updates one batch of ids. It retries what retrying can fix for up
+// to MarkRetryTimeout, and returns an error naming the settings otherwise
+// (or nil when the lifecycle was cancelled meanwhile: the ids are then
+// counted as unmarked by the caller).
+func (l *Lifecycle) mark(ids []string) error {
 	q := "UPDATE " + l.table + " SET " + l.cfg.MarkSentSet + " WHERE " + l.idCol + " IN (" + l.placeholders(len(ids)) + ")"
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
+	began := time.Now()
 	backoff := 200 * time.Millisecond
-	for {
-		ctx, cancel := context.WithTimeout(l.ctx, 30*time.Second)
-		_, err := l.db.ExecContext(ctx, q, args...)
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.MarkTimeout)
+		n, err := l.exec(ctx, q, args...)
 		cancel()
 		if err == nil {
-			l.marked.Add(float64(len(ids)))
-			return
+			l.marked.Add(float64(n))
+			return nil
+		}
+		if l.ctx.Err() != nil {
+			return l.ctx.Err()
 		}
 		l.errs.Inc()
-		if l.ctx.Err() != nil {
-			l.giveUp(len(ids))
-			return
+		if permanentSQL(err) {
+			return fmt.Errorf("lifecycle.mark_sent: %s failed and retrying cannot help: %w (check lifecycle.mark_sent_set %q and lifecycle.message_id_column %q against the table, and that the user may UPDATE it)",
+				l.describe(len(ids)), err, l.cfg.MarkSentSet, l.cfg.MessageIDColumn)
 		}
-		l.log.Warn().Err(err).Int("ids", len(ids)).Dur("backoff", backoff).Msg("mark_sent UPDATE failed; retrying")
+		if time.Since(began)+backoff > l.cfg.MarkRetryTimeout {
+			return fmt.Errorf("lifecycle.mark_sent: %s kept failing for %s (%d attempts, lifecycle.mark_retry_timeout %s, each bounded by lifecycle.mark_timeout %s): %w (rows locked by long transactions, or the database overloaded)",
+				l.describe(len(ids)), time.Since(began).Round(time.Millisecond), attempt, l.cfg.MarkRetryTimeout, l.cfg.MarkTimeout, err)
+		}
+		l.log.Warn().Err(err).Int("ids", len(ids)).Int("attempt", attempt).Dur("backoff", backoff).Msg("mark_sent UPDATE failed; retrying")
+		t := time.NewTimer(backoff)
 		select {
 		case <-l.ctx.Done():
-		case <-time.After(backoff):
+			t.Stop()
+			return l.ctx.Err()
+		case <-t.C:
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// exec runs one statement in its own READ COMMITTED transaction and
+// returns the rows it matched. On MySQL/MariaDB the default REPEATABLE
+// READ would take next-key locks: an UPDATE waiting on a row the business
+// holds locked would then also block the business's INSERTs into the
+// outbox (into the gap before that row) for as long as it waits.
+func (l *Lifecycle) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	tx, err := l.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (l *Lifecycle) describe(n int) string {
+	return fmt.Sprintf("UPDATE %s SET %s WHERE %s IN (%d ids)", l.table, l.cfg.MarkSentSet, l.idCol, n)
+}
+
+// permanentSQL reports whether err is a statement the server rejects as
+// written (syntax, unknown column or table, privilege, bad value): the same
+// statement fails again. Lock waits, deadlocks, timeouts and connection
+// trouble are not.
+func permanentSQL(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		switch my.Number {
+		case 1054, // unknown column
+			1064,       // syntax
+			1142, 1143, // command / column denied
+			1146,       // no such table
+			1136, 1048, // column count, NULL into NOT NULL
+			1264, 1265, 1292, 1366, // out of range / truncated / wrong value
+			1451, 1452: // foreign key
+			return true
+		}
+		return false
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.Code[:2] {
+		case "42", // syntax error or access rule violation (42703 undefined column, 42501 privilege)
+			"22", // data exception
+			"23": // integrity constraint violation
+			return true
+		}
+	}
+	return false
 }
 
 // cleaner runs a cleanup pass at start and every interval.
@@ -432,7 +647,9 @@ func (l *Lifecycle) selectKeys(q string) ([]any, error) {
 func (l *Lifecycle) remove(keys []any, cond string) (int, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
 	defer cancel()
-	tx, err := l.db.BeginTx(ctx, nil)
+	// READ COMMITTED: no gap locks that would block the business's
+	// INSERTs (see exec).
+	tx, err := l.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return 0, err
 	}

@@ -22,8 +22,10 @@ func TestValidate(t *testing.T) {
 	c.Cleanup.Retention = time.Second
 	c.Cleanup.ArchiveTable = "a.b.c"
 	c.MarkSentSet = "status = 1; DELETE"
+	c.MarkTimeout = 0
+	c.MarkRetryTimeout = -time.Second
 	err := c.Validate()
-	for _, want := range []string{"retention", "archive_table", "mark_sent_set"} {
+	for _, want := range []string{"retention", "archive_table", "mark_sent_set", "mark_timeout", "mark_retry_timeout"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%v does not name %s", err, want)
 		}

@@ -72,6 +72,11 @@ type Config struct {
 	Reconnect BackoffConfig `yaml:"reconnect"`
 	// LagInterval is how often the slot lag metric is refreshed.
 	LagInterval time.Duration `yaml:"lag_interval"`
+	// TakeOverSlot lets the source end a walsender that still holds the
+	// slot (takeover.go). Not a configuration key: the command sets it
+	// when ha.enabled, whose lock makes this instance the slot's only
+	// rightful reader.
+	TakeOverSlot bool `yaml:"-"`
 }
 
 // HeartbeatConfig: with Interval > 0 the source runs

@@ -726,6 +726,9 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 
 // slotBusy logs who holds the slot and returns a retryable error.
 func (s *Source) slotBusy(ctx context.Context, db *pgx.Conn, cause error) error {
+	if s.cfg.TakeOverSlot && db != nil {
+		return s.takeOverSlot(ctx, db, cause)
+	}
 	var pid int32
 	var app, addr string
 	if db != nil {

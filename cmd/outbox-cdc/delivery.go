@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -94,49 +95,66 @@ func newKafkaSink(cfg Config, kind string, log zerolog.Logger, reg prometheus.Re
 // newCheckpoint returns the checkpoint store (nil in exactly-once mode,
 // where the sink stores the position) and a function that closes it.
 func newCheckpoint(cfg Config, kind string, log zerolog.Logger) (outboxcdc.Checkpointer, func(), error) {
+	cp, _, closeCP, err := openCheckpoint(cfg, kind, log)
+	return cp, closeCP, err
+}
+
+// openCheckpoint is newCheckpoint that also returns the table store when
+// checkpoint.type is table (for HA fencing), else nil.
+func openCheckpoint(cfg Config, kind string, log zerolog.Logger) (outboxcdc.Checkpointer, *checkpoint.Table, func(), error) {
 	nop := func() {}
 	if cfg.Delivery == deliveryExactlyOnce {
-		return nil, nop, nil
+		return nil, nil, nop, nil
 	}
 	if cfg.Checkpoint.Type == "table" {
 		dsn, err := cfg.sourceDSN()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		t, err := checkpoint.NewTable(cfg.Source.Type, dsn, cfg.Checkpoint.TableConfig, cfg.Name, log)
 		if err != nil {
-			return nil, nil, &configError{msg: err.Error()}
+			return nil, nil, nil, &configError{msg: err.Error()}
 		}
-		return checkpoint.Expect(kind, t), func() { t.Close() }, nil
+		return checkpoint.Expect(kind, t), t, func() { t.Close() }, nil
 	}
 	if cfg.HA.Enabled {
 		log.Warn().Str("path", cfg.Checkpoint.Path).Msg("ha.enabled with a file checkpoint: every instance must see the same file (shared volume), or a standby resumes from a stale position; prefer checkpoint.type table or delivery exactly-once")
 	}
 	file, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return checkpoint.Expect(kind, file), nop, nil
+	return checkpoint.Expect(kind, file), nil, nop, nil
 }
 
 // haState is the instance's role. It serves /readyz: while standby (or
 // before the pipeline is built) it says why it is not ready; once active
 // it delegates to the pipeline.
 //
-// Lock loss is fatal for the process: the pipeline is cancelled and the
-// sink closed at once (no final flush), and runConnector returns an error,
-// so the process exits 1 and its supervisor restarts it as a standby. A
-// fresh process resets every connection and producer, which is simpler
-// and safer than returning to standby in-process.
+// Lock loss is fatal for the process, and nothing is drained: the
+// checkpoint store refuses every further save (fence), the sink is closed,
+// which cancels the write in flight (at-least-once: the Write returns;
+// exactly-once: the open Kafka transaction is abandoned, and the next
+// instance's InitProducerId aborts it), the outbox lifecycle stops without
+// marking what is queued, and the pipeline is cancelled. runConnector then
+// returns an error, so the process exits 1 and its supervisor restarts it
+// as a standby. A fresh process resets every connection and producer,
+// which is simpler and safer than returning to standby in-process.
 type haState struct {
 	cfg    Config
 	log    zerolog.Logger
 	active prometheus.Gauge
 
+	// fenced is set the moment the lock is found lost, before anything
+	// else happens: from then on no checkpoint is saved. lostCh is closed
+	// right after.
+	fenced atomic.Bool
+	lostCh chan struct{}
+
 	mu      sync.Mutex
 	ready   readiness // the pipeline once active
 	standby bool
-	stop    func() // cancels the run and closes the sink
+	abort   func() // closes the sink and the lifecycle without draining
 	lost    bool
 	release func()
 }
@@ -147,7 +165,7 @@ func newHAState(cfg Config, log zerolog.Logger, reg prometheus.Registerer) *haSt
 		Help: "1 while this instance is the active one (holds the HA lock, or HA is off), 0 while standby.",
 	})
 	reg.MustRegister(g)
-	return &haState{cfg: cfg, log: log.With().Str("component", "ha").Logger(), active: g, standby: cfg.HA.Enabled}
+	return &haState{cfg: cfg, log: log.With().Str("component", "ha").Logger(), active: g, standby: cfg.HA.Enabled, lostCh: make(chan struct{})}
 }
 
 // Ready implements readiness for /readyz.
@@ -180,7 +198,9 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, &configError{msg: err.Error()}
 	}
-	h.log.Info().Str("lock", ha.LockName(h.cfg.Name)).Msg("high availability: taking the lock (standby until it is free)")
+	h.log.Info().Str("lock", ha.LockName(h.cfg.Name)).Dur("session_timeout", h.cfg.HA.SessionTimeout).
+		Dur("takeover_within", h.cfg.HA.TakeoverWithin()).
+		Msg("high availability: taking the lock (standby until it is free)")
 	lost, release, err := l.Lock(ctx)
 	if err != nil {
 		return nil, err
@@ -197,27 +217,29 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 		case <-runCtx.Done():
 			return
 		}
-		h.log.Error().Msg("lost the HA lock: stopping at once (no final flush) and exiting; a standby takes over")
+		h.fenced.Store(true)
+		close(h.lostCh)
+		h.log.Error().Msg("lost the HA lock: aborting the write in flight, saving no further checkpoint, and exiting; a standby takes over")
 		h.active.Set(0)
 		h.mu.Lock()
 		h.lost = true
-		stop := h.stop
+		abort := h.abort
 		h.mu.Unlock()
-		cancel()
-		if stop != nil {
-			stop()
+		if abort != nil {
+			abort()
 		}
+		cancel()
 	}()
 	return runCtx, nil
 }
 
-// activate hands /readyz to the pipeline and registers what stops it when
-// the lock is lost.
-func (h *haState) activate(r readiness, closeSink func()) {
+// activate hands /readyz to the pipeline and registers what aborts the
+// sink and the lifecycle when the lock is lost.
+func (h *haState) activate(r readiness, abort func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ready = r
-	h.stop = closeSink
+	h.abort = abort
 }
 
 // err returns the error to exit with when the lock was lost.
@@ -241,3 +263,42 @@ func (h *haState) releaseLock() {
 	}
 	h.active.Set(0)
 }
+
+// errLockLost is the error of a checkpoint save after the lock was lost.
+var errLockLost = errors.New("the HA lock was lost: this instance saves no further checkpoint")
+
+// fence wraps the checkpoint store of the active instance. Load first
+// claims the checkpoint table (raising its owner epoch, so that a
+// previous active instance that wakes up cannot save any more); Save is
+// refused once this instance found its lock lost. Without HA it returns
+// cp unchanged.
+func (h *haState) fence(cp outboxcdc.Checkpointer, table *checkpoint.Table) outboxcdc.Checkpointer {
+	if !h.cfg.HA.Enabled || cp == nil {
+		return cp
+	}
+	return &fencedCheckpoint{cp: cp, table: table, h: h}
+}
+
+type fencedCheckpoint struct {
+	cp    outboxcdc.Checkpointer
+	table *checkpoint.Table
+	h     *haState
+}
+
+func (f *fencedCheckpoint) Load(ctx context.Context) (outboxcdc.Position, error) {
+	if f.table != nil {
+		if _, err := f.table.Claim(ctx); err != nil {
+			return "", err
+		}
+	}
+	return f.cp.Load(ctx)
+}
+
+func (f *fencedCheckpoint) Save(ctx context.Context, pos outboxcdc.Position) error {
+	if f.h.fenced.Load() {
+		return errLockLost
+	}
+	return f.cp.Save(ctx, pos)
+}
+
+func (f *fencedCheckpoint) String() string { return fmt.Sprint(f.cp) }

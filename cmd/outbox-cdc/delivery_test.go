@@ -37,6 +37,8 @@ func TestDeliveryConfig(t *testing.T) {
 		"delivery: exactly-once\nsink:\n  type: stdout\n":      "", // duplicate key: any error
 		"checkpoint:\n  type: table\n  table: \"a;b\"\n":       "checkpoint.table",
 		"ha:\n  enabled: true\n  check_interval: 1ms\n":        "ha.check_interval",
+		"ha:\n  enabled: true\n  session_timeout: 1s\n":        "ha.session_timeout",
+		"ha:\n  enabled: true\n  check_interval: 5s\n":         "3 × ha.check_interval",
 	} {
 		_, err := load(extra, nil)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,36 +12,64 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/lifecycle"
 )
 
+// lifecycleRun is the outbox lifecycle of a run, or none.
+type lifecycleRun struct{ l *lifecycle.Lifecycle }
+
+// close stops the lifecycle: it marks what is queued for at most timeout
+// (0: nothing more), then releases its connections. Safe to call twice.
+func (r lifecycleRun) close(timeout time.Duration) {
+	if r.l != nil {
+		r.l.Close(timeout)
+	}
+}
+
+// failed is closed when marking stopped on an error; nil (never ready)
+// without a lifecycle.
+func (r lifecycleRun) failed() <-chan struct{} {
+	if r.l == nil {
+		return nil
+	}
+	return r.l.Failed()
+}
+
+// err is the error that closed failed.
+func (r lifecycleRun) err() error {
+	if r.l == nil {
+		return nil
+	}
+	return r.l.Err()
+}
+
 // observeLifecycle registers the outbox lifecycle (lifecycle.mark_sent,
 // lifecycle.cleanup) as the pipeline's checkpoint observer, and returns
-// what closes it: drain the marks queued (bounded by
-// pipeline.shutdown_timeout), then release its two connections.
-func observeLifecycle(cfg Config, p *outboxcdc.Pipeline, cols outboxcdc.Columns, log zerolog.Logger, reg prometheus.Registerer) (func(), error) {
+// it; its close drains the marks queued (bounded by
+// pipeline.shutdown_timeout), then releases its two connections.
+func observeLifecycle(cfg Config, p *outboxcdc.Pipeline, cols outboxcdc.Columns, log zerolog.Logger, reg prometheus.Registerer) (lifecycleRun, error) {
 	if !cfg.Lifecycle.Enabled() {
-		return func() {}, nil
+		return lifecycleRun{}, nil
 	}
 	dsn, err := cfg.sourceDSN()
 	if err != nil {
-		return nil, err
+		return lifecycleRun{}, err
 	}
 	var dialect, table string
 	switch cfg.Source.Type {
 	case "mysql":
 		dc, err := mysqldriver.ParseDSN(dsn)
 		if err != nil {
-			return nil, configErrorf("source.dsn: not a valid go-sql-driver DSN")
+			return lifecycleRun{}, configErrorf("source.dsn: not a valid go-sql-driver DSN")
 		}
 		dialect, table = lifecycle.MySQL, dc.DBName+"."+cfg.Source.MySQL.Table
 	case "postgres":
 		dialect, table = lifecycle.Postgres, cfg.Source.Postgres.Table
 	}
 	if table == "" || table[len(table)-1] == '.' {
-		return nil, configErrorf("lifecycle: needs source.table")
+		return lifecycleRun{}, configErrorf("lifecycle: needs source.table")
 	}
 	l, err := lifecycle.New(cfg.Lifecycle, dialect, dsn, table, cols.MessageID, log, reg)
 	if err != nil {
-		return nil, fmt.Errorf("lifecycle: %w", err)
+		return lifecycleRun{}, fmt.Errorf("lifecycle: %w", err)
 	}
 	p.Observe(l)
-	return func() { l.Close(cfg.Pipeline.ShutdownTimeout) }, nil
+	return lifecycleRun{l}, nil
 }

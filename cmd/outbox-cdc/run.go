@@ -72,36 +72,86 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	defer role.releaseLock()
 
-	p, closeAll, err := build(ctx, cfg, log, reg, os.Stdout)
+	b, err := build(ctx, cfg, role, log, reg, os.Stdout)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
 		return err
 	}
-	defer closeAll()
-	role.activate(p, closeAll)
+	defer b.close()
+	role.activate(b.p, b.abort)
+
+	// A lifecycle that cannot mark stops the connector (gracefully: what
+	// was received is still delivered and checkpointed).
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		select {
+		case <-b.lc.failed():
+			stopRun()
+		case <-ctx.Done():
+		}
+	}()
 
 	log.Info().Str("version", buildVersion()).Str("connector", cfg.Name).Str("source", cfg.Source.Type).
 		Str("sink", cfg.Sink.Type).Msg("starting")
-	if err := p.Run(ctx); err != nil {
-		if lostErr := role.err(); lostErr != nil {
-			err = fmt.Errorf("%w (pipeline: %v)", lostErr, err)
+	ran := make(chan error, 1)
+	go func() { ran <- b.p.Run(ctx) }()
+	select {
+	case err = <-ran:
+	case <-role.lostCh:
+		// Nothing is produced or checkpointed any more (see haState);
+		// a source connection that hangs on a cut network must not keep
+		// the process from exiting.
+		select {
+		case err = <-ran:
+		case <-time.After(lostExitWait):
+			log.Warn().Dur("waited", lostExitWait).Msg("the pipeline did not stop after the HA lock loss (a source connection hangs on the network?); exiting without waiting for it")
 		}
-		log.Error().Err(err).Msg("stopped on error")
-		return err
 	}
-	if err := role.err(); err != nil {
-		log.Error().Err(err).Msg("stopped")
+	if lostErr := role.err(); lostErr != nil {
+		if err != nil {
+			lostErr = fmt.Errorf("%w (pipeline: %v)", lostErr, err)
+		}
+		log.Error().Err(lostErr).Msg("stopped")
+		return lostErr
+	}
+	if lcErr := b.lc.err(); lcErr != nil {
+		if err != nil {
+			lcErr = fmt.Errorf("%w (pipeline: %v)", lcErr, err)
+		}
+		log.Error().Err(lcErr).Msg("stopped on error")
+		return lcErr
+	}
+	if err != nil {
+		log.Error().Err(err).Msg("stopped on error")
 		return err
 	}
 	log.Info().Msg("stopped")
 	return nil
 }
 
-// build constructs the pipeline and a function that closes what it opened.
-func build(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*outboxcdc.Pipeline, func(), error) {
+// lostExitWait bounds how long a process that lost the HA lock waits for
+// its pipeline to return before exiting anyway.
+const lostExitWait = 5 * time.Second
+
+// parts is what build makes.
+type parts struct {
+	p  *outboxcdc.Pipeline
+	lc lifecycleRun
+	// close closes everything, giving the lifecycle up to
+	// pipeline.shutdown_timeout to mark what is queued.
+	close func()
+	// abort closes the sink (cancelling the write in flight) and the
+	// lifecycle at once: HA lock loss.
+	abort func()
+}
+
+// build constructs the pipeline and what closes or aborts what it opened.
+// role fences the checkpoint store (see haState).
+func build(ctx context.Context, cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*parts, error) {
 	rt, err := newRouter(ctx, cfg, log) // table.go
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cols := rt.Columns()
 	srcMetrics := outboxcdc.NewSourceMetrics(reg)
@@ -112,13 +162,18 @@ func build(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.R
 	case "mysql":
 		s, err := binlog.New(cfg.Source.MySQL, cfg.Name, cols, log, srcMetrics)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		src, kind = s, binlog.Kind
 	case "postgres":
-		s, err := wal.New(cfg.Source.Postgres, cfg.Name, cols, log, srcMetrics, reg)
+		pc := cfg.Source.Postgres
+		// The HA lock makes this instance the only rightful reader of the
+		// slot: a walsender still holding it served a previous active
+		// instance that is gone or cut off (wal/takeover.go).
+		pc.TakeOverSlot = cfg.HA.Enabled
+		s, err := wal.New(pc, cfg.Name, cols, log, srcMetrics, reg)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		src, kind = s, wal.Kind
 	}
@@ -128,37 +183,53 @@ func build(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.R
 	case "kafka":
 		k, err := newKafkaSink(cfg, kind, log, reg) // transactional in exactly-once mode
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		snk = k
 	case "stdout":
 		snk = sink.NewStdout(stdout)
 	}
 
-	cp, closeCP, err := newCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it
+	cp, table, closeCP, err := openCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it
 	if err != nil {
 		snk.Close()
-		return nil, nil, err
+		return nil, err
 	}
+	cp = role.fence(cp, table)
 
 	p, err := outboxcdc.NewPipeline(cfg.Pipeline, src, rt, snk, cp, log, reg)
 	if err != nil {
 		snk.Close()
 		closeCP()
-		return nil, nil, err
+		return nil, err
 	}
-	closeLC, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
+	lc, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
 	if err != nil {
 		snk.Close()
 		closeCP()
-		return nil, nil, err
+		return nil, err
 	}
-	return p, func() {
-		closeLC()
+	closeSink := func() {
 		if err := snk.Close(); err != nil {
 			log.Warn().Err(err).Msg("closing sink")
 		}
-		closeCP()
+	}
+	return &parts{
+		p:  p,
+		lc: lc,
+		close: func() {
+			drain := cfg.Pipeline.ShutdownTimeout
+			if role.fenced.Load() {
+				drain = 0 // the lock is lost: mark nothing more
+			}
+			lc.close(drain)
+			closeSink()
+			closeCP()
+		},
+		abort: func() {
+			go lc.close(0)
+			closeSink()
+		},
 	}, nil
 }
 
