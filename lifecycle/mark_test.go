@@ -193,14 +193,19 @@ func TestMarkSentSlowNeverBlocksCheckpoint(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			// The oldest ids were kept (the batch in flight and the queue),
-			// the newest left unmarked.
+			// Exactly the ids that were not counted as left unmarked were
+			// marked. Which ones depends on when the worker took a batch
+			// off the full queue (a checkpoint arriving just before that is
+			// dropped, the next one fits), so only the count is fixed; the
+			// dropped ones are logged with their positions.
 			st := e.status(t)
 			kept := 100 - int(unmarked)
-			for i, id := range ids(0, 100) {
-				if want := map[bool]int{true: 1, false: 0}[i < kept]; st[id] != want {
-					t.Fatalf("row %s status %d, want %d (%d ids kept)", id, st[id], want, kept)
-				}
+			marked := 0
+			for _, id := range ids(0, 100) {
+				marked += st[id]
+			}
+			if marked != kept {
+				t.Fatalf("%d rows marked, want %d (100 delivered, %v counted unmarked)", marked, kept, unmarked)
 			}
 		})
 	}
