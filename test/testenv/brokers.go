@@ -22,7 +22,9 @@ const (
 
 // RabbitMQURL returns the AMQP URL of a reachable RabbitMQ, or skips (fails
 // in CI) the test.
-func RabbitMQURL(t testing.TB) string { return brokerURL(t, "RabbitMQ", EnvRabbitMQURL, DefaultRabbitMQURL) }
+func RabbitMQURL(t testing.TB) string {
+	return brokerURL(t, "RabbitMQ", EnvRabbitMQURL, DefaultRabbitMQURL)
+}
 
 // NATSURL returns the URL of a reachable NATS server with JetStream.
 func NATSURL(t testing.TB) string { return brokerURL(t, "NATS", EnvNATSURL, DefaultNATSURL) }
