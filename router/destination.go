@@ -95,3 +95,7 @@ func (d *Destination) check(s string) string {
 	}
 	return ""
 }
+
+// Invalid reports why name (a complete destination, such as
+// pipeline.dlq_topic) is not legal, or "".
+func (d *Destination) Invalid(name string) string { return dest(d).check(name) }

@@ -295,3 +295,22 @@ func TestSubjectsOf(t *testing.T) {
 		t.Fatal("matches")
 	}
 }
+
+func TestCovers(t *testing.T) {
+	for _, tc := range []struct {
+		filter, want string
+		ok           bool
+	}{
+		{"outbox.>", "outbox.*.*", true},
+		{"outbox.*.*", "outbox.*.*", true},
+		{"outbox.*", "outbox.*.*", false},
+		{"outbox.ORDER.*", "outbox.*.*", false},
+		{"a.b", "a.b", true},
+		{">", "x.dlq", true},
+		{"a.*", "a.>", false},
+	} {
+		if got := covers(tc.filter, tc.want); got != tc.ok {
+			t.Errorf("covers(%q, %q) = %v", tc.filter, tc.want, got)
+		}
+	}
+}
