@@ -169,6 +169,7 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 	}
 	if kind.dest != nil {
 		cfg.Route.Destination, cfg.Route.Topic = kind.dest, kind.dest.Default
+		cfg.Pipeline.DLQTopicCheck = dlqTopicCheck(kind.dest)
 	}
 	keys := validKeys(cfg.Source.Type, cfg.Sink.Type)
 	if _, err := applyEnv(&root, keys, env); err != nil {

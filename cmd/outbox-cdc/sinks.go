@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 
@@ -131,8 +132,7 @@ func (c Config) fixedDestinations() []string {
 	return out
 }
 
-// validateSink checks the sink section and, for the brokers beyond Kafka,
-// that pipeline.dlq_topic is a legal destination name.
+// validateSink checks the sink section.
 func (c Config) validateSink() error {
 	k, ok := sinkKinds[c.Sink.Type]
 	if !ok {
@@ -145,10 +145,15 @@ func (c Config) validateSink() error {
 		}
 		return &configError{msg: msg}
 	}
-	if d := c.deadLetterTopic(); d != "" && k.dest != nil {
-		if why := k.dest.Invalid(d); why != "" {
-			return configErrorf("pipeline.dlq_topic: %q is not a legal %s: %s", d, k.dest.Noun, why)
-		}
-	}
 	return nil
+}
+
+// dlqTopicCheck checks pipeline.dlq_topic as a name of dest.
+func dlqTopicCheck(dest *router.Destination) func(string) error {
+	return func(name string) error {
+		if why := dest.Invalid(name); why != "" {
+			return fmt.Errorf("%q is not a legal %s: %s", name, dest.Noun, why)
+		}
+		return nil
+	}
 }
