@@ -314,3 +314,28 @@ func TestCovers(t *testing.T) {
 		}
 	}
 }
+
+// TestCheck: check passes when the stream captures the route's subjects and
+// the dead-letter subject, and fails naming what it does not capture.
+func TestCheck(t *testing.T) {
+	f := newFixture(t, 0)
+	ctx := context.Background()
+	cfg := testConfig(f.url, f.stream)
+	cfg.Template = f.prefix + ".{aggregate_type}.{aggregate_id}"
+	cfg.DeadLetterTopic = f.prefix + ".dlq"
+	for _, r := range Check(ctx, cfg) {
+		if !r.OK {
+			t.Fatalf("check failed: %+v", r)
+		}
+	}
+	cfg.DeadLetterTopic = "elsewhere.dlq"
+	res := Check(ctx, cfg)
+	if r := res[len(res)-1]; r.OK || !strings.Contains(r.Detail, "elsewhere.dlq") {
+		t.Fatalf("uncaptured dead-letter subject: %+v", r)
+	}
+	cfg.Stream += "_MISSING"
+	res = Check(ctx, cfg)
+	if r := res[len(res)-1]; r.OK || !strings.Contains(r.Fix, "create_stream") {
+		t.Fatalf("missing stream: %+v", r)
+	}
+}

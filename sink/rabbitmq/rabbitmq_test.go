@@ -283,3 +283,112 @@ func TestBrokerDownThenBack(t *testing.T) {
 		})
 	}
 }
+
+// TestCheck: check passes for an existing exchange and fails, naming the
+// remedy, for a missing one (declare off) and for bad credentials.
+func TestCheck(t *testing.T) {
+	f := newFixture(t, "#")
+	ctx := context.Background()
+	res := Check(ctx, testConfig(f.url, f.exchange))
+	for _, r := range res {
+		if !r.OK {
+			t.Fatalf("check failed: %+v", res)
+		}
+	}
+	byName := func(res []outboxcdc.CheckResult, name string) outboxcdc.CheckResult {
+		for _, r := range res {
+			if r.Name == name {
+				return r
+			}
+		}
+		t.Fatalf("no %s in %+v", name, res)
+		return outboxcdc.CheckResult{}
+	}
+	if r := byName(Check(ctx, testConfig(f.url, f.exchange+".missing")), "rabbitmq.exchange"); r.OK || !strings.Contains(r.Fix, "declare") {
+		t.Fatalf("missing exchange: %+v", r)
+	}
+	cfg := testConfig(f.url, f.exchange)
+	cfg.Declare = true
+	cfg.Exchange += ".missing"
+	if r := byName(Check(ctx, cfg), "rabbitmq.exchange"); !r.OK {
+		t.Fatalf("missing exchange with declare: %+v", r)
+	}
+	cfg = testConfig(f.url, f.exchange)
+	cfg.Username, cfg.Password = "guest", "wrong-password"
+	if r := byName(Check(ctx, cfg), "rabbitmq.reachable"); r.OK || strings.Contains(r.Detail, "wrong-password") {
+		t.Fatalf("bad credentials: %+v", r)
+	}
+}
+
+// TestConsistentHashExchange: with an x-consistent-hash exchange and the
+// aggregate id as routing key, each aggregate's records land in one of
+// several queues, in order. Skipped when the broker lacks the plugin (it
+// is present but not enabled on the shared test broker, and enabling a
+// plugin is a global change).
+func TestConsistentHashExchange(t *testing.T) {
+	u := testenv.RabbitMQURL(t)
+	c, err := amqp.Dial(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := fmt.Sprintf("test.hash.%d", rand.Int64())
+	if err := ch.ExchangeDeclare(ex, "x-consistent-hash", false, true, false, false, nil); err != nil {
+		t.Skipf("x-consistent-hash exchanges are not available on this broker (rabbitmq_consistent_hash_exchange not enabled): %v", err)
+	}
+	defer ch.ExchangeDelete(ex, false, false)
+	var queues []string
+	for i := 0; i < 3; i++ {
+		q, err := ch.QueueDeclare("", false, true, true, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.QueueBind(q.Name, "1", ex, false, nil); err != nil {
+			t.Fatal(err)
+		}
+		queues = append(queues, q.Name)
+	}
+	cfg := testConfig(u, ex)
+	cfg.ExchangeType = "x-consistent-hash"
+	s := newSink(t, cfg)
+	recs := records(600, 20)
+	for i := range recs {
+		recs[i].Topic = string(recs[i].Key)
+	}
+	if err := s.Write(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	where := map[string]string{}
+	total := 0
+	for _, q := range queues {
+		last := map[string]int{}
+		for {
+			d, ok, err := ch.Get(q, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			total++
+			k := d.Headers[HeaderKey].(string)
+			if w, seen := where[k]; seen && w != q {
+				t.Fatalf("aggregate %s in two queues", k)
+			}
+			where[k] = q
+			var seq int
+			fmt.Sscanf(string(d.Body), `{"seq":%d}`, &seq)
+			if p, ok := last[k]; ok && seq < p {
+				t.Fatalf("aggregate %s out of order in %s", k, q)
+			}
+			last[k] = seq
+		}
+	}
+	if total != len(recs) {
+		t.Fatalf("%d of %d records in the queues", total, len(recs))
+	}
+}

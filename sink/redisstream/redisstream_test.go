@@ -252,3 +252,17 @@ func TestBrokerDownThenBack(t *testing.T) {
 		})
 	}
 }
+
+// TestCheck: a fixed stream key holding another type fails check; a free
+// one or a template passes.
+func TestCheck(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.c.Set(ctx, f.prefix+"taken", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := Check(ctx, testConfig(f.url), f.prefix+"{aggregate_type}", f.prefix+"free", f.prefix+"taken")
+	if len(res) != 4 || !res[0].OK || !res[1].OK || !res[2].OK || res[3].OK || !strings.Contains(res[3].Detail, "string") {
+		t.Fatalf("check: %+v", res)
+	}
+}
