@@ -18,6 +18,7 @@ package sinktest
 import (
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -84,6 +85,24 @@ func Run(t *testing.T, target Target) {
 	t.Run("BrokerDownThenBack", func(t *testing.T) { testBrokerDown(t, target, false) })
 	t.Run("BoundedMemoryWhileStalled", func(t *testing.T) { testBrokerDown(t, target, true) })
 	t.Run("TooLargeToDeadLetter", func(t *testing.T) { testTooLarge(t, target) })
+	t.Run("Check", func(t *testing.T) { testCheck(t, target) })
+}
+
+// testCheck: `outbox-cdc check` passes against a prepared destination and
+// reports at least one check of the sink's own.
+func testCheck(t *testing.T, target Target) {
+	name := objectName(t)
+	src := newSource(t, "mysql", name)
+	s := target.Prepare(t, Options{})
+	out, err := exec.Command(connectorBinary(t), "check", "--config", config(t, name, src, s, "")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	sinkType := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(strings.TrimSpace(s.Sink), "\n", 2)[0], "type:"))
+	if !strings.Contains(string(out), "PASS  "+sinkType+".") {
+		t.Fatalf("check output has no %s check:\n%s", sinkType, out)
+	}
+	t.Logf("check:\n%s", out)
 }
 
 // objectName is a unique database, schema and connector name.
