@@ -95,6 +95,8 @@ func TestBrokerSinkConfigErrors(t *testing.T) {
 		{"dlq subject", "pipeline:\n  on_error: dlq\n  dlq_topic: \"a..b\"\nsink:\n  type: nats\n  url: nats://h:4222\n", "pipeline.dlq_topic"},
 		{"trim both", "sink:\n  type: redis\n  url: redis://h:6379\n  max_len: 5\n  min_id_age: 1h\n", "sink.max_len"},
 		{"unknown type", "sink:\n  type: kinesis\n", "want kafka, rabbitmq, nats, redis or stdout"},
+		{"missing ca file", "sink:\n  type: redis\n  url: rediss://h:6379\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", "sink.tls.ca_file"},
+		{"tls keys without tls", "sink:\n  type: rabbitmq\n  url: amqp://h/\n  tls:\n    server_name: x\n", "sink.tls.enabled"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer

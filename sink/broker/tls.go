@@ -2,6 +2,7 @@ package broker
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 
@@ -36,6 +37,16 @@ func (t TLS) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Load reads the certificate files when TLS is on, so a missing or bad
+// file is a configuration error at start rather than a failed connect.
+func (t TLS) Load() error {
+	if !t.Enabled {
+		return nil
+	}
+	_, err := t.Build(true, "")
+	return err
+}
+
 // Build reads the certificate files; nil when TLS is off and the URL does
 // not ask for it (schemeTLS). host is the name to verify when server_name
 // is not set.
@@ -59,4 +70,15 @@ func (t TLS) Warn(log zerolog.Logger) {
 	if t.Enabled && t.InsecureSkipVerify {
 		log.Warn().Msg("sink.tls.insecure_skip_verify: the broker's certificate is not verified; a man in the middle can read and change everything sent")
 	}
+}
+
+// IsCertificateError reports whether err is the server's certificate
+// failing verification: a configuration problem (wrong CA, wrong name),
+// not one a retry can fix.
+func IsCertificateError(err error) bool {
+	var ve *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	return errors.As(err, &ve) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci)
 }

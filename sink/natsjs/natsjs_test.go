@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -337,5 +339,59 @@ func TestCheck(t *testing.T) {
 	res = Check(ctx, cfg)
 	if r := res[len(res)-1]; r.OK || !strings.Contains(r.Fix, "create_stream") {
 		t.Fatalf("missing stream: %+v", r)
+	}
+}
+
+// TestTLS: against a private nats-server serving TLS with a throwaway CA
+// (the shared server is not reconfigured), the sink connects and
+// publishes with sink.tls.ca_file, and without the CA the connection is
+// refused permanently (a certificate that does not verify is a
+// configuration error, not a retry loop).
+func TestTLS(t *testing.T) {
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		testenv.Unavailable(t, "nats-server: %v", err)
+	}
+	certs := testenv.NewCerts(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	srv := exec.Command(bin, "-a", "127.0.0.1", "-p", port, "-js", "-sd", t.TempDir(),
+		"--tls", "--tlscert", certs.Cert, "--tlskey", certs.Key)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	for i := 0; i < 100; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	cfg := testConfig("tls://"+addr, "TLSTEST")
+	cfg.CreateStream, cfg.StreamStorage, cfg.Template = true, "memory", "tls.{aggregate_type}.{aggregate_id}"
+	cfg.TLS.Enabled, cfg.TLS.CAFile = true, certs.CA
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Write(ctx, records("tls", 10, 2)); err != nil {
+		t.Fatalf("Write over TLS: %v", err)
+	}
+
+	cfg.TLS = broker.TLS{}
+	s = newSink(t, cfg)
+	err = s.Write(ctx, records("tls", 1, 1))
+	var be *broker.Error
+	if !errors.As(err, &be) || !be.Permanent || !strings.Contains(err.Error(), "ca_file") {
+		t.Fatalf("Write without the CA = %v, want a permanent certificate error", err)
 	}
 }

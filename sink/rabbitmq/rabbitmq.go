@@ -125,6 +125,10 @@ func classifyDial(err error) error {
 		}
 		return outboxcdc.Transient(fmt.Errorf("connecting to rabbitmq: %w", err))
 	}
+	if broker.IsCertificateError(err) {
+		return outboxcdc.Permanent(fmt.Errorf("connecting to rabbitmq: %w", err),
+			"set sink.tls.ca_file to the CA that signed the broker's certificate, and sink.tls.server_name if it names another host")
+	}
 	if n := outboxcdc.Network(err); outboxcdc.IsClassified(n) {
 		return fmt.Errorf("connecting to rabbitmq: %w", n)
 	}

@@ -79,6 +79,8 @@ func (c Config) Validate() error {
 	}
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
+	} else if err := c.TLS.Load(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, err)

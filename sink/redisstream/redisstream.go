@@ -114,6 +114,10 @@ func classify(err error) error {
 		redis.IsClusterDownError(err), redis.IsTryAgainError(err), redis.HasErrorPrefix(err, "BUSY"):
 		return outboxcdc.Transient(err)
 	}
+	if broker.IsCertificateError(err) {
+		return broker.NoRecord(outboxcdc.Permanent(err,
+			"set sink.tls.ca_file to the CA that signed the server's certificate, and sink.tls.server_name if it names another host"))
+	}
 	var re redis.Error
 	if errors.As(err, &re) {
 		// Another refusal of the command (a syntax or argument error):
