@@ -27,7 +27,7 @@ type fixture struct {
 	js                  jetstream.JetStream
 }
 
-func newFixture(t *testing.T, maxMsgSize int32) *fixture {
+func newFixture(t testing.TB, maxMsgSize int32) *fixture {
 	t.Helper()
 	u := testenv.NATSURL(t)
 	nc, err := nats.Connect(u)

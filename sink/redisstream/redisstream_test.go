@@ -24,7 +24,7 @@ type fixture struct {
 	c           *redis.Client
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	u := testenv.RedisURL(t)
 	o, err := redis.ParseURL(u)
