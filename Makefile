@@ -15,9 +15,11 @@ build:
 services:
 	./scripts/prepare-services.sh
 
-# End to end: local MariaDB -> outbox-cdc -> local Kafka-protocol broker -> consumer.
+# End to end: local MariaDB -> outbox-cdc -> broker -> consumer.
+# SINK=kafka (a local Kafka-protocol broker) | rabbitmq | nats | redis.
+SINK ?= kafka
 demo: build services
-	./scripts/demo.sh
+	SINK=$(SINK) ./scripts/demo.sh
 
 # Every test, against the real local services and an in-process Kafka-protocol broker.
 test: services

@@ -89,7 +89,7 @@ const (
 func DeadLetterTo(topic string) DeadLetter {
 	return func(f Failure) Record {
 		ev := f.Event
-		r := Record{Topic: topic, Value: ev.Payload, Timestamp: ev.CommitTime}
+		r := Record{Topic: topic, Value: ev.Payload, Timestamp: ev.CommitTime, MessageID: ev.MessageID, EventType: ev.EventType}
 		if ev.AggregateID != "" {
 			r.Key = []byte(ev.AggregateID)
 		}

@@ -156,6 +156,13 @@ type Record struct {
 	// "partition" placement of a column); nil lets the sink pick it from
 	// Key.
 	Partition *int32
+	// MessageID and EventType are the row's message id and event type as
+	// stored, for sinks whose protocol has a place for them (AMQP
+	// message_id and type, JetStream's Nats-Msg-Id, a Redis stream entry
+	// field). The Kafka sinks do not use them: the route's headers carry
+	// the same.
+	MessageID string
+	EventType string
 }
 
 // Size is an estimate of the record's bytes in memory and on the wire, used

@@ -65,6 +65,9 @@ type PipelineConfig struct {
 	// DLQTopic is the dead-letter topic for on_error: dlq. The command
 	// defaults it to "<name>.dlq" (DefaultDeadLetterTopic).
 	DLQTopic string `yaml:"dlq_topic"`
+	// DLQTopicCheck checks DLQTopic as a destination name of the sink (a
+	// NATS subject, a Redis key); nil checks it as a Kafka topic name.
+	DLQTopicCheck func(name string) error `yaml:"-"`
 }
 
 // DefaultPipelineConfig returns the defaults.
@@ -99,7 +102,11 @@ func (c PipelineConfig) Validate() error {
 		return fmt.Errorf("pipeline.on_error: %q is not %s or %s", c.OnError, OnErrorHalt, OnErrorDLQ)
 	}
 	if c.DLQTopic != "" {
-		if err := validTopic(c.DLQTopic); err != nil {
+		check := c.DLQTopicCheck
+		if check == nil {
+			check = validTopic
+		}
+		if err := check(c.DLQTopic); err != nil {
 			return fmt.Errorf("pipeline.dlq_topic: %w", err)
 		}
 	}

@@ -94,6 +94,10 @@ type Config struct {
 	Converters ConvertersConfig `yaml:"converters"`
 	// CloudEvents wraps records as CloudEvents 1.0.
 	CloudEvents CloudEventsConfig `yaml:"cloudevents"`
+	// Destination is what Topic names and which names are legal: the
+	// sink's kind of destination, set by the command from sink.type. nil
+	// is Kafka.
+	Destination *Destination `yaml:"-"`
 }
 
 // ConvertersConfig chooses how key, value and header bytes are written. The
@@ -289,7 +293,7 @@ func (c Config) columnNames(p preset) ColumnNames {
 
 func (c Config) topic() string {
 	if c.Topic == "" {
-		return DefaultTopic
+		return dest(c.Destination).Default
 	}
 	return c.Topic
 }
@@ -421,6 +425,7 @@ func (c Config) Columns() outboxcdc.Columns {
 type compiled struct {
 	names    ColumnNames
 	columns  outboxcdc.Columns
+	dest     *Destination
 	template template
 	regex    *topicRegex // set: Debezium's regex routing instead of template
 	headers  []headerSpec
@@ -484,15 +489,15 @@ func (c Config) compile(table *Table) (*compiled, error) {
 			return nil, fmt.Errorf("route.columns.%s: column name %q has leading or trailing spaces", f.key, f.val)
 		}
 	}
-	cc := &compiled{names: names}
+	cc := &compiled{names: names, dest: dest(c.Destination)}
 	if c.TopicRegex != "" || c.TopicReplacement != "" {
-		if c.Topic != "" && c.Topic != DefaultTopic {
+		if c.Topic != "" && c.Topic != cc.dest.Default {
 			return nil, fmt.Errorf("route.topic_regex: set either route.topic or route.topic_regex/topic_replacement, not both")
 		}
 		if cc.regex, err = newTopicRegex(c.TopicRegex, c.TopicReplacement); err != nil {
 			return nil, err
 		}
-	} else if cc.template, err = parseTemplate(c.topic()); err != nil {
+	} else if cc.template, err = parseTemplate(c.topic(), cc.dest); err != nil {
 		return nil, fmt.Errorf("route.topic: %w", err)
 	}
 	cols := c.Columns()

@@ -166,12 +166,8 @@ func (r *Router) topic(ev *outboxcdc.Event) (string, error) {
 			return "", r.bad(ev, "aggregate type column "+quote(c.names.AggregateType)+" (the routing value) is NULL or empty")
 		}
 		topic := c.regex.route(ev.AggregateType)
-		if why := checkTopic(topic); why != "" {
+		if why := c.dest.check(topic); why != "" {
 			return "", r.bad(ev, "route.topic_regex "+quote(c.regex.src)+" makes the topic "+quote(topic)+": "+why)
-		}
-		if i := illegalTopicByte(topic); i >= 0 {
-			return "", r.bad(ev, "route.topic_regex "+quote(c.regex.src)+" makes the topic "+quote(topic)+", whose "+
-				quoteByte(topic[i])+" is not allowed in a Kafka topic name (legal: a-z A-Z 0-9 . _ -)")
 		}
 		return topic, nil
 	}
@@ -230,6 +226,7 @@ func (r *Router) finish(ev *outboxcdc.Event, rec *outboxcdc.Record) error {
 			return r.bad(ev, err.Error())
 		}
 	}
+	rec.MessageID, rec.EventType = ev.MessageID, ev.EventType
 	return nil
 }
 

@@ -264,7 +264,7 @@ func TestValidate(t *testing.T) {
 		{"debezium", Config{Preset: PresetDebezium}, ""},
 		{"unknown preset", Config{Preset: "kafka-connect"}, `route.preset: unknown preset "kafka-connect"`},
 		{"unknown placeholder", Config{Topic: "outbox.{aggregatetype}"}, "route.topic: invalid topic template \"outbox.{aggregatetype}\": unknown placeholder {aggregatetype}"},
-		{"aggregate_id placeholder", Config{Topic: "o.{aggregate_id}"}, "one topic per aggregate"},
+		{"aggregate_id placeholder", Config{Topic: "o.{aggregate_id}"}, "one Kafka topic per aggregate"},
 		{"unclosed", Config{Topic: "o.{aggregate_type"}, "unclosed"},
 		{"debezium dollar form", Config{Topic: "outbox.event.${routedByValue}"}, "not Debezium's ${...} form"},
 		{"illegal literal", Config{Topic: "outbox/{aggregate_type}"}, `character '/' is not allowed`},

@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -67,25 +68,31 @@ type template struct {
 	// literal is the whole topic when the template has no placeholder.
 	literal string
 	litLen  int
+	dest    *Destination
 }
 
-// Placeholders a topic template may use. {aggregate_id} is left out on
-// purpose: it would create one topic per aggregate.
+// Placeholders a topic template may use. {aggregate_id} only where the
+// destination allows it: it makes one destination per aggregate.
 var placeholders = []struct {
 	name string
 	role role
 }{
 	{"aggregate_type", roleAggregateType},
 	{"event_type", roleEventType},
+	{"aggregate_id", roleAggregateID},
 }
 
-func parseTemplate(s string) (template, error) {
-	var t template
+func parseTemplate(s string, d *Destination) (template, error) {
+	t := template{dest: d}
 	if s == "" {
 		return t, fmt.Errorf("%w: empty", errTemplate)
 	}
+	known := "{aggregate_type}, {event_type}"
+	if d.AggregateID {
+		known += ", {aggregate_id}"
+	}
 	if strings.Contains(s, "${") {
-		return t, fmt.Errorf("%w %q: use {aggregate_type} or {event_type}, not Debezium's ${...} form", errTemplate, s)
+		return t, fmt.Errorf("%w %q: use %s, not Debezium's ${...} form", errTemplate, s, known)
 	}
 	rest := s
 	for rest != "" {
@@ -95,8 +102,8 @@ func parseTemplate(s string) (template, error) {
 			lit = rest[:open]
 		}
 		if lit != "" {
-			if i := illegalTopicByte(lit); i >= 0 {
-				return t, fmt.Errorf("%w %q: character %q is not allowed in a Kafka topic name (legal: a-z A-Z 0-9 . _ -)", errTemplate, s, lit[i])
+			if i := illegalByte(lit, d.Literal); i >= 0 {
+				return t, fmt.Errorf("%w %q: character %q is not allowed in a %s (legal: %s)", errTemplate, s, lit[i], d.Noun, d.Legal)
 			}
 			t.parts = append(t.parts, part{lit: lit})
 			t.litLen += len(lit)
@@ -111,39 +118,40 @@ func parseTemplate(s string) (template, error) {
 		name := rest[open+1 : open+end]
 		r := roleNone
 		for _, p := range placeholders {
-			if p.name == name {
+			if p.name == name && (p.role != roleAggregateID || d.AggregateID) {
 				r = p.role
 			}
 		}
 		if r == roleNone {
 			hint := ""
 			if name == "aggregate_id" {
-				hint = " ({aggregate_id} would make one topic per aggregate; the aggregate id is the record key)"
+				hint = fmt.Sprintf(" ({aggregate_id} would make one %s per aggregate; the aggregate id is the record key)", d.Noun)
 			}
-			return t, fmt.Errorf("%w %q: unknown placeholder {%s}%s; known: {aggregate_type}, {event_type}", errTemplate, s, name, hint)
+			return t, fmt.Errorf("%w %q: unknown placeholder {%s}%s; known: %s", errTemplate, s, name, hint, known)
 		}
 		t.parts = append(t.parts, part{role: r})
 		rest = rest[open+end+1:]
 	}
 	if len(t.parts) == 1 && t.parts[0].role == roleNone {
 		t.literal = t.parts[0].lit
-		if err := checkTopic(t.literal); err != "" {
+		if err := d.check(t.literal); err != "" {
 			return t, fmt.Errorf("%w %q: %s", errTemplate, s, err)
 		}
 	}
-	if t.litLen > maxTopicLen {
-		return t, fmt.Errorf("%w %q: longer than Kafka's %d-character limit", errTemplate, s, maxTopicLen)
+	if d.MaxLen > 0 && t.litLen > d.MaxLen {
+		return t, fmt.Errorf("%w %q: longer than the %d-byte limit of a %s", errTemplate, s, d.MaxLen, d.Noun)
 	}
 	return t, nil
 }
 
 // render builds the topic for ev. Placeholder values must be non-empty and
-// made of legal topic characters; an illegal value is reported, not
-// replaced (see Route). bad is "" on success.
+// made of legal characters; an illegal value is reported, not replaced
+// (see Route). bad is "" on success.
 func (t *template) render(ev *outboxcdc.Event) (topic string, bad string, badRole role) {
 	if t.literal != "" {
 		return t.literal, "", roleNone
 	}
+	d := t.dest
 	n := t.litLen
 	for i := range t.parts {
 		p := &t.parts[i]
@@ -154,13 +162,13 @@ func (t *template) render(ev *outboxcdc.Event) (topic string, bad string, badRol
 		if v == "" {
 			return "", "is empty but the topic template needs it", p.role
 		}
-		if j := illegalTopicByte(v); j >= 0 {
-			return "", "contains " + quoteByte(v[j]) + ", which is not allowed in a Kafka topic name (legal: a-z A-Z 0-9 . _ -)", p.role
+		if j := illegalByte(v, d.Value); j >= 0 {
+			return "", "contains " + quoteByte(v[j]) + ", which is not allowed in a " + d.Noun + " (legal: " + d.Legal + ")", p.role
 		}
 		n += len(v)
 	}
-	if n > maxTopicLen {
-		return "", "makes the topic longer than Kafka's 249-character limit", roleNone
+	if d.MaxLen > 0 && n > d.MaxLen {
+		return "", "makes the " + d.Noun + " longer than its " + strconv.Itoa(d.MaxLen) + "-byte limit", roleNone
 	}
 	var b strings.Builder
 	b.Grow(n)
@@ -173,37 +181,12 @@ func (t *template) render(ev *outboxcdc.Event) (topic string, bad string, badRol
 		}
 	}
 	topic = b.String()
-	if topic == "." || topic == ".." {
-		return "", "makes the topic " + topic + ", which Kafka forbids", roleNone
-	}
-	return topic, "", roleNone
-}
-
-// illegalTopicByte returns the index of the first byte not legal in a Kafka
-// topic name, or -1.
-func illegalTopicByte(s string) int {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
-		default:
-			return i
+	if d.Check != nil {
+		if why := d.Check(topic); why != "" {
+			return "", "makes the " + d.Noun + " " + quote(topic) + ", which " + why, roleNone
 		}
 	}
-	return -1
-}
-
-// checkTopic reports why a complete topic name is illegal, or "".
-func checkTopic(s string) string {
-	switch {
-	case s == "":
-		return "empty topic name"
-	case s == "." || s == "..":
-		return "topic name " + s + " is forbidden by Kafka"
-	case len(s) > maxTopicLen:
-		return "longer than Kafka's 249-character limit"
-	}
-	return ""
+	return topic, "", roleNone
 }
 
 func quoteByte(c byte) string {

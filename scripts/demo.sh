@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # The main job end to end on this machine: local MariaDB (binlog on) ->
-# outbox-cdc -> a local Kafka-protocol broker -> a consumer that prints what
-# arrived. Run it through `make demo`, which builds bin/ and prepares the
-# services first.
+# outbox-cdc -> a broker -> a consumer that prints what arrived. Run it
+# through `make demo`, which builds bin/ and prepares the services first.
+# SINK picks the broker: kafka (default: a local Kafka-protocol broker),
+# rabbitmq, nats or redis (the local services).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+SINK=${SINK:-kafka}
+RABBITMQ_URL=${DEMO_RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/}
+NATS_URL=${DEMO_NATS_URL:-nats://127.0.0.1:4222}
+REDIS_HOST=${DEMO_REDIS_HOST:-127.0.0.1}
+REDIS_PORT=${DEMO_REDIS_PORT:-6379}
+case "$SINK" in kafka|rabbitmq|nats|redis) ;; *) echo "SINK=$SINK: want kafka, rabbitmq, nats or redis" >&2; exit 2 ;; esac
+run_id=$$
 
 KAFKA_PORT=${DEMO_KAFKA_PORT:-19092}
 HTTP_ADDR=${DEMO_HTTP:-127.0.0.1:19464}
@@ -19,9 +28,44 @@ trap cleanup EXIT
 
 say() { printf '\n== %s\n' "$*"; }
 
-say "starting a Kafka-protocol broker (kfake) on 127.0.0.1:$KAFKA_PORT"
-bin/kfake-broker -port "$KAFKA_PORT" >"$work/broker.log" 2>&1 &
-pids+=($!)
+case "$SINK" in
+kafka)
+  say "starting a Kafka-protocol broker (kfake) on 127.0.0.1:$KAFKA_PORT"
+  bin/kfake-broker -port "$KAFKA_PORT" >"$work/broker.log" 2>&1 &
+  pids+=($!)
+  sink_yaml="  type: kafka
+  brokers: [\"127.0.0.1:$KAFKA_PORT\"]"
+  topic='outbox.event.{aggregate_type}'
+  ;;
+rabbitmq)
+  exchange="outbox-demo-$run_id"
+  say "binding a queue to exchange $exchange on RabbitMQ (the consumer, started first: RabbitMQ keeps nothing for queues that do not exist yet)"
+  bin/consume -rabbitmq "$RABBITMQ_URL" -exchange "$exchange" -n 4 -timeout 60s >"$work/consumed.txt" 2>"$work/consume.log" &
+  consumer=$!
+  pids+=($consumer)
+  for _ in $(seq 1 100); do grep -q ready "$work/consume.log" 2>/dev/null && break; sleep 0.1; done
+  sink_yaml="  type: rabbitmq
+  url: \"$RABBITMQ_URL\"
+  exchange: $exchange"
+  topic='{aggregate_type}'
+  ;;
+nats)
+  stream="OUTBOX_DEMO_$run_id"
+  sink_yaml="  type: nats
+  url: \"$NATS_URL\"
+  stream: $stream
+  create_stream: true
+  stream_storage: memory"
+  topic="demo$run_id.{aggregate_type}.{aggregate_id}"
+  ;;
+redis)
+  prefix="outbox-demo-$run_id:"
+  sink_yaml="  type: redis
+  url: \"redis://$REDIS_HOST:$REDIS_PORT/0\"
+  max_len: 10000"
+  topic="$prefix{aggregate_type}"
+  ;;
+esac
 
 say "creating database $DB and its outbox table in MariaDB"
 mariadb -uroot <<SQL
@@ -56,10 +100,9 @@ source:
   start: latest
 route:
   preset: seed
-  topic: "outbox.event.{aggregate_type}"
+  topic: "$topic"
 sink:
-  type: kafka
-  brokers: ["127.0.0.1:$KAFKA_PORT"]
+$sink_yaml
 checkpoint:
   type: file
   path: $work/outbox-cdc.checkpoint
@@ -103,8 +146,37 @@ VALUES (UUID(), 'ORDER', 'A-1001', 'ORDER_PAID', '{"order_no":"A-1001"}');
 UPDATE outbox_message SET status = 1;
 SQL
 
-say "records consumed from Kafka (read_committed): 4 expected, none from the rolled-back order"
-bin/consume -brokers "127.0.0.1:$KAFKA_PORT" -regex 'outbox\.event\..*' -n 4 -timeout 20s
+case "$SINK" in
+kafka)
+  say "records consumed from Kafka (read_committed): 4 expected, none from the rolled-back order"
+  bin/consume -brokers "127.0.0.1:$KAFKA_PORT" -regex 'outbox\.event\..*' -n 4 -timeout 20s
+  ;;
+rabbitmq)
+  say "messages consumed from RabbitMQ (confirmed, mandatory, persistent): 4 expected, none from the rolled-back order"
+  wait "$consumer" || { cat "$work/consume.log" >&2; exit 1; }
+  cat "$work/consumed.txt"
+  ;;
+nats)
+  say "messages read from JetStream stream $stream (Nats-Msg-Id = message id): 4 expected, none from the rolled-back order"
+  bin/consume -nats "$NATS_URL" -stream "$stream" -n 4 -timeout 20s
+  ;;
+redis)
+  say "entries read with redis-cli XRANGE from the streams $prefix*: 4 expected, none from the rolled-back order"
+  for _ in $(seq 1 100); do
+    n=0
+    for k in $(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" --raw KEYS "$prefix*"); do
+      n=$((n + $(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" XLEN "$k")))
+    done
+    [ "$n" -ge 4 ] && break
+    sleep 0.2
+  done
+  for k in $(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" --raw KEYS "$prefix*" | sort); do
+    echo "-- $k"
+    redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" --json XRANGE "$k" - +
+  done
+  [ "$n" -ge 4 ] || { echo "only $n of 4 entries arrived" >&2; exit 1; }
+  ;;
+esac
 sleep 0.5
 
 say "metrics"
@@ -115,5 +187,10 @@ kill -TERM "$cdc"
 rc=0; wait "$cdc" || rc=$?
 echo "outbox-cdc exit status: $rc; checkpoint: $(head -c 300 "$work/outbox-cdc.checkpoint" | tr '\n' ' ')"
 [ "$rc" -eq 0 ]
+case "$SINK" in
+nats) bin/consume -nats "$NATS_URL" -stream "$stream" -n 0 -timeout 1s -delete >/dev/null ;;
+redis) for k in $(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" --raw KEYS "$prefix*"); do redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" DEL "$k" >/dev/null; done ;;
+rabbitmq) : ;; # the consumer's exchange went with its queue
+esac
 echo
-echo "demo finished; files in $work"
+echo "demo finished (sink: $SINK); files in $work"

@@ -7,6 +7,10 @@
 #               binlog_row_metadata=FULL; root may log in over TCP without a password.
 #   PostgreSQL: wal_level=logical.
 #   kcat:       installed from Debian's packages when missing (e2e tests).
+#   Brokers:    RabbitMQ (5672), NATS with JetStream (4222) and Redis (6379)
+#               run on the machine already; this only waits for them to
+#               answer and installs redis-cli (redis-tools) when missing. It
+#               changes no broker setting and enables no plugin.
 #   Both:       TLS with a test CA and server certificate generated once in
 #               $TLS_DIR (default /etc/outbox-cdc-test-tls; SAN localhost and
 #               127.0.0.1); tests find the CA as $TLS_DIR/ca.pem. Plaintext
@@ -165,10 +169,28 @@ prepare_kcat() {
   fi
 }
 
+# prepare_brokers waits for the brokers the sink tests use (test/sinktest,
+# sink/*) and makes sure redis-cli, the contract's Redis consumer, exists.
+prepare_brokers() {
+  local b
+  for b in RabbitMQ:5672 NATS:4222 Redis:6379; do
+    wait_for "${b%%:*} on 127.0.0.1:${b##*:}" 60 bash -c "exec 3<>/dev/tcp/127.0.0.1/${b##*:}"
+  done
+  if ! command -v redis-cli >/dev/null 2>&1; then
+    log "installing redis-cli (Debian package redis-tools) for the sink contract tests"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >/dev/null 2>&1 || {
+      apt-get update -qq >/dev/null 2>&1 || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >/dev/null || { log "cannot install redis-cli"; exit 1; }
+    }
+  fi
+  log "brokers answer: RabbitMQ 5672, NATS 4222, Redis 6379"
+}
+
 case "${1:-all}" in
   mariadb|mysql) prepare_tls; prepare_mariadb ;;
   postgres) prepare_tls; prepare_postgres ;;
   kcat) prepare_kcat ;;
-  all) prepare_tls; prepare_mariadb; prepare_postgres; prepare_kcat ;;
-  *) echo "usage: $0 [all|mariadb|postgres]" >&2; exit 2 ;;
+  brokers) prepare_brokers ;;
+  all) prepare_tls; prepare_mariadb; prepare_postgres; prepare_kcat; prepare_brokers ;;
+  *) echo "usage: $0 [all|mariadb|postgres|kcat|brokers]" >&2; exit 2 ;;
 esac

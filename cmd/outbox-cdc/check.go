@@ -96,16 +96,7 @@ func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 		out = append(out, wal.Check(ctx, cfg.Source.Postgres, cfg.Name, cols, from)...)
 	}
 
-	switch cfg.Sink.Type {
-	case "kafka":
-		out = append(out, sink.CheckKafka(ctx, cfg.Sink.KafkaConfig, topicNeeds(cfg)...)...)
-		if cfg.Delivery == deliveryExactlyOnce {
-			out = append(out, sink.CheckTransactional(ctx, cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name)...)
-		}
-	default:
-		out = append(out, outboxcdc.Pass("sink", "sink.type "+cfg.Sink.Type+": nothing to connect to"))
-	}
-	return out
+	return append(out, sinkKinds[cfg.Sink.Type].check(ctx, cfg)...) // sinks.go
 }
 
 // checkRouteTable reads the outbox table's column types as run does for

@@ -17,6 +17,9 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/lifecycle"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
+	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
+	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
@@ -48,11 +51,16 @@ type SourceConfig struct {
 	Postgres wal.Config    `yaml:"-"`
 }
 
-// SinkConfig selects the sink.
+// SinkConfig selects the sink. The Kafka keys sit directly under sink:;
+// for another type its own section's keys do (see sinkKinds), and only
+// the chosen type's are used.
 type SinkConfig struct {
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
-	sink.TxnConfig   `yaml:",inline"` // exactly-once only
+	sink.TxnConfig   `yaml:",inline"`   // exactly-once only
+	RabbitMQ         rabbitmq.Config    `yaml:"-"`
+	NATS             natsjs.Config      `yaml:"-"`
+	Redis            redisstream.Config `yaml:"-"`
 }
 
 // CheckpointConfig selects the checkpoint store.
@@ -77,11 +85,12 @@ type LogConfig struct {
 
 func defaultConfig() Config {
 	return Config{
-		Name:       "outbox-cdc",
-		Source:     SourceConfig{Type: "mysql", MySQL: binlog.DefaultConfig(), Postgres: wal.DefaultConfig()},
-		Route:      router.DefaultConfig(),
-		Delivery:   deliveryAtLeastOnce,
-		Sink:       SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig()},
+		Name:     "outbox-cdc",
+		Source:   SourceConfig{Type: "mysql", MySQL: binlog.DefaultConfig(), Postgres: wal.DefaultConfig()},
+		Route:    router.DefaultConfig(),
+		Delivery: deliveryAtLeastOnce,
+		Sink: SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig(),
+			RabbitMQ: rabbitmq.DefaultConfig(), NATS: natsjs.DefaultConfig(), Redis: redisstream.DefaultConfig()},
 		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig(), TableConfig: checkpoint.DefaultTableConfig()},
 		HA:         ha.DefaultConfig(),
 		Lifecycle:  lifecycle.DefaultConfig(),
@@ -98,11 +107,20 @@ var sourceTypes = map[string]func(*SourceConfig) any{
 }
 
 // validKeys is every key path the file and the environment may set, given
-// the source type.
-func validKeys(sourceType string) keySet {
+// the source and sink types.
+func validKeys(sourceType, sinkType string) keySet {
 	keys := keySet{}
 	keysOf(reflect.TypeOf(Config{}), "", keys)
 	cfg := defaultConfig()
+	if k, ok := sinkKinds[sinkType]; ok && k.config != nil {
+		// Another broker's keys replace the Kafka ones under sink.
+		for p := range keys {
+			if strings.HasPrefix(p, "sink.") && p != "sink.type" {
+				delete(keys, p)
+			}
+		}
+		keysOf(reflect.TypeOf(k.config(&cfg.Sink)), "sink", keys)
+	}
 	if pick, ok := sourceTypes[sourceType]; ok {
 		keysOf(reflect.TypeOf(pick(&cfg.Source)), "source", keys)
 	} else {
@@ -139,7 +157,21 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 	if _, ok := sourceTypes[cfg.Source.Type]; !ok {
 		return Config{}, configErrorf("source.type: unknown source %q (want mysql or postgres)", cfg.Source.Type)
 	}
-	keys := validKeys(cfg.Source.Type)
+	// So does the sink type: its keys, and what route.topic names.
+	if v, ok := env[envName("sink.type")]; ok {
+		cfg.Sink.Type = v
+	} else if n := lookup(&root, "sink.type"); n != nil {
+		cfg.Sink.Type = n.Value
+	}
+	kind, ok := sinkKinds[cfg.Sink.Type]
+	if !ok {
+		return Config{}, configErrorf("sink.type: unknown sink %q (want %s)", cfg.Sink.Type, sinkTypeNames)
+	}
+	if kind.dest != nil {
+		cfg.Route.Destination, cfg.Route.Topic = kind.dest, kind.dest.Default
+		cfg.Pipeline.DLQTopicCheck = dlqTopicCheck(kind.dest)
+	}
+	keys := validKeys(cfg.Source.Type, cfg.Sink.Type)
 	if _, err := applyEnv(&root, keys, env); err != nil {
 		return Config{}, err
 	}
@@ -156,11 +188,22 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 		return Config{}, err
 	}
 	if len(root.Content) > 0 {
-		if err := decode(root.Content[0], &cfg); err != nil {
+		doc := root.Content[0]
+		sinkNode := lookup(&root, "sink")
+		if kind.config != nil && sinkNode != nil {
+			// The broker's keys are not the Kafka keys SinkConfig inlines.
+			doc = withKeyNode(doc, "sink", onlyKey(sinkNode, "type"))
+		}
+		if err := decode(doc, &cfg); err != nil {
 			return Config{}, err
 		}
 		if n := lookup(&root, "source"); n != nil {
 			if err := decodeAt("source", withoutKey(n, "type"), sourceTypes[cfg.Source.Type](&cfg.Source)); err != nil {
+				return Config{}, err
+			}
+		}
+		if kind.config != nil && sinkNode != nil {
+			if err := decodeAt("sink", withoutKey(sinkNode, "type"), kind.config(&cfg.Sink)); err != nil {
 				return Config{}, err
 			}
 		}
@@ -199,6 +242,30 @@ func warnUnknownEnv(env map[string]string, keys keySet) error {
 		byEnv[envName(p)] = t
 	}
 	return configErrorf("environment variable %s matches no configuration key%s", bad[0], didYouMean(bad[0], byEnv))
+}
+
+// onlyKey returns a copy of mapping m with key alone.
+func onlyKey(m *yaml.Node, key string) *yaml.Node {
+	c := *m
+	c.Content = nil
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			c.Content = append(c.Content, m.Content[i], m.Content[i+1])
+		}
+	}
+	return &c
+}
+
+// withKeyNode returns a copy of mapping m whose key holds v.
+func withKeyNode(m *yaml.Node, key string, v *yaml.Node) *yaml.Node {
+	c := *m
+	c.Content = append([]*yaml.Node(nil), m.Content...)
+	for i := 0; i+1 < len(c.Content); i += 2 {
+		if c.Content[i].Value == key {
+			c.Content[i+1] = v
+		}
+	}
+	return &c
 }
 
 func withoutKey(m *yaml.Node, key string) *yaml.Node {
@@ -245,14 +312,8 @@ func (c Config) Validate() error {
 	if err := c.Route.Validate(); err != nil {
 		return wrap("route", err)
 	}
-	switch c.Sink.Type {
-	case "kafka":
-		if err := c.Sink.KafkaConfig.Validate(); err != nil {
-			return wrap("sink", err)
-		}
-	case "stdout":
-	default:
-		return configErrorf("sink.type: unknown sink %q (want kafka or stdout)", c.Sink.Type)
+	if err := c.validateSink(); err != nil {
+		return err
 	}
 	switch c.Checkpoint.Type {
 	case "file":

@@ -24,6 +24,11 @@ func printConfig(w io.Writer, cfg Config) error {
 		if root.Content[i].Value == "source" {
 			root.Content[i+1] = src
 		}
+		if k := sinkKinds[cfg.Sink.Type]; root.Content[i].Value == "sink" && k.config != nil {
+			snk := toNode(reflect.ValueOf(k.config(&cfg.Sink)).Elem())
+			snk.Content = append([]*yaml.Node{scalar("type"), scalar(cfg.Sink.Type)}, snk.Content...)
+			root.Content[i+1] = snk
+		}
 	}
 	redactNode(root, "")
 	if _, err := fmt.Fprintln(w, "# effective configuration (secrets redacted)"); err != nil {
@@ -113,6 +118,12 @@ func redactNode(n *yaml.Node, key string) {
 		switch {
 		case k == "dsn":
 			n.Value = outboxcdc.RedactDSN(n.Value)
+		case k == "url":
+			parts := strings.Split(n.Value, ",")
+			for i, p := range parts {
+				parts[i] = outboxcdc.RedactDSN(strings.TrimSpace(p))
+			}
+			n.Value = strings.Join(parts, ",")
 		case n.Value != "" && (strings.Contains(k, "password") || strings.Contains(k, "secret") || strings.HasSuffix(k, "_key") || k == "token"):
 			n.Value = "xxxxx"
 		}

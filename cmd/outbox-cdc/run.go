@@ -17,7 +17,6 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
-	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
@@ -178,16 +177,9 @@ func build(ctx context.Context, cfg Config, role *haState, log zerolog.Logger, r
 		src, kind = s, wal.Kind
 	}
 
-	var snk outboxcdc.Sink
-	switch cfg.Sink.Type {
-	case "kafka":
-		k, err := newKafkaSink(cfg, kind, log, reg) // transactional in exactly-once mode
-		if err != nil {
-			return nil, err
-		}
-		snk = k
-	case "stdout":
-		snk = sink.NewStdout(stdout)
+	snk, err := sinkKinds[cfg.Sink.Type].build(cfg, kind, log, reg, stdout) // sinks.go
+	if err != nil {
+		return nil, err
 	}
 
 	cp, table, closeCP, err := openCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it

@@ -2,6 +2,16 @@
 // demo and for checking a running connector by hand:
 //
 //	consume -brokers 127.0.0.1:9092 -regex 'outbox\.event\..*' -n 5
+//
+// It also reads the other brokers the connector writes to:
+//
+//	consume -rabbitmq amqp://guest:guest@127.0.0.1:5672/ -exchange outbox -n 5
+//	consume -nats nats://127.0.0.1:4222 -stream OUTBOX -n 5 [-delete]
+//
+// With -rabbitmq it declares the exchange (topic, deleted with the
+// consumer's queue) and a queue of its own bound with "#", says "ready" on stderr, then consumes. With -nats
+// it reads the stream from its start and, with -delete, deletes the stream
+// afterwards.
 package main
 
 import (
@@ -22,7 +32,18 @@ func main() {
 	n := flag.Int("n", 0, "stop after this many records (0: until -timeout)")
 	timeout := flag.Duration("timeout", 30*time.Second, "give up after this long")
 	committed := flag.Bool("read-committed", true, "read only committed records")
+	rabbitURL := flag.String("rabbitmq", "", "read from RabbitMQ at this AMQP URL instead of Kafka")
+	exchange := flag.String("exchange", "outbox", "RabbitMQ exchange to bind a queue to")
+	natsURL := flag.String("nats", "", "read a JetStream stream at this NATS URL instead of Kafka")
+	stream := flag.String("stream", "OUTBOX", "JetStream stream to read")
+	del := flag.Bool("delete", false, "delete the JetStream stream after reading it")
 	flag.Parse()
+	switch {
+	case *rabbitURL != "":
+		exit(consumeRabbitMQ(*rabbitURL, *exchange, *n, *timeout))
+	case *natsURL != "":
+		exit(consumeNATS(*natsURL, *stream, *n, *timeout, *del))
+	}
 
 	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	switch {

@@ -1,0 +1,268 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+)
+
+// fixture is a key prefix on the local Redis; its keys are deleted at
+// test end.
+type fixture struct {
+	url, prefix string
+	c           *redis.Client
+}
+
+func newFixture(t testing.TB) *fixture {
+	t.Helper()
+	u := testenv.RedisURL(t)
+	o, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{url: u, c: redis.NewClient(o), prefix: fmt.Sprintf("test:%d:", rand.Int64N(1<<40))}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, _ := f.c.Keys(ctx, f.prefix+"*").Result()
+		if len(keys) > 0 {
+			f.c.Del(ctx, keys...)
+		}
+		f.c.Close()
+	})
+	return f
+}
+
+func (f *fixture) read(t *testing.T, key string) []redis.XMessage {
+	t.Helper()
+	ms, err := f.c.XRange(context.Background(), key, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+func testConfig(url string) Config {
+	c := DefaultConfig()
+	c.URL = url
+	c.AckTimeout = 3 * time.Second
+	c.DialTimeout = 3 * time.Second
+	c.RetryBackoffMin = 50 * time.Millisecond
+	c.RetryBackoffMax = 500 * time.Millisecond
+	c.ReadyInterval = 200 * time.Millisecond
+	return c
+}
+
+func records(prefix string, n, keys int) []outboxcdc.Record {
+	rs := make([]outboxcdc.Record, n)
+	for i := range rs {
+		k := fmt.Sprintf("agg-%d", i%keys)
+		rs[i] = outboxcdc.Record{
+			Topic: prefix + "ORDER", Key: []byte(k), Value: []byte(fmt.Sprintf(`{"seq":%d}`, i)),
+			Headers:   []outboxcdc.Header{{Key: "id", Value: []byte(fmt.Sprintf("m-%d", i))}, {Key: "nullable", Value: nil}},
+			Timestamp: time.UnixMilli(1700000000123), MessageID: fmt.Sprintf("m-%d", i), EventType: "ORDER_CREATED",
+		}
+	}
+	return rs
+}
+
+func newSink(t *testing.T, cfg Config) *Sink {
+	t.Helper()
+	s, err := New(cfg, zerolog.New(zerolog.NewTestWriter(t)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestXAddInOrder: every record is appended once, in order, with the
+// documented fields; max_len trims.
+func TestXAddInOrder(t *testing.T) {
+	f := newFixture(t)
+	s := newSink(t, testConfig(f.url))
+	recs := records(f.prefix, 3000, 7)
+	recs[2].Value = nil // a tombstone
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Write(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	got := f.read(t, f.prefix+"ORDER")
+	if len(got) != len(recs) {
+		t.Fatalf("%d entries, want %d", len(got), len(recs))
+	}
+	for i, m := range got {
+		if m.Values[FieldMessageID] != fmt.Sprintf("m-%d", i) {
+			t.Fatalf("entry %d is %v: order broken", i, m.Values[FieldMessageID])
+		}
+	}
+	v := got[1].Values
+	if v[FieldKey] != "agg-1" || v[FieldValue] != `{"seq":1}` || v[FieldTimestamp] != "1700000000123" || v["header.id"] != "m-1" {
+		t.Fatalf("entry %v", v)
+	}
+	if _, ok := v["header.nullable"]; ok {
+		t.Fatalf("NULL header sent: %v", v)
+	}
+	if _, ok := got[2].Values[FieldValue]; ok {
+		t.Fatalf("tombstone has a value: %v", got[2].Values)
+	}
+
+	cfg := testConfig(f.url)
+	cfg.MaxLen = 100
+	cfg.ExactTrim = true
+	s2 := newSink(t, cfg)
+	if err := s2.Write(ctx, recs[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.read(t, f.prefix+"ORDER")); n != 100 {
+		t.Fatalf("after MAXLEN = 100: %d entries", n)
+	}
+}
+
+// TestWrongTypeIsPermanent: a key of another type refuses XADD; the error
+// names the record.
+func TestWrongTypeIsPermanent(t *testing.T) {
+	f := newFixture(t)
+	if err := f.c.Set(context.Background(), f.prefix+"PAYMENT", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, testConfig(f.url))
+	recs := records(f.prefix, 10, 2)
+	recs[4].Topic = f.prefix + "PAYMENT"
+	err := s.Write(context.Background(), recs)
+	var re outboxcdc.RecordError
+	if !errors.As(err, &re) {
+		t.Fatalf("Write = %v", err)
+	}
+	if i, perm := re.FailedRecord(); i != 4 || !perm || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("FailedRecord = %d, %v (%v)", i, perm, err)
+	}
+}
+
+// TestTooLarge: a record above max_message_bytes is refused before it is
+// sent, naming it.
+func TestTooLarge(t *testing.T) {
+	f := newFixture(t)
+	cfg := testConfig(f.url)
+	cfg.MaxMessageBytes = 4096
+	s := newSink(t, cfg)
+	recs := records(f.prefix, 10, 2)
+	recs[3].Value = make([]byte, 5000)
+	err := s.Write(context.Background(), recs)
+	var re outboxcdc.RecordError
+	if !errors.As(err, &re) {
+		t.Fatalf("Write = %v", err)
+	}
+	if i, perm := re.FailedRecord(); i != 3 || !perm {
+		t.Fatalf("FailedRecord = %d, %v", i, perm)
+	}
+}
+
+// TestBadPassword: refused credentials are permanent.
+func TestBadPassword(t *testing.T) {
+	f := newFixture(t)
+	cfg := testConfig(f.url)
+	cfg.Username, cfg.Password = "nobody", "wrong-password"
+	s := newSink(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.Write(ctx, records(f.prefix, 1, 1))
+	var re outboxcdc.RecordError
+	if !errors.As(err, &re) || strings.Contains(err.Error(), "wrong-password") {
+		t.Fatalf("Write = %v", err)
+	}
+	if _, perm := re.FailedRecord(); !perm {
+		t.Fatalf("not permanent: %v", err)
+	}
+}
+
+// TestBrokerDownThenBack: with the path to Redis cut or silent, Write
+// keeps retrying, Ready fails, and every record is appended once the path
+// heals, each key's last copy in order.
+func TestBrokerDownThenBack(t *testing.T) {
+	for _, mode := range []string{"cut", "silence"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t)
+			p := testenv.NewProxy(t, testenv.HostOf(t, f.url))
+			s := newSink(t, testConfig(testenv.WithHost(t, f.url, p.Addr())))
+			if err := s.Write(context.Background(), records(f.prefix, 10, 3)); err != nil {
+				t.Fatal(err)
+			}
+			recs := records(f.prefix, 2000, 7)
+			for i := range recs {
+				recs[i].MessageID = fmt.Sprintf("n-%d", i)
+			}
+			p.Silence()
+			if mode == "cut" {
+				p.Cut()
+			}
+			var wg sync.WaitGroup
+			var werr error
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				werr = s.Write(ctx, recs)
+			}()
+			deadline := time.Now().Add(15 * time.Second)
+			for s.Ready() == nil && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if s.Ready() == nil {
+				t.Fatal("still ready with the server unreachable")
+			}
+			time.Sleep(2 * time.Second)
+			p.Heal()
+			wg.Wait()
+			if werr != nil {
+				t.Fatalf("Write after heal: %v", werr)
+			}
+			got := f.read(t, f.prefix+"ORDER")
+			seen := map[string]bool{}
+			last := map[string]string{}
+			for _, m := range got[10:] {
+				seen[m.Values[FieldMessageID].(string)] = true
+				last[m.Values[FieldKey].(string)] = m.Values[FieldValue].(string)
+			}
+			for i := range recs {
+				if !seen[fmt.Sprintf("n-%d", i)] {
+					t.Fatalf("n-%d lost", i)
+				}
+			}
+			for k, v := range last {
+				var seq int
+				fmt.Sscanf(v, `{"seq":%d}`, &seq)
+				if seq < len(recs)-7 {
+					t.Fatalf("key %s ends with seq %d", k, seq)
+				}
+			}
+			t.Logf("%d records written, %d stored", len(recs), len(got)-10)
+		})
+	}
+}
+
+// TestCheck: a fixed stream key holding another type fails check; a free
+// one or a template passes.
+func TestCheck(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.c.Set(ctx, f.prefix+"taken", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := Check(ctx, testConfig(f.url), f.prefix+"{aggregate_type}", f.prefix+"free", f.prefix+"taken")
+	if len(res) != 4 || !res[0].OK || !res[1].OK || !res[2].OK || res[3].OK || !strings.Contains(res[3].Detail, "string") {
+		t.Fatalf("check: %+v", res)
+	}
+}
