@@ -15,14 +15,22 @@ import (
 )
 
 // stream assembles transactions from the events of one connection. It is
-// discarded on reconnect, and with it any partial transaction.
+// discarded on reconnect, and with it any partial transaction (txn.go says
+// how fragments already sent are not sent again).
 type stream struct {
 	src  *Source
 	pos  Pos    // just past the last transaction end seen
 	file string // binlog file of the current event, for Origin
+	send func(outboxcdc.Tx) error
 
-	inTx   bool
-	events []outboxcdc.Event // the current transaction's outbox rows
+	inTx bool
+	g    group // the transaction being read (txn.go)
+	// pending are the prepared XA transactions with outbox rows whose XA
+	// COMMIT or XA ROLLBACK has not been read, oldest first.
+	pending []*xaPending
+	// delivered is set when the stream started at a restart point: the
+	// transactions up to it were delivered before (Pos.Restart).
+	delivered *Pos
 
 	// GTID of the current transaction, applied to pos at its end.
 	mysqlGTID    uuid.UUID
@@ -36,14 +44,25 @@ type stream struct {
 	lastEmit time.Time
 }
 
-func newStream(src *Source, start Pos, info []schemaColumn) *stream {
-	return &stream{src: src, pos: start.Clone(), file: start.File, info: info}
+// newStream starts assembling at start (a plain position, or one with a
+// restart point: reading then begins there). send delivers a Tx (or a
+// fragment) to the pipeline.
+func newStream(src *Source, start Pos, info []schemaColumn, send func(outboxcdc.Tx) error) *stream {
+	st := &stream{src: src, send: send, info: info}
+	st.pos = start.ReadFrom()
+	st.file = st.pos.File
+	if start.Restart != nil {
+		d := start.Clone()
+		d.Restart = nil
+		st.delivered = &d
+	}
+	return st
 }
 
-// handle consumes one event and returns a Tx when it ends a transaction
-// that should be delivered. endPos is the offset just past the event (for
-// events inside a compressed transaction payload: past the payload).
-func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc.Tx, error) {
+// handle consumes one event, sending what it completes. endPos is the
+// offset just past the event (for events inside a compressed transaction
+// payload: past the payload).
+func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		st.file = string(e.NextLogName)
@@ -55,16 +74,17 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 		}
 	case *replication.GtidTaggedLogEvent:
 		if st.pos.MySQLGTID != nil {
-			return nil, fmt.Errorf("%w: tagged GTID (MySQL 8.4) at %s:%d; use gtid: off", ErrUnsupported, st.file, startOf(ev))
+			return fmt.Errorf("%w: tagged GTID (MySQL 8.4) at %s:%d; use gtid: off", ErrUnsupported, st.file, startOf(ev))
 		}
 	case *replication.GTIDEvent:
 		if st.pos.MySQLGTID != nil {
 			u, err := uuid.FromBytes(e.SID)
 			if err != nil {
-				return nil, fmt.Errorf("%w: GTID event with bad server uuid at %s:%d", ErrUnsupported, st.file, startOf(ev))
+				return fmt.Errorf("%w: GTID event with bad server uuid at %s:%d", ErrUnsupported, st.file, startOf(ev))
 			}
 			st.mysqlGTID, st.mysqlGNO, st.hasMySQLGTID = u, e.GNO, true
 		}
+		st.newGroup(ev, 0)
 	case *replication.MariadbGTIDEvent:
 		// e.GTID is not read here: go-mysql keeps a pointer to it in its
 		// own GTID tracking and overwrites it from its reader goroutine
@@ -72,51 +92,51 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 		// immutable.
 		g, err := rawMariaDBGTID(ev)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		st.mariaGTID, st.hasMariaGTID = g, true
+		st.newGroup(ev, rawMariaDBGTIDFlags(ev))
 		// A MariaDB GTID event also opens the transaction (it replaces
 		// BEGIN) unless the transaction is a single standalone statement.
 		if !e.IsStandalone() {
-			st.begin()
+			st.begin(ev)
 		}
 	case *replication.QueryEvent:
-		return st.query(ev, e.Query, endPos)
+		return st.query(ev, e.Schema, e.Query, endPos)
+	case *replication.ExecuteLoadQueryEvent:
+		// LOAD DATA logged as a statement.
+		if schema, q, ok := executeLoadQuery(ev); ok {
+			return st.statement(ev, schema, q)
+		}
 	case *replication.XIDEvent:
-		return st.commit(ev, endPos)
+		return st.end(ev, endPos, endCommit, "")
 	case *replication.TableMapEvent:
 		if !bytes.Equal(e.Table, st.src.tableB) || !bytes.Equal(e.Schema, st.src.dbB) {
-			return nil, nil
+			return nil
 		}
 		if st.layout != nil && st.layout.tableID == e.TableID && st.layout.ncols == int(e.ColumnCount) {
-			return nil, nil
+			return nil
 		}
 		l, err := resolveLayout(e, st.src.cols, st.info, st.src.qualifiedTable)
 		if err != nil {
-			return nil, fmt.Errorf("at %s:%d: %w", st.file, startOf(ev), err)
+			return fmt.Errorf("at %s:%d: %w", st.file, startOf(ev), err)
 		}
 		st.layout = l
 	case *replication.RowsEvent:
 		if st.layout == nil || e.TableID != st.layout.tableID || e.Table == nil ||
 			!bytes.Equal(e.Table.Table, st.src.tableB) || !bytes.Equal(e.Table.Schema, st.src.dbB) {
-			return nil, nil
+			return nil
 		}
-		st.rows(ev, e)
+		return st.rows(ev, e)
 	case *replication.TransactionPayloadEvent:
 		// MySQL binlog_transaction_compression: a whole transaction inside
 		// one event. Its inner events carry no usable offsets; the
 		// transaction ends where the payload event ends.
-		var out *outboxcdc.Tx
 		for _, inner := range e.Events {
-			tx, err := st.handle(inner, endPos)
-			if err != nil {
-				return nil, err
-			}
-			if tx != nil {
-				out = tx
+			if err := st.handle(inner, endPos); err != nil {
+				return err
 			}
 		}
-		return out, nil
 	case *replication.GenericEvent:
 		switch ev.Header.EventType {
 		case replication.XA_PREPARE_LOG_EVENT:
@@ -127,7 +147,7 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 			}
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // rawMariaDBGTID decodes a MariaDB GTID event's GTID from its raw bytes:
@@ -153,76 +173,89 @@ func startOf(ev *replication.BinlogEvent) uint32 {
 	return ev.Header.LogPos
 }
 
-func (st *stream) begin() {
+// begin opens a transaction (BEGIN, XA START, a MariaDB GTID event, or
+// rows outside one), starting a group unless its GTID event did.
+func (st *stream) begin(ev *replication.BinlogEvent) {
+	if !st.g.open {
+		st.newGroup(ev, 0)
+	}
 	st.inTx = true
-	st.events = st.events[:0]
 }
 
 // query handles a query event: BEGIN opens a transaction, COMMIT and
-// ROLLBACK end one, a statement outside a transaction (DDL) is a
-// transaction of its own, anything else inside one (SAVEPOINT) is ignored.
-func (st *stream) query(ev *replication.BinlogEvent, q []byte, endPos uint32) (*outboxcdc.Tx, error) {
+// ROLLBACK end one, SAVEPOINT and ROLLBACK TO SAVEPOINT mark and take back
+// rows, XA statements open, prepare and decide XA transactions (txn.go), an
+// INSERT into the outbox table logged as a statement is refused, a
+// statement outside a transaction (DDL) is a transaction of its own, and
+// anything else inside one is ignored.
+func (st *stream) query(ev *replication.BinlogEvent, schema, q []byte, endPos uint32) error {
+	q = bytes.TrimSpace(q)
 	switch {
-	case bytes.EqualFold(q, []byte("BEGIN")), hasPrefixFold(q, "XA START"):
-		st.begin()
-		return nil, nil
-	case bytes.EqualFold(q, []byte("COMMIT")), st.inTx && hasPrefixFold(q, "XA COMMIT"):
-		return st.commit(ev, endPos)
-	case bytes.EqualFold(q, []byte("ROLLBACK")), st.inTx && hasPrefixFold(q, "XA ROLLBACK"):
-		// Rolled back: the rows never happened. Still a transaction end.
-		st.events = st.events[:0]
-		return st.commit(ev, endPos)
-	case st.inTx:
-		return nil, nil // SAVEPOINT, XA END, ...
+	case bytes.EqualFold(q, []byte("BEGIN")):
+		st.begin(ev)
+		return nil
+	case bytes.EqualFold(q, []byte("COMMIT")):
+		return st.end(ev, endPos, endCommit, "")
+	case bytes.EqualFold(q, []byte("ROLLBACK")):
+		// Rolled back (a transaction that also wrote a non-transactional
+		// table is logged with its rows): the rows never happened. Still a
+		// transaction end.
+		return st.end(ev, endPos, endRollback, "")
+	case hasPrefixFold(q, "XA "):
+		return st.xaQuery(ev, q, endPos)
+	case hasPrefixFold(q, "SAVEPOINT"):
+		return st.savepoint(ev, q[len("SAVEPOINT"):])
+	case hasPrefixFold(q, "ROLLBACK TO"):
+		return st.rollbackTo(ev, q[len("ROLLBACK TO"):])
+	case hasPrefixFold(q, "RELEASE SAVEPOINT"):
+		return st.release(ev, q[len("RELEASE SAVEPOINT"):])
 	}
-	return st.commit(ev, endPos) // standalone statement: DDL, XA COMMIT of a prepared XA, ...
+	if err := st.statement(ev, schema, q); err != nil {
+		return err
+	}
+	if st.inTx {
+		return nil // a statement-logged change to another table, ...
+	}
+	return st.end(ev, endPos, endCommit, "") // standalone statement: DDL, ...
 }
 
 func hasPrefixFold(q []byte, prefix string) bool {
 	return len(q) >= len(prefix) && strings.EqualFold(string(q[:len(prefix)]), prefix)
 }
 
-// xaPrepare handles XA_PREPARE_LOG_EVENT: a one-phase XA COMMIT is a plain
-// commit; a real XA PREPARE ends the binlogged part of a transaction that
-// may still be rolled back by a later XA ROLLBACK. Holding its rows until
-// then across restarts would need the checkpoint to stay behind it, so a
-// prepared XA transaction that wrote outbox rows is refused rather than
-// delivered early; one without outbox rows is an ordinary end.
-func (st *stream) xaPrepare(ev *replication.BinlogEvent, data []byte, endPos uint32) (*outboxcdc.Tx, error) {
-	onePhase := len(data) > 0 && data[0] != 0
-	if !onePhase && len(st.events) > 0 {
-		return nil, fmt.Errorf("%w: XA PREPARE at %s:%d holds %d outbox rows; two-phase XA transactions on the outbox table are not supported (commit outbox rows in ordinary transactions)",
-			ErrUnsupported, st.file, startOf(ev), len(st.events))
-	}
-	return st.commit(ev, endPos)
-}
-
-// rows buffers the INSERTed rows of one rows event on the outbox table and
-// counts UPDATE/DELETE rows as skipped.
-func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) {
+// rows takes the INSERTed rows of one rows event on the outbox table (see
+// stream.row) and counts UPDATE/DELETE rows as skipped.
+func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) error {
 	switch ev.Header.EventType {
 	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2,
 		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
 	case replication.DELETE_ROWS_EVENTv0, replication.DELETE_ROWS_EVENTv1, replication.DELETE_ROWS_EVENTv2,
 		replication.MARIADB_DELETE_ROWS_COMPRESSED_EVENT_V1:
 		st.src.m.SkippedOperations.WithLabelValues("delete").Add(float64(len(e.Rows)))
-		return
+		return nil
 	default: // updates: before and after image per row
 		st.src.m.SkippedOperations.WithLabelValues("update").Add(float64(len(e.Rows) / 2))
-		return
+		return nil
 	}
 	if !st.inTx {
-		st.begin()
+		st.begin(ev)
 	}
 	origin := st.origin(ev)
 	for _, row := range e.Rows {
 		if len(row) != st.layout.ncols {
 			continue // cannot happen with binlog_row_image=FULL
 		}
+		if !st.wants() {
+			st.g.ordinal++ // delivered before: counted, not decoded into an Event
+			continue
+		}
 		evt := st.layout.event(row)
 		evt.Origin = origin
-		st.events = append(st.events, evt)
+		if err := st.row(evt); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // origin is "mariadb-bin.000003:1234" (the rows event's offset), plus the
@@ -246,10 +279,11 @@ func (st *stream) origin(ev *replication.BinlogEvent) string {
 	return b.String()
 }
 
-// commit ends the current transaction at endPos: the position moves past
-// it, and its events (or, at most once per emptyTxInterval, an empty Tx to
-// move the checkpoint) are returned for delivery.
-func (st *stream) commit(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc.Tx, error) {
+// advance moves pos past the transaction ending at endPos. ok is false for
+// a transaction without GTID while following GTID positions, which a GTID
+// position cannot express a point after (only on a server mixing anonymous
+// ones); it has no place in the position and is not delivered.
+func (st *stream) advance(ev *replication.BinlogEvent, endPos uint32) (ok bool, err error) {
 	if st.pos.IsGTID() {
 		if st.hasMySQLGTID && st.pos.MySQLGTID != nil {
 			st.pos.MySQLGTID.AddGTID(st.mysqlGTID, st.mysqlGNO)
@@ -259,7 +293,7 @@ func (st *stream) commit(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 		}
 	} else {
 		if endPos < 4 {
-			return nil, fmt.Errorf("%w: transaction end at %s without a binlog offset", ErrUnsupported, st.file)
+			return false, fmt.Errorf("%w: transaction end at %s without a binlog offset", ErrUnsupported, st.file)
 		}
 		st.pos.File, st.pos.Offset = st.file, endPos
 	}
@@ -267,34 +301,37 @@ func (st *stream) commit(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 	st.inTx, st.hasMySQLGTID, st.hasMariaGTID = false, false, false
 	m := st.src.m
 	m.TransactionsRead.Inc()
-	commitTime := time.Unix(int64(ev.Header.Timestamp), 0)
-	now := time.Now()
-	if lag := now.Sub(commitTime).Seconds(); lag > 0 {
+	if lag := time.Since(time.Unix(int64(ev.Header.Timestamp), 0)).Seconds(); lag > 0 {
 		m.LagSeconds.Set(lag)
 	} else {
 		m.LagSeconds.Set(0)
 	}
 	if st.pos.IsGTID() && !hadGTID {
-		// A GTID position cannot express a point after a transaction
-		// without GTID; only happens on a server mixing anonymous ones.
-		if len(st.events) > 0 {
-			return nil, fmt.Errorf("%w: transaction without GTID at %s:%d while following GTID positions; set gtid_mode=ON or use gtid: off",
+		if st.g.ordinal > 0 {
+			return false, fmt.Errorf("%w: transaction without GTID at %s:%d while following GTID positions; set gtid_mode=ON or use gtid: off",
 				ErrUnsupported, st.file, startOf(ev))
 		}
-		return nil, nil
+		return false, nil
 	}
-	if len(st.events) == 0 && now.Sub(st.lastEmit) < st.src.emptyTxInterval {
-		return nil, nil
+	return true, nil
+}
+
+// deliver sends the rows ending a transaction with End set (or, at most
+// once per emptyTxInterval, an empty Tx to move the checkpoint).
+func (st *stream) deliver(events []outboxcdc.Event, commitTime time.Time, closes bool) error {
+	now := time.Now()
+	if len(events) == 0 && !closes && (now.Sub(st.lastEmit) < st.src.emptyTxInterval || st.src.plan != nil) {
+		// While a transaction's fragments are out, nothing else may come
+		// between them and its end.
+		return nil
 	}
-	for i := range st.events {
-		st.events[i].CommitTime = commitTime
+	for i := range events {
+		events[i].CommitTime = commitTime
 	}
-	m.EventsRead.Add(float64(len(st.events)))
-	var events []outboxcdc.Event
-	if len(st.events) > 0 {
-		events = st.events
-		st.events = nil // owned by the Tx now
+	st.src.m.EventsRead.Add(float64(len(events)))
+	if len(events) == 0 {
+		events = nil
 	}
 	st.lastEmit = now
-	return &outboxcdc.Tx{Events: events, End: st.pos.Encode(), CommitTime: commitTime}, nil
+	return st.send(outboxcdc.Tx{Events: events, End: st.endPos(), CommitTime: commitTime})
 }
