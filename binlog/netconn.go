@@ -34,6 +34,7 @@ func keepaliveDialer(timeout time.Duration) *net.Dialer {
 		KeepAliveConfig: net.KeepAliveConfig{
 			Enable: true, Idle: keepaliveIdle, Interval: keepaliveInterval, Count: keepaliveCount,
 		},
+		Control: setUserTimeout,
 	}
 }
 
