@@ -101,6 +101,7 @@ type group struct {
 	startTime time.Time // its first event's timestamp (MariaDB's GTID event: the commit time)
 	final     bool      // no later event can take its rows back (MariaDB FL_TRANSACTIONAL, not XA)
 	xa        bool      // an XA transaction: XA START ... XA PREPARE
+	xaStarted bool      // its XA START was read (a later XA COMMIT in it is ONE PHASE)
 	skip      bool      // delivered before: read again from a restart point only for its XA state
 	plan      *txPlan   // the Run's plan for this group, if any
 
@@ -438,13 +439,13 @@ func (st *stream) xaQuery(ev *replication.BinlogEvent, q []byte, endPos uint32) 
 	switch {
 	case hasPrefixFold(rest, "START"), hasPrefixFold(rest, "BEGIN"):
 		st.begin(ev)
-		st.g.xa = true
+		st.g.xa, st.g.xaStarted = true, true
 		st.g.final = false
 		return nil
 	case hasPrefixFold(rest, "END"):
 		return nil
 	case hasPrefixFold(rest, "COMMIT"):
-		if st.inTx && st.g.xa {
+		if st.inTx && st.g.xaStarted {
 			// XA COMMIT ... ONE PHASE ends its own transaction.
 			return st.end(ev, endPos, endCommit, "")
 		}
@@ -454,7 +455,7 @@ func (st *stream) xaQuery(ev *replication.BinlogEvent, q []byte, endPos uint32) 
 		}
 		return st.end(ev, endPos, endXACommit, xid)
 	case hasPrefixFold(rest, "ROLLBACK"):
-		if st.inTx && st.g.xa {
+		if st.inTx && st.g.xaStarted {
 			return st.end(ev, endPos, endRollback, "")
 		}
 		xid, err := parseXID(rest[len("ROLLBACK"):])
