@@ -309,6 +309,9 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	default:
 		streamer, err = syncer.StartSync(mysql.Position{Name: from.File, Pos: from.Offset})
 	}
+	if id := syncer.LastConnectionID(); id != 0 {
+		s.prevDump = dumpConn{id: id, boot: boot} // also when the dump failed after connecting
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
@@ -316,7 +319,6 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		return false, classifyConnErr(fmt.Errorf("start binlog dump: %w", err))
 	}
 	s.connID.Store(syncer.LastConnectionID())
-	s.prevDump = dumpConn{id: syncer.LastConnectionID(), boot: boot}
 	s.log.Info().Str("position", start.String()).Str("flavor", info.flavor).Str("version", info.version).
 		Uint32("server_id", s.serverID).Uint32("connection_id", syncer.LastConnectionID()).Str("table", s.qualifiedTable).Bool("column_names_in_binlog", info.rowMetadataFull).
 		Msg("binlog stream started")
