@@ -479,15 +479,22 @@ func (st *stream) markScope(ev *replication.BinlogEvent, endPos uint32) {
 
 // ddl marks a boundary when a query event may change the outbox table:
 // the column list in use ends here, and is read again at the next row.
+// A proof kept on the Source ends here too, unless it starts after this
+// statement: a stream reading part of the binlog again (a reconnect, a
+// second read of a large transaction, a restart point; txn.go) meets the
+// statements the proof was made after, and they do not touch it.
 func (st *stream) ddl(ev *replication.BinlogEvent, e *replication.QueryEvent) {
 	if !st.match.isTableDDL(string(e.Schema), string(e.Query)) {
 		return
 	}
 	st.layout, st.schema = nil, nil
-	st.src.proven = nil
+	at := binlogPoint{st.file, startOf(ev)}
+	if p := st.src.proven; p != nil && !at.before(p.validFrom) {
+		st.src.proven = nil
+	}
 	after := binlogPoint{st.file, ev.Header.LogPos}
 	st.scope = &after
-	st.lastDDL = &ddlEvent{at: binlogPoint{st.file, startOf(ev)}, stmt: shortStmt(string(e.Query))}
+	st.lastDDL = &ddlEvent{at: at, stmt: shortStmt(string(e.Query))}
 	st.src.log.Info().Str("statement", st.lastDDL.stmt).Str("position", st.lastDDL.at.String()).
 		Msg("the outbox table may have changed; its columns are read again for the next row")
 }
