@@ -207,6 +207,16 @@ func TestServerCallsHaveDeadlines(t *testing.T) {
 		return src.checkResume(ctx, db, &info, &Pos{File: "mariadb-bin.000001", Offset: 4})
 	}, true)
 	within("serverBoot", func() error { _, err := src.serverBoot(ctx, db); return err }, true)
+	// Without column names in the binlog, the column list is read at the
+	// first row and after a change to the table (schema.go).
+	within("loadSchema", func() error {
+		_, err := src.loadSchema(ctx, db, info.table.matcher(), binlogPoint{"mariadb-bin.000001", 4})
+		return err
+	}, true)
+	within("scanDDL", func() error {
+		_, err := src.scanDDL(ctx, db, info.table.matcher(), binlogPoint{"mariadb-bin.000001", 4}, binlogPoint{"mariadb-bin.000001", 5})
+		return err
+	}, true)
 	within("killPreviousDump", func() error {
 		src.prevDump = dumpConn{id: 1, boot: boot}
 		src.killPreviousDump(ctx, db, boot)
