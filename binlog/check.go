@@ -415,6 +415,7 @@ func positionResult(ctx context.Context, db *sql.DB, info *serverInfo, cfg Confi
 	if err != nil {
 		return outboxcdc.Fail(name, err.Error(), "point checkpoint.path at this connector's own checkpoint")
 	}
+	p = p.ReadFrom() // a restart point (an undecided XA transaction, txn.go) is where reading begins
 	if err := info.accepts(&p); err != nil {
 		return outboxcdc.Fail(name, err.Error(), "choose one: "+positionGoneChoices)
 	}

@@ -3,6 +3,7 @@ package binlog
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -90,11 +91,19 @@ func serverCode(err error) (uint16, string) {
 // server shutdowns are transient. Decoding errors are permanent: the same
 // bytes would fail again.
 func classifyConnErr(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	if err == nil || errors.Is(err, context.Canceled) {
+		return err // Run's context: the caller sees ctx.Err() and stops
 	}
 	if IsTransient(err) || isClassified(err) {
 		return err
+	}
+	// A call's own deadline (every query runs under Source.callTimeout), a
+	// dial or read timing out against a host that drops packets: the
+	// server did not answer in time, which reconnecting with backoff may
+	// cure, like a refused connection.
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return transient(err)
 	}
 	code, msg := serverCode(err)
 	switch code {

@@ -162,6 +162,7 @@ type eventStream struct {
 	st     *stream
 	parser *replication.BinlogParser
 	offset uint32
+	sent   []outboxcdc.Tx // what the stream sent, oldest first
 }
 
 func newEventStream(t *testing.T, cols outboxcdc.Columns) *eventStream {
@@ -176,13 +177,15 @@ func newEventStream(t *testing.T, cols outboxcdc.Columns) *eventStream {
 	match := resolvedTable{db: "shop", table: "outbox"}.matcher()
 	dec := &rowDecoder{match: match}
 	es := &eventStream{t: t, parser: testParser(t, dec), offset: 4}
-	es.st = newStream(src, Pos{File: "binlog.000001", Offset: 4}, streamEnv{ctx: context.Background(), match: match})
+	es.st = newStream(src, Pos{File: "binlog.000001", Offset: 4}, streamEnv{ctx: context.Background(), match: match},
+		func(tx outboxcdc.Tx) error { es.sent = append(es.sent, tx); return nil })
 	es.feed(formatDescription(mysql8FDE))
 	return es
 }
 
 // feed parses one raw event (header and body, no checksum) and hands it
-// to the stream as if it ended at the next offset.
+// to the stream as if it ended at the next offset. It returns the last Tx
+// the event made the stream send, if any.
 func (es *eventStream) feed(raw []byte) *outboxcdc.Tx {
 	es.t.Helper()
 	ev, err := es.parser.Parse(raw)
@@ -191,11 +194,14 @@ func (es *eventStream) feed(raw []byte) *outboxcdc.Tx {
 	}
 	es.offset += uint32(len(raw))
 	ev.Header.LogPos = es.offset
-	tx, err := es.st.handle(ev, es.offset)
-	if err != nil {
+	n := len(es.sent)
+	if err := es.st.handle(ev, es.offset); err != nil {
 		es.t.Fatalf("stream: %v", err)
 	}
-	return tx
+	if len(es.sent) == n {
+		return nil
+	}
+	return &es.sent[len(es.sent)-1]
 }
 
 // --- MySQL binary JSON, built as MySQL stores it ---
@@ -533,7 +539,7 @@ func TestRowImageWithoutColumn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = es.st.handle(ev, 500)
+	err = es.st.handle(ev, 500)
 	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "created_at") || !strings.Contains(err.Error(), "binlog_row_image=FULL") {
 		t.Fatalf("got %v, want ErrUnsupported naming created_at and binlog_row_image=FULL", err)
 	}

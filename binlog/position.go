@@ -22,10 +22,22 @@ const Kind = "mysql"
 // Every position is the point just after a transaction: the offset of the
 // event that follows its XID/COMMIT, or the GTID set that includes it. A
 // replica that starts there receives the next transaction first.
+//
+// While an XA transaction with outbox rows is prepared but not yet
+// committed, its rows are in the binlog before the position, yet not
+// delivered: they go out with its XA COMMIT. The position then carries a
+// restart point too, the point just before the oldest such transaction,
+// after a ";restart=" suffix in any of the three forms:
+//
+//	mariadb-gtid:0-1-57;restart=mariadb-gtid:0-1-42
+//
+// A restart reads from the restart point, and of the transactions up to
+// the main position it only takes note of the prepared ones again.
 const (
 	bodyFile        = "file:"
 	bodyMySQLGTID   = "gtid:"
 	bodyMariaDBGTID = "mariadb-gtid:"
+	restartSep      = ";restart="
 )
 
 // Pos is a decoded binlog position. Exactly one form is set: GTIDs (MySQL
@@ -37,6 +49,12 @@ type Pos struct {
 	MySQLGTID *mysql.MysqlGTIDSet // MySQL GTID set; nil unless in MySQL GTID form
 	MariaDB   MariaDBGTIDs        // MariaDB GTID position; meaningful when IsMariaDB
 	IsMariaDB bool                // MariaDB GTID form
+
+	// Restart, when set, is where reading must begin so that prepared,
+	// not yet committed XA transactions with outbox rows are read again;
+	// everything up to the position itself was delivered. Its own Restart
+	// is nil.
+	Restart *Pos
 }
 
 // IsGTID reports whether p is in one of the GTID forms.
@@ -44,6 +62,11 @@ func (p *Pos) IsGTID() bool { return p.MySQLGTID != nil || p.IsMariaDB }
 
 // Encode renders p as an outboxcdc.Position of kind "mysql".
 func (p *Pos) Encode() outboxcdc.Position {
+	if p.Restart != nil {
+		main := *p
+		main.Restart = nil
+		return outboxcdc.MakePosition(Kind, main.Encode().Body()+restartSep+p.Restart.Encode().Body())
+	}
 	switch {
 	case p.MySQLGTID != nil:
 		// String() joins with "," and is sorted by UUID, so it is stable.
@@ -65,7 +88,20 @@ func (p *Pos) Clone() Pos {
 		c.MySQLGTID = p.MySQLGTID.Clone().(*mysql.MysqlGTIDSet)
 	}
 	c.MariaDB = slices.Clone(p.MariaDB)
+	if p.Restart != nil {
+		r := p.Restart.Clone()
+		c.Restart = &r
+	}
 	return c
+}
+
+// ReadFrom is where a stream resuming at p starts reading: the restart
+// point when there is one, else p.
+func (p *Pos) ReadFrom() Pos {
+	if p.Restart != nil {
+		return p.Restart.Clone()
+	}
+	return p.Clone()
 }
 
 // ParsePosition decodes a position written by Encode. A position of another
@@ -75,6 +111,21 @@ func ParsePosition(p outboxcdc.Position) (Pos, error) {
 		return Pos{}, err
 	}
 	body := p.Body()
+	if main, restart, ok := strings.Cut(body, restartSep); ok {
+		m, err := ParsePosition(outboxcdc.MakePosition(Kind, main))
+		if err != nil {
+			return Pos{}, err
+		}
+		r, err := ParsePosition(outboxcdc.MakePosition(Kind, restart))
+		if err != nil {
+			return Pos{}, err
+		}
+		if r.Restart != nil || r.IsGTID() != m.IsGTID() || r.IsMariaDB != m.IsMariaDB {
+			return Pos{}, fmt.Errorf("binlog position %q: the restart point must be a plain position of the same form", string(p))
+		}
+		m.Restart = &r
+		return m, nil
+	}
 	switch {
 	case strings.HasPrefix(body, bodyFile):
 		rest := body[len(bodyFile):]

@@ -304,7 +304,7 @@ type tableSchema struct {
 // (steps 1-3 above): from is the end of the rows event that needs it.
 func (s *Source) loadSchema(ctx context.Context, db *sql.DB, m *tableMatcher, from binlogPoint) (*tableSchema, error) {
 	s.schemaLoads.Add(1)
-	qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	qctx, cancel := context.WithTimeout(ctx, s.callTimeout())
 	_, cols, err := s.tableColumns(qctx, db)
 	if err != nil {
 		cancel()
@@ -337,7 +337,7 @@ func (s *Source) scanDDL(ctx context.Context, db *sql.DB, m *tableMatcher, from,
 	if from.file == "" {
 		return nil, joinSentinel(ErrSchema, errors.New("the binlog file of the stream is unknown, so changes to the table cannot be checked"), schemaHint)
 	}
-	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, s.callTimeout())
 	files, err := binaryLogs(lctx, db)
 	cancel()
 	if err != nil {
@@ -370,7 +370,10 @@ func (s *Source) scanDDL(ctx context.Context, db *sql.DB, m *tableMatcher, from,
 
 // scanPage reads up to scanPage events of file from pos. It returns a
 // statement that may change the table (before to), the offset to go on
-// from and the number of events read.
+// from and the number of events read. A page is bounded by the work it
+// asks of the server (large events take a while to read), not by
+// read_timeout; a silent server is still found by the pool's keepalives
+// and TCP_USER_TIMEOUT (netconn.go).
 func (s *Source) scanPage(ctx context.Context, db *sql.DB, m *tableMatcher, file string, pos uint32, to binlogPoint) (*ddlEvent, uint32, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -479,15 +482,22 @@ func (st *stream) markScope(ev *replication.BinlogEvent, endPos uint32) {
 
 // ddl marks a boundary when a query event may change the outbox table:
 // the column list in use ends here, and is read again at the next row.
+// A proof kept on the Source ends here too, unless it starts after this
+// statement: a stream reading part of the binlog again (a reconnect, a
+// second read of a large transaction, a restart point; txn.go) meets the
+// statements the proof was made after, and they do not touch it.
 func (st *stream) ddl(ev *replication.BinlogEvent, e *replication.QueryEvent) {
 	if !st.match.isTableDDL(string(e.Schema), string(e.Query)) {
 		return
 	}
 	st.layout, st.schema = nil, nil
-	st.src.proven = nil
+	at := binlogPoint{st.file, startOf(ev)}
+	if p := st.src.proven; p != nil && !at.before(p.validFrom) {
+		st.src.proven = nil
+	}
 	after := binlogPoint{st.file, ev.Header.LogPos}
 	st.scope = &after
-	st.lastDDL = &ddlEvent{at: binlogPoint{st.file, startOf(ev)}, stmt: shortStmt(string(e.Query))}
+	st.lastDDL = &ddlEvent{at: at, stmt: shortStmt(string(e.Query))}
 	st.src.log.Info().Str("statement", st.lastDDL.stmt).Str("position", st.lastDDL.at.String()).
 		Msg("the outbox table may have changed; its columns are read again for the next row")
 }

@@ -278,3 +278,85 @@ func BenchmarkScanDDL(b *testing.B) {
 		}
 	}
 }
+
+// TestReadAgainAcrossAlterKeepsSchemaProof: without column names, a
+// transaction read again (a reconnect in the middle of its fragments, and
+// the look-ahead's second read) is read again from before the ALTER that
+// preceded it. Meeting that ALTER again must not throw away the column
+// list proven for the rows after it: by then a later ALTER may have been
+// made, the list could no longer be proven for those rows, and the source
+// would stop over rows it had mapped correctly the first time. Here a
+// second ALTER is made while the first fragment waits in the test, then
+// the replication connection is killed: the transaction still arrives
+// whole and once, and the row after the second ALTER under its new
+// columns.
+func TestReadAgainAcrossAlterKeepsSchemaProof(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PrivateMariaDB(t, testenv.MariaDBOptions{RowMetadata: "MINIMAL"})
+	for _, c := range []struct {
+		name    string
+		noFinal bool
+	}{{"final", false}, {"lookahead", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixtureOn(t, dsn)
+			r := f.startUnbuffered(f.config(), "", func(s *Source) {
+				s.noFinalFlag = c.noFinal
+				// No empty Tx for the ALTER: the position stays before it,
+				// so every read of the transaction starts before it.
+				s.emptyTxInterval = time.Hour
+			})
+			r.waitReady()
+			m := rowNamed("M")
+			f.exec(m.insert(f.table))
+			m.check(t, r.next().Events[0])
+
+			f.exec("ALTER TABLE " + f.table + " MODIFY aggregate_id VARCHAR(64) NOT NULL AFTER message_id")
+			n := 5 * outboxcdc.MaxFragmentEvents
+			s := f.session()
+			s.run("BEGIN")
+			f.bigInsert(s, "g", 0, n, 40)
+			s.run("COMMIT")
+			altered := false
+			var got []string
+			txs := r.fragments(func(tx outboxcdc.Tx) {
+				for i := range tx.Events {
+					e := &tx.Events[i]
+					got = append(got, e.MessageID)
+					if e.AggregateType != "BIG" || e.EventType != "E" {
+						t.Fatalf("row %s delivered as aggregate_type=%q event_type=%q", e.MessageID, e.AggregateType, e.EventType)
+					}
+				}
+				if altered || !tx.More {
+					return
+				}
+				altered = true
+				f.exec("ALTER TABLE " + f.table + " RENAME COLUMN aggregate_type TO aggregate_id, RENAME COLUMN aggregate_id TO aggregate_type")
+				id := r.src.connID.Load()
+				if id == 0 {
+					t.Fatal("no dump connection id")
+				}
+				f.exec(fmt.Sprintf("KILL %d", id))
+			})
+			if !altered {
+				t.Fatal("no fragment to alter the table and kill the connection after")
+			}
+			sameIDs(t, got, seq("g", 0, n))
+			t.Logf("%d fragments", len(txs))
+			if got := counter(t, r.m.Reconnects); got < 1 {
+				t.Fatalf("Reconnects = %v: the kill did not land", got)
+			}
+
+			// The RENAME swapped the two columns' names: the next row is
+			// read under the new list.
+			a := rowNamed("A")
+			f.exec(a.insert(f.table))
+			a.check(t, r.next().Events[0])
+			// Read for M, for the transaction (once, whatever the reads
+			// again), and after the RENAME.
+			if n := r.src.schemaLoads.Load(); n != 3 {
+				t.Fatalf("the column list was read and proven %d times, want 3 (for M, the transaction, A)", n)
+			}
+		})
+	}
+}

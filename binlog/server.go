@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 )
@@ -25,7 +25,7 @@ type serverInfo struct {
 // table's columns, and refuses settings that cannot work, naming the exact
 // setting to change.
 func (s *Source) inspect(ctx context.Context, db *sql.DB) (serverInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout())
 	defer cancel()
 	var info serverInfo
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&info.version); err != nil {
@@ -99,7 +99,7 @@ func (info *serverInfo) accepts(p *Pos) error {
 
 // startPosition finds where a first run without a checkpoint starts.
 func (s *Source) startPosition(ctx context.Context, db *sql.DB, info serverInfo) (Pos, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout())
 	defer cancel()
 	gtid := info.useGTID(s.cfg)
 	wrap := func(what string, err error) (Pos, error) {
@@ -231,4 +231,113 @@ func scanStatus(ctx context.Context, db *sql.DB, q string) (string, uint32, erro
 		return "", 0, errors.New(q + " returned an empty file name")
 	}
 	return file, off, nil
+}
+
+// dumpConn is a binlog dump connection of this source, as the server knew
+// it: its connection id and when the server had booted (serverBoot).
+type dumpConn struct {
+	id   uint32
+	boot int64
+}
+
+// serverBoot returns when the server started, in Unix seconds: a
+// connection id means the same connection only within one server run.
+func (s *Source) serverBoot(ctx context.Context, db *sql.DB) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout())
+	defer cancel()
+	var now int64
+	var name string
+	var uptime int64
+	err := db.QueryRowContext(ctx, "SELECT UNIX_TIMESTAMP()").Scan(&now)
+	if err == nil {
+		err = db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE 'Uptime'").Scan(&name, &uptime)
+	}
+	if err != nil {
+		return 0, classifyConnErr(fmt.Errorf("read the server's uptime: %w", err))
+	}
+	return now - uptime, nil
+}
+
+// bootSlack is how far two serverBoot readings of one server run may
+// differ (whole seconds, two queries apart).
+const bootSlack = 3
+
+// killPreviousDump ends this source's previous binlog dump thread when the
+// server still runs it (the network broke and the server has not noticed),
+// so it does not hold a replica slot or compete with the new one. The id
+// alone could name someone else's connection: ids are reused after a
+// server restart. So it KILLs only a connection that is, on the server
+// run it was made on, a binlog dump (Binlog Dump / Binlog Dump GTID) of
+// this user, while a replica with this server_id is registered (SHOW SLAVE
+// HOSTS, when the user may run it). Anything else is left alone.
+func (s *Source) killPreviousDump(ctx context.Context, db *sql.DB, boot int64) {
+	prev := s.prevDump
+	s.prevDump = dumpConn{}
+	if prev.id == 0 {
+		return
+	}
+	log := s.log.With().Uint32("connection_id", prev.id).Logger()
+	if d := boot - prev.boot; d > bootSlack || d < -bootSlack {
+		log.Info().Msg("the server restarted since the previous binlog dump connection; not killing by id")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout())
+	defer cancel()
+	var user, command string
+	err := db.QueryRowContext(ctx, "SELECT USER, COMMAND FROM information_schema.PROCESSLIST WHERE ID = ?", prev.id).Scan(&user, &command)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return // gone already
+	case err != nil:
+		log.Warn().Err(err).Msg("cannot check the previous binlog dump connection; not killing it")
+		return
+	case command != "Binlog Dump" && command != "Binlog Dump GTID", user != s.dsn.User:
+		log.Info().Str("command", command).Str("user", user).Msg("the previous binlog dump connection's id now names another connection; not killing it")
+		return
+	}
+	if registered, known := s.replicaRegistered(ctx, db); known && !registered {
+		log.Info().Msg("no replica with this server_id is registered; not killing the connection")
+		return
+	}
+	if _, err := db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatUint(uint64(prev.id), 10)); err == nil {
+		log.Info().Msg("killed the previous binlog dump connection")
+	} else {
+		log.Warn().Err(err).Msg("cannot kill the previous binlog dump connection")
+	}
+}
+
+// replicaRegistered says whether SHOW SLAVE HOSTS (SHOW REPLICAS on MySQL
+// 8.4) lists this source's server_id. known is false when the user may not
+// run it (MariaDB >= 10.5 wants REPLICATION MASTER ADMIN).
+func (s *Source) replicaRegistered(ctx context.Context, db *sql.DB) (registered, known bool) {
+	for _, q := range []string{"SHOW SLAVE HOSTS", "SHOW REPLICAS"} {
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			continue
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			dest := make([]any, len(cols))
+			var id uint64
+			dest[0] = &id
+			for i := 1; i < len(dest); i++ {
+				dest[i] = new(sql.RawBytes)
+			}
+			if rows.Scan(dest...) == nil && id == uint64(s.serverID) {
+				registered = true
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		return registered, err == nil
+	}
+	return false, false
+}
+
+// checkResume checks, under the call deadline, that the server still holds
+// the binlog at p (checkPosition).
+func (s *Source) checkResume(ctx context.Context, db *sql.DB, info *serverInfo, p *Pos) error {
+	ctx, cancel := context.WithTimeout(ctx, s.callTimeout())
+	defer cancel()
+	return classifyConnErr(checkPosition(ctx, db, info, p))
 }

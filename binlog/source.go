@@ -5,15 +5,20 @@
 //
 // Rules this package keeps:
 //   - A position is taken only at a transaction end (XID event, COMMIT or
-//     ROLLBACK query, XA PREPARE, or a standalone statement such as DDL),
-//     never at BEGIN, and it points just past that transaction.
-//   - A transaction's events are buffered until its end; a connection lost
-//     mid-transaction discards the partial transaction, and the source
-//     reconnects from the end of the last Tx it sent.
+//     ROLLBACK query, XA PREPARE, XA COMMIT, or a standalone statement such
+//     as DDL), never at BEGIN, and it points just past that transaction
+//     (with a restart point while an XA transaction is prepared, see
+//     txn.go).
+//   - A transaction's rows are held until its end, or sent in fragments
+//     (Tx.More) once it is known that no later event takes them back
+//     (txn.go); a connection lost mid-transaction discards the partial
+//     transaction, and the source reconnects from the end of the last Tx
+//     it sent, skipping the fragments it sent already.
 //   - Errors are classified where they arise: transient ones (connection
-//     lost, read timeout, server restart) lead to a reconnect with capped
+//     lost, timeouts, server restart) lead to a reconnect with capped
 //     exponential backoff; everything else is returned from Run wrapping
-//     one of the Err* sentinels.
+//     one of the Err* sentinels. Every wait for the server is bounded by
+//     read_timeout (netconn.go).
 package binlog
 
 import (
@@ -27,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
@@ -55,7 +61,8 @@ type Source struct {
 	qualifiedTable  string // "db.table", for messages
 	running         atomic.Bool
 	connID          atomic.Uint32 // the binlog dump connection's id, 0 when none
-	prevConnID      uint32        // the last dump connection's id; Run's goroutine only
+	prevDump        dumpConn      // the last dump connection; Run's goroutine only
+	plan            *txPlan       // see txn.go; Run's goroutine only
 	proven          *provenSchema // the last proven column list (schema.go); Run's goroutine only
 	schemaLoads     atomic.Int64  // column lists read and proven (schema.go)
 	mu              sync.Mutex
@@ -63,6 +70,10 @@ type Source struct {
 	lastAck         atomic.Pointer[outboxcdc.Position]
 	emptyTxInterval time.Duration
 	curFile         atomic.Pointer[string] // binlog file being read, from rotate events
+
+	// noFinalFlag makes the source read MariaDB as it reads MySQL, which
+	// marks no group as transactional-only (tests of the look-ahead).
+	noFinalFlag bool
 }
 
 var _ outboxcdc.Source = (*Source)(nil)
@@ -159,10 +170,11 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			return err
 		}
 	}
-	db := s.openDB() // the driver logs through s.log (driverlog.go)
+	db, err := s.openMetadataDB() // keepalives (netconn.go); the driver logs through s.log (driverlog.go)
+	if err != nil {
+		return fmt.Errorf("mysql source: %w", err)
+	}
 	defer db.Close()
-	db.SetMaxOpenConns(2)
-	db.SetConnMaxIdleTime(time.Minute)
 
 	go s.watchFilesBehind(ctx, db)
 
@@ -171,12 +183,16 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		return err // source.start: pending (pending.go)
 	}
 	backoff := s.cfg.Reconnect.Min
+	rewind := false
 	for {
-		streamed, err := s.session(ctx, db, &resume, out)
+		streamed, err := s.session(ctx, db, &resume, out, rewind)
 		s.connID.Store(0)
 		if ctx.Err() != nil {
 			s.setReady(errors.New("binlog source stopped"))
 			return ctx.Err()
+		}
+		if rewind = errors.Is(err, errRewind); rewind {
+			continue // not a failure: read a transaction again (txn.go)
 		}
 		if !IsTransient(err) {
 			if errors.Is(err, ErrServerIDConflict) {
@@ -210,12 +226,16 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 }
 
 // session connects once and streams until an error. *resume is the
-// position to start from; it is advanced after every Tx sent, and set to
-// the start position on the first connection without a checkpoint so that
-// a reconnect does not re-evaluate "latest". streamed reports whether
-// events were received, which resets the backoff.
-func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx) (streamed bool, err error) {
-	s.setReady(errors.New("binlog source connecting"))
+// position to start from; it is advanced after every Tx sent (not after a
+// fragment), and set to the start position on the first connection without
+// a checkpoint so that a reconnect does not re-evaluate "latest". streamed
+// reports whether events were received, which resets the backoff. rewind
+// says the session reads a transaction again (errRewind): the source stays
+// ready.
+func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx, rewind bool) (streamed bool, err error) {
+	if !rewind {
+		s.setReady(errors.New("binlog source connecting"))
+	}
 	info, err := s.inspect(ctx, db)
 	if err != nil {
 		return false, err
@@ -231,25 +251,28 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	} else if start, err = ParsePosition(*resume); err != nil {
 		return false, err
 	}
-	if err := info.accepts(&start); err != nil {
+	from := start.ReadFrom() // where reading begins (a restart point, see txn.go)
+	if err := info.accepts(&from); err != nil {
 		return false, err
 	}
-	if err := checkPosition(ctx, db, &info, &start); err != nil {
+	if err := s.checkResume(ctx, db, &info, &from); err != nil {
 		return false, err
 	}
-
-	if id := s.prevConnID; id != 0 {
-		// A dump thread of ours that the server still believes alive (the
-		// network broke, the syncer could not kill it on close) would make
-		// MariaDB refuse our server_id as taken.
-		if _, err := db.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatUint(uint64(id), 10)); err == nil {
-			s.log.Info().Uint32("connection_id", id).Msg("killed the previous binlog dump connection")
-		}
-		s.prevConnID = 0
+	boot, err := s.serverBoot(ctx, db)
+	if err != nil {
+		return false, err
 	}
+	s.killPreviousDump(ctx, db, boot)
 
 	match := info.table.matcher()
 	decoder := &rowDecoder{match: match}
+	// The dump connection's reads time out after read_timeout of silence
+	// from the server, counted only while waiting for it (netconn.go).
+	dial := newDumpDialer(s.cfg.ReadTimeout)
+	defer context.AfterFunc(ctx, dial.abort)()
+	tctx, cancel := context.WithTimeout(ctx, s.callTimeout())
+	tlsConfig := s.binlogTLS(tctx, db)
+	cancel()
 	host, port := s.hostPort()
 	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
 		ServerID:            s.serverID,
@@ -258,41 +281,61 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		Port:                port,
 		User:                s.dsn.User,
 		Password:            s.dsn.Passwd,
-		TLSConfig:           s.binlogTLS(ctx, db),
+		TLSConfig:           tlsConfig,
 		ParseTime:           true,
 		UseDecimal:          false,
 		HeartbeatPeriod:     s.cfg.HeartbeatPeriod,
-		ReadTimeout:         s.cfg.ReadTimeout,
+		Dialer:              dial.DialContext,
+		Option:              dumpSession,
 		DisableRetrySync:    true, // one retry layer: ours
 		DiscardGTIDSet:      true, // positions are tracked here, once per transaction
 		EventCacheCount:     1024,
 		Logger:              replicationLogger(s.baseLog),
 		RowsEventDecodeFunc: decoder.decode, // outbox rows only (decode.go)
 	})
-	defer syncer.Close()
+	defer func() {
+		dial.stop() // no connection to KILL by id on Close (killPreviousDump checks first)
+		syncer.Close()
+	}()
 
 	var streamer *replication.BinlogStreamer
 	switch {
-	case start.MySQLGTID != nil:
-		streamer, err = syncer.StartSyncGTID(start.MySQLGTID.Clone())
-	case start.IsMariaDB:
+	case from.MySQLGTID != nil:
+		streamer, err = syncer.StartSyncGTID(from.MySQLGTID.Clone())
+	case from.IsMariaDB:
 		var set mysql.GTIDSet
-		if set, err = start.MariaDB.gtidSet(); err == nil {
+		if set, err = from.MariaDB.gtidSet(); err == nil {
 			streamer, err = syncer.StartSyncGTID(set)
 		}
 	default:
-		streamer, err = syncer.StartSync(mysql.Position{Name: start.File, Pos: start.Offset})
+		streamer, err = syncer.StartSync(mysql.Position{Name: from.File, Pos: from.Offset})
+	}
+	if id := syncer.LastConnectionID(); id != 0 {
+		s.prevDump = dumpConn{id: id, boot: boot} // also when the dump failed after connecting
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
 		return false, classifyConnErr(fmt.Errorf("start binlog dump: %w", err))
 	}
 	s.connID.Store(syncer.LastConnectionID())
-	s.prevConnID = syncer.LastConnectionID()
 	s.log.Info().Str("position", start.String()).Str("flavor", info.flavor).Str("version", info.version).
 		Uint32("server_id", s.serverID).Uint32("connection_id", syncer.LastConnectionID()).Str("table", s.qualifiedTable).Bool("column_names_in_binlog", info.rowMetadataFull).
 		Msg("binlog stream started")
 
-	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, mariadb: info.flavor == mysql.MariaDBFlavor})
+	send := func(tx outboxcdc.Tx) error {
+		select {
+		case out <- tx:
+			if !tx.More {
+				*resume = tx.End
+			}
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, mariadb: info.flavor == mysql.MariaDBFlavor}, send)
 	for {
 		ev, err := streamer.GetEvent(ctx)
 		if err != nil {
@@ -305,20 +348,18 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 			streamed = true
 			s.setReady(nil)
 		}
-		tx, err := st.handle(ev, ev.Header.LogPos)
-		if err != nil {
+		if err := st.handle(ev, ev.Header.LogPos); err != nil {
 			return streamed, err
 		}
-		if tx == nil {
-			continue
-		}
-		select {
-		case out <- *tx:
-			*resume = tx.End
-		case <-ctx.Done():
-			return streamed, ctx.Err()
-		}
 	}
+}
+
+// dumpSession prepares the binlog dump connection before it registers as a
+// replica: the server keeps the session while the connector does not read
+// for up to dumpWriteTimeout (a stalled sink), instead of its default 60 s.
+func dumpSession(c *client.Conn) error {
+	_, err := c.Execute("SET @@SESSION.net_write_timeout = " + strconv.Itoa(int(dumpWriteTimeout/time.Second)))
+	return err
 }
 
 func (s *Source) hostPort() (string, uint16) {

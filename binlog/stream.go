@@ -17,14 +17,22 @@ import (
 )
 
 // stream assembles transactions from the events of one connection. It is
-// discarded on reconnect, and with it any partial transaction.
+// discarded on reconnect, and with it any partial transaction (txn.go says
+// how fragments already sent are not sent again).
 type stream struct {
 	src  *Source
 	pos  Pos    // just past the last transaction end seen
 	file string // binlog file of the current event, for Origin
+	send func(outboxcdc.Tx) error
 
-	inTx   bool
-	events []outboxcdc.Event // the current transaction's outbox rows
+	inTx bool
+	g    group // the transaction being read (txn.go)
+	// pending are the prepared XA transactions with outbox rows whose XA
+	// COMMIT or XA ROLLBACK has not been read, oldest first.
+	pending []*xaPending
+	// delivered is set when the stream started at a restart point: the
+	// transactions up to it were delivered before (Pos.Restart).
+	delivered *Pos
 
 	// GTID of the current transaction, applied to pos at its end.
 	mysqlGTID    uuid.UUID
@@ -54,14 +62,25 @@ type streamEnv struct {
 	mariadb bool // the server is MariaDB (its table maps count YEAR as numeric)
 }
 
-func newStream(src *Source, start Pos, env streamEnv) *stream {
-	return &stream{src: src, pos: start.Clone(), file: start.File, streamEnv: env}
+// newStream starts assembling at start (a plain position, or one with a
+// restart point: reading then begins there). send delivers a Tx (or a
+// fragment) to the pipeline.
+func newStream(src *Source, start Pos, env streamEnv, send func(outboxcdc.Tx) error) *stream {
+	st := &stream{src: src, send: send, streamEnv: env}
+	st.pos = start.ReadFrom()
+	st.file = st.pos.File
+	if start.Restart != nil {
+		d := start.Clone()
+		d.Restart = nil
+		st.delivered = &d
+	}
+	return st
 }
 
-// handle consumes one event and returns a Tx when it ends a transaction
-// that should be delivered. endPos is the offset just past the event (for
-// events inside a compressed transaction payload: past the payload).
-func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc.Tx, error) {
+// handle consumes one event, sending what it completes. endPos is the
+// offset just past the event (for events inside a compressed transaction
+// payload: past the payload).
+func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 	st.markScope(ev, endPos) // schema.go
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
@@ -74,16 +93,17 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 		}
 	case *replication.GtidTaggedLogEvent:
 		if st.pos.MySQLGTID != nil {
-			return nil, fmt.Errorf("%w: tagged GTID (MySQL 8.4) at %s:%d; use gtid: off", ErrUnsupported, st.file, startOf(ev))
+			return fmt.Errorf("%w: tagged GTID (MySQL 8.4) at %s:%d; use gtid: off", ErrUnsupported, st.file, startOf(ev))
 		}
 	case *replication.GTIDEvent:
 		if st.pos.MySQLGTID != nil {
 			u, err := uuid.FromBytes(e.SID)
 			if err != nil {
-				return nil, fmt.Errorf("%w: GTID event with bad server uuid at %s:%d", ErrUnsupported, st.file, startOf(ev))
+				return fmt.Errorf("%w: GTID event with bad server uuid at %s:%d", ErrUnsupported, st.file, startOf(ev))
 			}
 			st.mysqlGTID, st.mysqlGNO, st.hasMySQLGTID = u, e.GNO, true
 		}
+		st.newGroup(ev, 0)
 	case *replication.MariadbGTIDEvent:
 		// e.GTID is not read here: go-mysql keeps a pointer to it in its
 		// own GTID tracking and overwrites it from its reader goroutine
@@ -91,38 +111,31 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 		// immutable.
 		g, err := rawMariaDBGTID(ev)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		st.mariaGTID, st.hasMariaGTID = g, true
+		st.newGroup(ev, rawMariaDBGTIDFlags(ev))
 		// A MariaDB GTID event also opens the transaction (it replaces
 		// BEGIN) unless the transaction is a single standalone statement.
 		if !e.IsStandalone() {
-			st.begin()
+			st.begin(ev)
 		}
 	case *replication.QueryEvent:
-		st.ddl(ev, e) // a statement that may change the outbox table (schema.go)
-		return st.query(ev, e.Query, endPos)
+		return st.query(ev, e, endPos)
+	case *replication.ExecuteLoadQueryEvent:
+		// LOAD DATA logged as a statement.
+		if schema, q, ok := executeLoadQuery(ev); ok {
+			return st.statement(ev, schema, q)
+		}
 	case *replication.XIDEvent:
-		return st.commit(ev, endPos)
+		return st.end(ev, endPos, endCommit, "")
 	case *replication.FormatDescriptionEvent:
 		st.fde, st.payload = e, nil
 	case *replication.RowsEvent:
 		if e.Table == nil || !st.match.matches(e.Table.Schema, e.Table.Table) {
-			return nil, nil
+			return nil
 		}
-		if e.Type() == replication.EnumRowsEventTypeInsert {
-			// The columns these rows were written with (schema.go).
-			at := binlogPoint{st.file, endPos}
-			if err := st.ensureLayout(e.Table, at); err != nil {
-				return nil, err
-			}
-			if err := st.layout.checkImage(e, at); err != nil {
-				return nil, err
-			}
-		}
-		if err := st.rows(ev, e); err != nil {
-			return nil, err
-		}
+		return st.rows(ev, e, endPos)
 	case *replication.TransactionPayloadEvent:
 		// MySQL binlog_transaction_compression: a whole transaction inside
 		// one event. Its inner events carry no usable offsets; the
@@ -130,19 +143,13 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 		// again with the session's settings (decode.go).
 		events, err := st.payloadEvents(e)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		var out *outboxcdc.Tx
 		for _, inner := range events {
-			tx, err := st.handle(inner, endPos)
-			if err != nil {
-				return nil, err
-			}
-			if tx != nil {
-				out = tx
+			if err := st.handle(inner, endPos); err != nil {
+				return err
 			}
 		}
-		return out, nil
 	case *replication.GenericEvent:
 		switch ev.Header.EventType {
 		case replication.XA_PREPARE_LOG_EVENT:
@@ -153,7 +160,7 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 			}
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // rawMariaDBGTID decodes a MariaDB GTID event's GTID from its raw bytes:
@@ -179,53 +186,64 @@ func startOf(ev *replication.BinlogEvent) uint32 {
 	return ev.Header.LogPos
 }
 
-func (st *stream) begin() {
+// begin opens a transaction (BEGIN, XA START, a MariaDB GTID event, or
+// rows outside one), starting a group unless its GTID event did.
+func (st *stream) begin(ev *replication.BinlogEvent) {
+	if !st.g.open {
+		st.newGroup(ev, 0)
+	}
 	st.inTx = true
-	st.events = st.events[:0]
 }
 
 // query handles a query event: BEGIN opens a transaction, COMMIT and
-// ROLLBACK end one, a statement outside a transaction (DDL) is a
-// transaction of its own, anything else inside one (SAVEPOINT) is ignored.
-func (st *stream) query(ev *replication.BinlogEvent, q []byte, endPos uint32) (*outboxcdc.Tx, error) {
+// ROLLBACK end one, SAVEPOINT and ROLLBACK TO SAVEPOINT mark and take back
+// rows, XA statements open, prepare and decide XA transactions (txn.go), an
+// INSERT into the outbox table logged as a statement is refused, a
+// statement that may change the outbox table is a boundary for its column
+// list (schema.go), a statement outside a transaction (DDL) is a
+// transaction of its own, and anything else inside one is ignored.
+func (st *stream) query(ev *replication.BinlogEvent, e *replication.QueryEvent, endPos uint32) error {
+	schema, q := e.Schema, bytes.TrimSpace(e.Query)
 	switch {
-	case bytes.EqualFold(q, []byte("BEGIN")), hasPrefixFold(q, "XA START"):
-		st.begin()
-		return nil, nil
-	case bytes.EqualFold(q, []byte("COMMIT")), st.inTx && hasPrefixFold(q, "XA COMMIT"):
-		return st.commit(ev, endPos)
-	case bytes.EqualFold(q, []byte("ROLLBACK")), st.inTx && hasPrefixFold(q, "XA ROLLBACK"):
-		// Rolled back: the rows never happened. Still a transaction end.
-		st.events = st.events[:0]
-		return st.commit(ev, endPos)
-	case st.inTx:
-		return nil, nil // SAVEPOINT, XA END, ...
+	case bytes.EqualFold(q, []byte("BEGIN")):
+		st.begin(ev)
+		return nil
+	case bytes.EqualFold(q, []byte("COMMIT")):
+		return st.end(ev, endPos, endCommit, "")
+	case bytes.EqualFold(q, []byte("ROLLBACK")):
+		// Rolled back (a transaction that also wrote a non-transactional
+		// table is logged with its rows): the rows never happened. Still a
+		// transaction end.
+		return st.end(ev, endPos, endRollback, "")
+	case hasPrefixFold(q, "XA "):
+		return st.xaQuery(ev, q, endPos)
+	case hasPrefixFold(q, "SAVEPOINT"):
+		return st.savepoint(ev, q[len("SAVEPOINT"):])
+	case hasPrefixFold(q, "ROLLBACK TO"):
+		return st.rollbackTo(ev, q[len("ROLLBACK TO"):])
+	case hasPrefixFold(q, "RELEASE SAVEPOINT"):
+		return st.release(ev, q[len("RELEASE SAVEPOINT"):])
 	}
-	return st.commit(ev, endPos) // standalone statement: DDL, XA COMMIT of a prepared XA, ...
+	// Checked inside a transaction too, not only standalone: MariaDB logs
+	// CREATE OR REPLACE TABLE ... SELECT inside the group with its rows.
+	st.ddl(ev, e)
+	if err := st.statement(ev, schema, q); err != nil {
+		return err
+	}
+	if st.inTx {
+		return nil // a statement-logged change to another table, ...
+	}
+	return st.end(ev, endPos, endCommit, "") // standalone statement: DDL, ...
 }
 
 func hasPrefixFold(q []byte, prefix string) bool {
 	return len(q) >= len(prefix) && strings.EqualFold(string(q[:len(prefix)]), prefix)
 }
 
-// xaPrepare handles XA_PREPARE_LOG_EVENT: a one-phase XA COMMIT is a plain
-// commit; a real XA PREPARE ends the binlogged part of a transaction that
-// may still be rolled back by a later XA ROLLBACK. Holding its rows until
-// then across restarts would need the checkpoint to stay behind it, so a
-// prepared XA transaction that wrote outbox rows is refused rather than
-// delivered early; one without outbox rows is an ordinary end.
-func (st *stream) xaPrepare(ev *replication.BinlogEvent, data []byte, endPos uint32) (*outboxcdc.Tx, error) {
-	onePhase := len(data) > 0 && data[0] != 0
-	if !onePhase && len(st.events) > 0 {
-		return nil, fmt.Errorf("%w: XA PREPARE at %s:%d holds %d outbox rows; two-phase XA transactions on the outbox table are not supported (commit outbox rows in ordinary transactions)",
-			ErrUnsupported, st.file, startOf(ev), len(st.events))
-	}
-	return st.commit(ev, endPos)
-}
-
-// rows buffers the INSERTed rows of one rows event on the outbox table and
-// counts UPDATE/DELETE rows as skipped (UPDATEs as route.on_update says).
-func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) error {
+// rows takes the INSERTed rows of one rows event on the outbox table (see
+// stream.row) and counts UPDATE/DELETE rows as skipped (UPDATEs as
+// route.on_update says). endPos is where the event ends.
+func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, endPos uint32) error {
 	switch ev.Header.EventType {
 	case replication.WRITE_ROWS_EVENTv0, replication.WRITE_ROWS_EVENTv1, replication.WRITE_ROWS_EVENTv2,
 		replication.MARIADB_WRITE_ROWS_COMPRESSED_EVENT_V1:
@@ -237,16 +255,39 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent) er
 		return st.src.cols.UpdateSeen(&st.src.log, st.src.m, st.origin(ev), len(e.Rows)/2)
 	}
 	if !st.inTx {
-		st.begin()
+		st.begin(ev)
+	}
+	if !st.wants() {
+		// Delivered before (read again from a restart point) or counted
+		// ahead of a second read: the rows are numbered, not decoded, so
+		// neither are their columns needed. The second read, which sends
+		// them, maps and checks them.
+		st.g.ordinal += len(e.Rows)
+		return nil
+	}
+	// The columns these rows were written with (schema.go).
+	at := binlogPoint{st.file, endPos}
+	if err := st.ensureLayout(e.Table, at); err != nil {
+		return err
+	}
+	if err := st.layout.checkImage(e, at); err != nil {
+		return err
+	}
+	if int(e.ColumnCount) != st.layout.ncols {
+		// go-mysql makes every row e.ColumnCount values long.
+		return fmt.Errorf("%w: rows event at %s has %d columns, its table map %d", ErrUnsupported, at, e.ColumnCount, st.layout.ncols)
 	}
 	origin := st.origin(ev)
 	for _, row := range e.Rows {
-		if len(row) != st.layout.ncols {
-			continue // cannot happen with binlog_row_image=FULL
+		if !st.wants() {
+			st.g.ordinal++ // over the memory bound: counted, not decoded into an Event
+			continue
 		}
 		evt := st.layout.event(row)
 		evt.Origin = origin
-		st.events = append(st.events, evt)
+		if err := st.row(evt); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -272,10 +313,11 @@ func (st *stream) origin(ev *replication.BinlogEvent) string {
 	return b.String()
 }
 
-// commit ends the current transaction at endPos: the position moves past
-// it, and its events (or, at most once per emptyTxInterval, an empty Tx to
-// move the checkpoint) are returned for delivery.
-func (st *stream) commit(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc.Tx, error) {
+// advance moves pos past the transaction ending at endPos. ok is false for
+// a transaction without GTID while following GTID positions, which a GTID
+// position cannot express a point after (only on a server mixing anonymous
+// ones); it has no place in the position and is not delivered.
+func (st *stream) advance(ev *replication.BinlogEvent, endPos uint32) (ok bool, err error) {
 	if st.pos.IsGTID() {
 		if st.hasMySQLGTID && st.pos.MySQLGTID != nil {
 			st.pos.MySQLGTID.AddGTID(st.mysqlGTID, st.mysqlGNO)
@@ -285,7 +327,7 @@ func (st *stream) commit(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 		}
 	} else {
 		if endPos < 4 {
-			return nil, fmt.Errorf("%w: transaction end at %s without a binlog offset", ErrUnsupported, st.file)
+			return false, fmt.Errorf("%w: transaction end at %s without a binlog offset", ErrUnsupported, st.file)
 		}
 		st.pos.File, st.pos.Offset = st.file, endPos
 	}
@@ -293,34 +335,37 @@ func (st *stream) commit(ev *replication.BinlogEvent, endPos uint32) (*outboxcdc
 	st.inTx, st.hasMySQLGTID, st.hasMariaGTID = false, false, false
 	m := st.src.m
 	m.TransactionsRead.Inc()
-	commitTime := time.Unix(int64(ev.Header.Timestamp), 0)
-	now := time.Now()
-	if lag := now.Sub(commitTime).Seconds(); lag > 0 {
+	if lag := time.Since(time.Unix(int64(ev.Header.Timestamp), 0)).Seconds(); lag > 0 {
 		m.LagSeconds.Set(lag)
 	} else {
 		m.LagSeconds.Set(0)
 	}
 	if st.pos.IsGTID() && !hadGTID {
-		// A GTID position cannot express a point after a transaction
-		// without GTID; only happens on a server mixing anonymous ones.
-		if len(st.events) > 0 {
-			return nil, fmt.Errorf("%w: transaction without GTID at %s:%d while following GTID positions; set gtid_mode=ON or use gtid: off",
+		if st.g.ordinal > 0 {
+			return false, fmt.Errorf("%w: transaction without GTID at %s:%d while following GTID positions; set gtid_mode=ON or use gtid: off",
 				ErrUnsupported, st.file, startOf(ev))
 		}
-		return nil, nil
+		return false, nil
 	}
-	if len(st.events) == 0 && now.Sub(st.lastEmit) < st.src.emptyTxInterval {
-		return nil, nil
+	return true, nil
+}
+
+// deliver sends the rows ending a transaction with End set (or, at most
+// once per emptyTxInterval, an empty Tx to move the checkpoint).
+func (st *stream) deliver(events []outboxcdc.Event, commitTime time.Time, closes bool) error {
+	now := time.Now()
+	if len(events) == 0 && !closes && (now.Sub(st.lastEmit) < st.src.emptyTxInterval || st.src.plan != nil) {
+		// While a transaction's fragments are out, nothing else may come
+		// between them and its end.
+		return nil
 	}
-	for i := range st.events {
-		st.events[i].CommitTime = commitTime
+	for i := range events {
+		events[i].CommitTime = commitTime
 	}
-	m.EventsRead.Add(float64(len(st.events)))
-	var events []outboxcdc.Event
-	if len(st.events) > 0 {
-		events = st.events
-		st.events = nil // owned by the Tx now
+	st.src.m.EventsRead.Add(float64(len(events)))
+	if len(events) == 0 {
+		events = nil
 	}
 	st.lastEmit = now
-	return &outboxcdc.Tx{Events: events, End: st.pos.Encode(), CommitTime: commitTime}, nil
+	return st.send(outboxcdc.Tx{Events: events, End: st.endPos(), CommitTime: commitTime})
 }
