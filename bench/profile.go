@@ -31,21 +31,17 @@ func runProfile(ctx context.Context, o *options) error {
 		return err
 	}
 	defer be.close()
-	br, err := startBroker(ctx, o)
+	br, err := startBroker(ctx, o, 1, "bench.prof."+kind)
 	if err != nil {
 		return err
 	}
 	defer br.stop()
 	logf("%s: loading %d rows", kind, o.rows)
-	bl, err := loadBacklog(ctx, o, be, "prof")
+	bl, err := loadBacklog(ctx, be, loadPlan{rows: o.rows, txRows: o.txRows, stmtRows: o.txRows, rowBytes: 200, loaders: 4, aggregates: o.aggregates, tag: "prof"})
 	if err != nil {
 		return err
 	}
-	if kind == "postgres" {
-		defer be.dropSlot(ctx, bl.cdcSlot)
-		defer be.dropSlot(ctx, bl.rawSlot)
-		defer be.db.ExecContext(context.WithoutCancel(ctx), "DROP PUBLICATION IF EXISTS "+bl.pub)
-	}
+	defer bl.release(ctx, be)
 
 	reg := prometheus.NewRegistry()
 	log := zerolog.Nop()
@@ -74,8 +70,13 @@ func runProfile(ctx context.Context, o *options) error {
 			return err
 		}
 	case "postgres":
+		slot := be.slotName("prof")
+		if err := be.copySlot(ctx, bl.tplSlot, slot); err != nil {
+			return err
+		}
+		defer be.dropSlot(ctx, slot)
 		cfg := wal.DefaultConfig()
-		cfg.DSN, cfg.Table, cfg.Slot, cfg.Publication, cfg.Create = be.dsn, "public.outbox_message", bl.cdcSlot, bl.pub, false
+		cfg.DSN, cfg.Table, cfg.Slot, cfg.Publication, cfg.Create = be.dsn, "public.outbox_message", slot, bl.pub, false
 		if src, err = wal.New(cfg, name, rt.Columns(), log, sm, reg); err != nil {
 			return err
 		}
