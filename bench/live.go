@@ -293,7 +293,8 @@ func runLive(ctx context.Context, o *options, be *backend, rate int, system stri
 	if err != nil {
 		return nil, fmt.Errorf("database counters: %w", err)
 	}
-	res.Load = be.load(ctx, o, snapBefore, snapAfter, rc)
+	load := be.load(ctx, o, snapBefore, snapAfter, rc)
+	res.Load = &load
 
 	// Percentiles over rows written after the warm-up; a row never seen
 	// counts as +Inf.

@@ -136,7 +136,8 @@ type liveResult struct {
 	CPUSeconds, PeakRSSMiB            float64
 	RelayQueries, RelayRowsRead       int64
 	RelayRowsUpdated, RelayEmptyPolls int64
-	Load                              dbLoad
+	// Load is nil in results of earlier versions.
+	Load *dbLoad `json:",omitempty"`
 	// LoadAvgBefore/After are /proc/loadavg's 1-minute figure: other work
 	// on the machine shows up here.
 	LoadAvgBefore, LoadAvgAfter string
@@ -613,6 +614,10 @@ func writeLiveTables(w io.Writer, res *results) {
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, db := range res.DBs {
 		for _, l := range db.Live {
+			if l.Load == nil {
+				fmt.Fprintf(w, "| %s | %s | %s | %d | not measured | | | | | |\n", dbLabel(db.Kind), rateName(l.Rate), l.System, l.Delivered)
+				continue
+			}
 			n := float64(max(1, l.Written))
 			logb := fmt.Sprintf("%.0f", float64(l.Load.LogBytes)/n)
 			if l.Load.LogError != "" {

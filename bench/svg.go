@@ -215,10 +215,7 @@ func drainBars(db dbResult) []bar {
 		{"raw produce, franz-go", rate(d.RawProduceFranzSeconds), "#c8c8c8"},
 	}
 	for _, r := range d.Runs {
-		c := "#1f5fbf"
-		if r.ExactlyOnce {
-			c = "#6a3d9a"
-		}
+		c := map[[2]bool]string{{false, false}: "#1f5fbf", {false, true}: "#6f9be0", {true, false}: "#6a3d9a", {true, true}: "#a98bcf"}[[2]bool{r.ExactlyOnce, r.Brokers > 1}]
 		bars = append(bars, bar{"outbox-cdc, " + r.Mode, r.rate(), c})
 	}
 	return bars
