@@ -251,10 +251,10 @@ func drainOnce(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 	r := drainRun{Mode: m.label, Brokers: m.brokers, ExactlyOnce: m.exactly, Rows: bl.rows}
 	if err := drainInto(ctx, o, be, bl, m, what, limit, &r); err != nil {
 		r.Error = err.Error()
-		logf("%s: %s drain (%s) failed: %v", be.kind, what, m.label, err)
+		logf("%s: %s (%s) failed: %v", be.kind, what, m.label, err)
 		return r
 	}
-	logf("%s: %s drain (%s): %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct",
+	logf("%s: %s (%s): %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct",
 		be.kind, what, m.label, bl.rows, r.Seconds, r.rate(), r.CPUSeconds, r.PeakRSSMiB, r.AllocBytesPerRow, r.MallocsPerRow, 100*r.GCShare, r.Consumed, r.Distinct)
 	return r
 }

@@ -147,7 +147,7 @@ func main() {
 		if err != nil {
 			fatalf("-baseline: %v", err)
 		}
-		base = &baseline{Started: b.Started, Command: b.Command, Path: o.baseline, Figures: keyFigures(b)}
+		base = &baseline{Started: b.Started, Command: b.Command, Path: o.baseline, Rows: b.Rows, Figures: keyFigures(b)}
 	}
 
 	if o.reportOnly {

@@ -359,6 +359,7 @@ type baseline struct {
 	Started time.Time
 	Command string
 	Path    string
+	Rows    int // the backlog of its drains
 	Figures []figure
 }
 
@@ -434,6 +435,9 @@ func writeComparison(w io.Writer, res *results) {
 		return
 	}
 	fmt.Fprintf(w, "Before: %s (`%s`, %s). After: this run.\n\n", b.Started.UTC().Format("2006-01-02 15:04 MST"), b.Command, b.Path)
+	if b.Rows != 0 && res.Rows != 0 && b.Rows != res.Rows {
+		fmt.Fprintf(w, "**The backlogs differ** (%d rows before, %d after): drain rates and per-row figures include start-up, which weighs more on the smaller one.\n\n", b.Rows, res.Rows)
+	}
 	fmt.Fprintln(w, "| measure | before | after | change |")
 	fmt.Fprintln(w, "|---|---|---|---|")
 	after := keyFigures(res)

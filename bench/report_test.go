@@ -124,7 +124,7 @@ func TestBeforeAfter(t *testing.T) {
 	after.DBs[0].Drain.Runs[0].AllocBytesPerRow = 4000 // more garbage
 	after.DBs[0].Drain.Runs = after.DBs[0].Drain.Runs[:2]
 	after.DBs[1].Live = append(after.DBs[1].Live, liveResult{System: sysTuned, Rate: 1000, P99: 30})
-	after.Baseline = &baseline{Started: before.Started, Command: before.Command, Path: "old.json", Figures: keyFigures(before)}
+	after.Baseline = &baseline{Started: before.Started, Command: before.Command, Path: "old.json", Rows: 200_000, Figures: keyFigures(before)}
 	var out bytes.Buffer
 	writeComparison(&out, after)
 	for _, want := range []string{
@@ -133,6 +133,7 @@ func TestBeforeAfter(t *testing.T) {
 		"| MariaDB drain, exactly-once (rows/s) | 384615 | 384615 | +0 % (same) |",
 		"| PostgreSQL tuned relay p99 at 1000/s (ms) | – | 30.0 | new |",
 		"| MariaDB drain, at-least-once, 3 brokers (rows/s) | 555556 | – | not measured |",
+		"**The backlogs differ** (200000 rows before, 1000000 after)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("missing %q in\n%s", want, out.String())
