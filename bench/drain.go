@@ -310,6 +310,8 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 		return err
 	}
 	defer c.kill()
+	// Progress is rows read from the source or records delivered: a huge
+	// transaction is read for a long time before its first record.
 	last, lastAt := -1.0, time.Now()
 	for {
 		if ctx.Err() != nil {
@@ -320,13 +322,14 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 			return fmt.Errorf("connector exited: %v\n%s", c.err, c.tail())
 		default:
 		}
-		n, err := c.metric("outbox_cdc_records_delivered_total")
-		if err == nil && int(n) >= bl.rows {
+		mm, _ := c.metrics("outbox_cdc_records_delivered_total", "outbox_cdc_source_events_total")
+		n := mm["outbox_cdc_records_delivered_total"]
+		if int(n) >= bl.rows {
 			r.Seconds = time.Since(c.started).Seconds()
 			break
 		}
-		if n != last {
-			last, lastAt = n, time.Now()
+		if p := n + mm["outbox_cdc_source_events_total"]; p != last {
+			last, lastAt = p, time.Now()
 		}
 		if el := time.Since(c.started); el > limit || time.Since(lastAt) > 3*time.Minute {
 			return fmt.Errorf("drain not done after %s (%v delivered, no progress for %s)\n%s", el.Round(time.Second), n, time.Since(lastAt).Round(time.Second), c.tail())
