@@ -313,9 +313,15 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 	// Progress is rows read from the source or records delivered: a huge
 	// transaction is read for a long time before its first record.
 	last, lastAt := -1.0, time.Now()
-	for {
+	for i := 0; ; i++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if i%50 == 0 {
+			// What a run that fails had reached (VmHWM only grows).
+			if ps, err := readProc(c.cmd.Process.Pid); err == nil {
+				r.CPUSeconds, r.PeakRSSMiB = ps.CPUSeconds, ps.PeakRSSMiB
+			}
 		}
 		select {
 		case <-c.done:
