@@ -30,8 +30,10 @@ test-short:
 	$(GO) test -race -count=1 -short ./...
 
 # Benchmarks against the local databases and a broker process (bench/README.md):
-# a few minutes per database; writes bench/RESULTS.md, bench/latency.png and
-# bench/results.json. BENCH_FLAGS="-rows 100000 -dbs mysql" for a quick run.
+# several minutes per database; writes bench/RESULTS.md, bench/latency.svg,
+# bench/drain.svg and bench/results.json. BENCH_FLAGS="-rows 100000 -dbs mysql"
+# for a quick run, "-bigtx" adds the 1,000,000-row transaction (~1 GB per
+# database), "-baseline old.json" a before/after table.
 BENCH_FLAGS ?=
 bench: build services
 	$(GO) run ./bench $(BENCH_FLAGS)

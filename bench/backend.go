@@ -15,17 +15,18 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 )
 
-// benchName is the MySQL database and the PostgreSQL database the bench
-// creates and drops.
-const benchName = "outbox_bench"
-
 // backend is one source database with a fresh outbox table.
 type backend struct {
 	kind    string
 	version string
-	admin   *sql.DB // no database (MySQL) or the maintenance database (PostgreSQL)
-	db      *sql.DB // the bench database
-	dsn     string  // the bench database, for the connector
+	// name is the database the bench creates and drops: outbox_bench_
+	// and a random suffix, so runs by several people on one server do not
+	// meet. Slots and topics carry the same suffix.
+	name  string
+	oid   int64   // PostgreSQL: the database's oid, for pg_walinspect
+	admin *sql.DB // no database (MySQL) or the maintenance database (PostgreSQL)
+	db    *sql.DB // the bench database
+	dsn   string  // the bench database, for the connector
 	// ph returns the i-th (1-based) placeholder.
 	ph func(i int) string
 }
@@ -38,7 +39,7 @@ var (
 )
 
 func openBackend(ctx context.Context, o *options, kind string) (*backend, error) {
-	be := &backend{kind: kind}
+	be := &backend{kind: kind, name: "outbox_bench_" + o.runID}
 	var err error
 	switch kind {
 	case "mysql":
@@ -50,23 +51,22 @@ func openBackend(ctx context.Context, o *options, kind string) (*backend, error)
 		if be.admin, err = sql.Open("mysql", cfg.FormatDSN()); err != nil {
 			return nil, err
 		}
-		for _, q := range []string{"DROP DATABASE IF EXISTS " + benchName, "CREATE DATABASE " + benchName} {
+		for _, q := range []string{"CREATE DATABASE " + be.name} {
 			if _, err := be.admin.ExecContext(ctx, q); err != nil {
 				return nil, fmt.Errorf("%s: %w", q, err)
 			}
 		}
-		cfg.DBName = benchName
+		cfg.DBName = be.name
 		be.dsn = cfg.FormatDSN()
 		be.ph = func(int) string { return "?" }
 	case "postgres":
 		if be.admin, err = sql.Open("pgx", o.pgDSN); err != nil {
 			return nil, err
 		}
-		be.dropPostgres(ctx)
-		if _, err := be.admin.ExecContext(ctx, "CREATE DATABASE "+benchName); err != nil {
+		if _, err := be.admin.ExecContext(ctx, "CREATE DATABASE "+be.name); err != nil {
 			return nil, fmt.Errorf("create database: %w", err)
 		}
-		be.dsn = replaceDBName(o.pgDSN, benchName)
+		be.dsn = replaceDBName(o.pgDSN, be.name)
 		be.ph = func(i int) string { return "$" + strconv.Itoa(i) }
 	default:
 		return nil, fmt.Errorf("unknown database %q (want mysql or postgres)", kind)
@@ -123,13 +123,15 @@ func (be *backend) dropPostgres(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	for range 50 {
-		_, err := be.admin.ExecContext(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", benchName)
+		_, err := be.admin.ExecContext(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1", be.name)
 		if err == nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond) // a walsender may still be exiting
 	}
-	be.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+benchName+" WITH (FORCE)")
+	if _, err := be.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+be.name+" WITH (FORCE)"); err != nil {
+		logf("could not drop the PostgreSQL database %s: %v; drop it by hand", be.name, err)
+	}
 }
 
 func (be *backend) close() {
@@ -138,7 +140,9 @@ func (be *backend) close() {
 	}
 	ctx := context.Background()
 	if be.kind == "mysql" {
-		be.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+benchName)
+		if _, err := be.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+be.name); err != nil {
+			logf("could not drop the MariaDB database %s: %v; drop it by hand", be.name, err)
+		}
 	} else {
 		be.dropPostgres(ctx)
 	}
@@ -156,7 +160,30 @@ func (be *backend) createSlot(ctx context.Context, pub, slot string) error {
 		}
 	}
 	if _, err := be.db.ExecContext(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
-		return fmt.Errorf("create slot %s: %w", slot, err)
+		return fmt.Errorf("create slot %s: %w (max_replication_slots reached? the bench needs two free slots)", slot, err)
+	}
+	return nil
+}
+
+// slotName is a replication slot or publication name for tag, unique to
+// this run (slot names are server-wide).
+func (be *backend) slotName(tag string) string {
+	b := []byte("bench_" + be.name[len("outbox_bench_"):] + "_" + strings.ToLower(tag))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b[:min(len(b), 63)])
+}
+
+// copySlot makes dst a copy of the (unused) slot src: same plugin, same
+// start. One slot created before a load is thus read by several consumers
+// in turn, each from the beginning, while at most two slots exist at a
+// time (the server's max_replication_slots is shared with everyone).
+func (be *backend) copySlot(ctx context.Context, src, dst string) error {
+	if _, err := be.db.ExecContext(ctx, "SELECT pg_copy_logical_replication_slot($1, $2)", src, dst); err != nil {
+		return fmt.Errorf("copy slot %s to %s: %w (max_replication_slots reached? the bench needs two free slots)", src, dst, err)
 	}
 	return nil
 }
@@ -176,11 +203,11 @@ func (be *backend) dropSlot(ctx context.Context, slot string) {
 }
 
 // sourceYAML is the source: section of a connector configuration.
-func (be *backend) sourceYAML(slot string) string {
+func (be *backend) sourceYAML(slot, pub string) string {
 	if be.kind == "mysql" {
 		return fmt.Sprintf("  type: mysql\n  dsn: %q\n  table: outbox_message\n  start: latest\n", be.dsn)
 	}
-	return fmt.Sprintf("  type: postgres\n  dsn: %q\n  table: public.outbox_message\n  slot: %s\n  publication: %s\n  start: earliest\n  create: false\n", be.dsn, slot, slot)
+	return fmt.Sprintf("  type: postgres\n  dsn: %q\n  table: public.outbox_message\n  slot: %s\n  publication: %s\n  start: earliest\n  create: false\n", be.dsn, slot, pub)
 }
 
 // row is one outbox row as written.
@@ -195,8 +222,19 @@ var payloadPad = strings.Repeat("x", 80)
 // makeRow builds row seq with a ~200-byte JSON payload carrying ts, the
 // writer's clock in microseconds (0 for the backlog).
 func makeRow(seq int64, aggregates int, ts int64) row {
+	return makeRowPad(seq, aggregates, ts, payloadPad)
+}
+
+// padFor returns the note that makes a payload about n bytes (at least the
+// ~120 bytes of the other fields).
+func padFor(n int) string {
+	return strings.Repeat("x", max(0, n-120))
+}
+
+// makeRowPad builds row seq with pad as its note.
+func makeRowPad(seq int64, aggregates int, ts int64, pad string) row {
 	agg := seq % int64(aggregates)
-	p := make([]byte, 0, 224)
+	p := make([]byte, 0, 144+len(pad))
 	p = append(p, `{"ts":`...)
 	p = strconv.AppendInt(p, ts, 10)
 	p = append(p, `,"seq":`...)
@@ -208,7 +246,7 @@ func makeRow(seq int64, aggregates int, ts int64) row {
 	p = append(p, `.25,"currency":"EUR","items":3,"customer":"c-`...)
 	p = strconv.AppendInt(p, seq%997, 10)
 	p = append(p, `","note":"`...)
-	p = append(p, payloadPad...)
+	p = append(p, pad...)
 	p = append(p, `"}`...)
 	return row{
 		messageID: uuid.NewString(),

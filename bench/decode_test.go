@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -19,7 +20,8 @@ import (
 //
 //	go test -run - -bench BinlogDecode -benchmem ./bench/
 func BenchmarkBinlogDecode(b *testing.B) {
-	const dbName, rows, txRows = "outbox_bench_decode", 10_000, 1000
+	const rows, txRows = 10_000, 1000
+	dbName := fmt.Sprintf("outbox_bench_decode_%d", time.Now().UnixNano()%1_000_000)
 	admin, err := sql.Open("mysql", "root:@tcp(127.0.0.1:3306)/")
 	if err == nil {
 		err = admin.Ping()

@@ -17,33 +17,44 @@ import (
 	"github.com/IBM/sarama"
 	gomysql "github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // backlog is a loaded backlog and where it sits in the source's log.
 type backlog struct {
-	rows int
+	rows     int
+	rowBytes int // approximate payload size
 	// MySQL: binlog coordinates around the load and the GTID position
-	// before it (the connector's checkpoint).
+	// before it (the connector's starting point).
 	startFile, endFile string
 	startPos, endPos   uint32
 	startGTID          string
-	// PostgreSQL: slots created before the load, and the WAL position
-	// after it.
-	cdcSlot, rawSlot, pub string
-	endLSN                string
-	loadSeconds           float64
+	// PostgreSQL: a template slot created before the load (never read,
+	// copied for every reader) and its publication, and the WAL position
+	// after the load.
+	tplSlot, pub string
+	endLSN       string
+	loadSeconds  float64
 }
 
-// loadBacklog recreates the table, notes the start position, inserts
-// o.rows rows in o.txRows-row transactions with 4 concurrent loaders, and
-// notes the end position.
-func loadBacklog(ctx context.Context, o *options, be *backend, tag string) (*backlog, error) {
-	bl := &backlog{rows: o.rows}
+// loadPlan says what to insert: rows rows in transactions of txRows (0:
+// all in one transaction), each payload about rowBytes long, from loaders
+// connections at once.
+type loadPlan struct {
+	rows, txRows, stmtRows, rowBytes, loaders, aggregates int
+	tag                                                   string
+}
+
+// loadBacklog recreates the table, notes the start position (PostgreSQL:
+// creates the template slot), inserts the rows, and notes the end position.
+func loadBacklog(ctx context.Context, be *backend, pl loadPlan) (*backlog, error) {
+	bl := &backlog{rows: pl.rows, rowBytes: pl.rowBytes}
 	if err := be.recreateTable(ctx); err != nil {
 		return nil, err
 	}
@@ -57,44 +68,53 @@ func loadBacklog(ctx context.Context, o *options, be *backend, tag string) (*bac
 			return nil, err
 		}
 	case "postgres":
-		bl.pub, bl.cdcSlot, bl.rawSlot = "bench_"+tag, "bench_"+tag, "bench_"+tag+"_raw"
-		if err := be.createSlot(ctx, bl.pub, bl.cdcSlot); err != nil {
-			return nil, err
-		}
-		if err := be.createSlot(ctx, bl.pub, bl.rawSlot); err != nil {
+		bl.pub, bl.tplSlot = be.slotName(pl.tag), be.slotName(pl.tag+"_tpl")
+		if err := be.createSlot(ctx, bl.pub, bl.tplSlot); err != nil {
 			return nil, err
 		}
 	}
+	txRows := pl.txRows
+	if txRows <= 0 {
+		txRows = pl.rows
+	}
+	stmtRows := min(pl.stmtRows, txRows)
+	pad := padFor(pl.rowBytes)
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	stmt := be.insertSQL(o.txRows)
-	for range 4 {
+	errs := make(chan error, pl.loaders)
+	stmt := be.insertSQL(stmtRows)
+	for range pl.loaders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rows := make([]row, o.txRows)
+			rows := make([]row, stmtRows)
 			for {
-				first := next.Add(int64(o.txRows)) - int64(o.txRows)
-				if first >= int64(o.rows) || ctx.Err() != nil {
+				first := next.Add(int64(txRows)) - int64(txRows)
+				if first >= int64(pl.rows) || ctx.Err() != nil {
 					return
 				}
-				n := min(o.txRows, o.rows-int(first))
-				for i := range n {
-					rows[i] = makeRow(first+int64(i), o.aggregates, 0)
-				}
-				q := stmt
-				if n != o.txRows {
-					q = be.insertSQL(n)
-				}
+				n := min(txRows, pl.rows-int(first))
 				tx, err := be.db.BeginTx(ctx, nil)
-				if err == nil {
-					if _, err = tx.ExecContext(ctx, q, rowArgs(rows[:n])...); err != nil {
-						tx.Rollback()
-					} else {
-						err = tx.Commit()
+				for done := 0; err == nil && done < n; {
+					k := min(stmtRows, n-done)
+					for i := range k {
+						rows[i] = makeRowPad(first+int64(done+i), pl.aggregates, 0, pad)
 					}
+					q := stmt
+					if k != stmtRows {
+						q = be.insertSQL(k)
+					}
+					_, err = tx.ExecContext(ctx, q, rowArgs(rows[:k])...)
+					done += k
+					if txRows == pl.rows && done%100_000 < k {
+						logf("%s: %d of %d rows inserted in the open transaction", be.kind, done, n)
+					}
+				}
+				if err == nil {
+					err = tx.Commit()
+				} else if tx != nil {
+					tx.Rollback()
 				}
 				if err != nil {
 					errs <- err
@@ -123,6 +143,15 @@ func loadBacklog(ctx context.Context, o *options, be *backend, tag string) (*bac
 	return bl, ctx.Err()
 }
 
+// release drops the template slot and the publication.
+func (bl *backlog) release(ctx context.Context, be *backend) {
+	if be.kind != "postgres" {
+		return
+	}
+	be.dropSlot(ctx, bl.tplSlot)
+	be.db.ExecContext(context.WithoutCancel(ctx), "DROP PUBLICATION IF EXISTS "+bl.pub)
+}
+
 func masterStatus(ctx context.Context, be *backend) (string, uint32, error) {
 	rows, err := be.db.QueryContext(ctx, "SHOW MASTER STATUS")
 	if err != nil {
@@ -143,100 +172,295 @@ func masterStatus(ctx context.Context, be *backend) (string, uint32, error) {
 	return file, pos, rows.Scan(vals...)
 }
 
-// runDrain is scenarios 1, 2 and 5 (drain part).
-func runDrain(ctx context.Context, o *options, be *backend, br *broker) (*drainResult, error) {
+// drainMode is one way of draining a backlog.
+type drainMode struct {
+	label   string // at-least-once, exactly-once, at-least-once, 3 brokers
+	exactly bool
+	brokers int
+}
+
+var (
+	modeALO      = drainMode{"at-least-once", false, 1}
+	modeEOS      = drainMode{"exactly-once", true, 1}
+	modeCluster  = drainMode{"at-least-once, 3 brokers", false, 3}
+	modeEOSClstr = drainMode{"exactly-once, 3 brokers", true, 3}
+)
+
+// runDrain is scenarios 1 and 2: one backlog, its physical limits, and the
+// connector draining it in every chosen mode, each with a fresh broker.
+func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error) {
 	logf("%s: loading %d rows in %d-row transactions", be.kind, o.rows, o.txRows)
-	bl, err := loadBacklog(ctx, o, be, "drain")
+	bl, err := loadBacklog(ctx, be, loadPlan{rows: o.rows, txRows: o.txRows, stmtRows: o.txRows, rowBytes: 200, loaders: 4, aggregates: o.aggregates, tag: "drain"})
 	if err != nil {
 		return nil, err
 	}
-	if be.kind == "postgres" {
-		defer be.dropSlot(ctx, bl.cdcSlot)
-		defer be.dropSlot(ctx, bl.rawSlot)
-		defer be.db.ExecContext(context.WithoutCancel(ctx), "DROP PUBLICATION IF EXISTS "+bl.pub)
-	}
+	defer bl.release(ctx, be)
 	d := &drainResult{Rows: o.rows, LoadSeconds: bl.loadSeconds, LoadAvgBefore: loadAvg()}
 	logf("%s: loaded in %.1fs; raw source read", be.kind, bl.loadSeconds)
 
 	if d.RawReadSeconds, d.RawReadRows, err = rawRead(ctx, o, be, bl); err != nil {
 		return nil, fmt.Errorf("raw read: %w", err)
 	}
-	logf("%s: raw read %.2fs (%d rows); raw produce", be.kind, d.RawReadSeconds, d.RawReadRows)
+	logf("%s: raw read %.2fs (%d rows, %.0f rows/s); raw produce", be.kind, d.RawReadSeconds, d.RawReadRows, float64(d.RawReadRows)/d.RawReadSeconds)
 	if d.RawReadRows != o.rows {
 		return nil, fmt.Errorf("raw read saw %d rows of %d", d.RawReadRows, o.rows)
 	}
-	if d.RawProduceFranzSeconds, err = rawProduceFranz(ctx, o, br, "bench.raw.franz."+be.kind); err != nil {
-		return nil, fmt.Errorf("raw produce (franz-go): %w", err)
-	}
-	if d.RawProduceSaramaSeconds, err = rawProduceSarama(ctx, o, br, "bench.raw.sarama."+be.kind); err != nil {
-		return nil, fmt.Errorf("raw produce (sarama): %w", err)
-	}
-	logf("%s: raw produce franz-go %.2fs, sarama %.2fs; draining with outbox-cdc", be.kind, d.RawProduceFranzSeconds, d.RawProduceSaramaSeconds)
-
-	name := "bench-drain-" + be.kind
-	if be.kind == "mysql" {
-		// Resume just before the backlog: a checkpoint at the GTID position
-		// read before the first insert.
-		if err := os.MkdirAll(filepath.Join(o.work, name), 0o755); err != nil {
-			return nil, err
-		}
-		cp, err := checkpoint.NewFile(checkpoint.FileConfig{Path: filepath.Join(o.work, name, "checkpoint")}, zerolog.Nop())
-		if err != nil {
-			return nil, err
-		}
-		if err := cp.Save(ctx, outboxcdc.MakePosition("mysql", "mariadb-gtid:"+bl.startGTID)); err != nil {
-			return nil, err
-		}
-	}
-	c, err := startConnector(o, name, be.sourceYAML(bl.cdcSlot), "bench.drain."+be.kind, br)
+	franzTopic, saramaTopic := "bench.raw.franz."+be.kind, "bench.raw.sarama."+be.kind
+	br, err := startBroker(ctx, o, 1, franzTopic, saramaTopic)
 	if err != nil {
 		return nil, err
 	}
-	defer c.stop()
-	var peak procStats
-	for {
+	d.RawProduceFranzSeconds, err = rawProduceFranz(ctx, o, br, franzTopic)
+	if err == nil {
+		d.RawProduceSaramaSeconds, err = rawProduceSarama(ctx, o, br, saramaTopic)
+	}
+	br.stop()
+	if err != nil {
+		return nil, fmt.Errorf("raw produce: %w", err)
+	}
+	logf("%s: raw produce franz-go %.2fs, sarama %.2fs", be.kind, d.RawProduceFranzSeconds, d.RawProduceSaramaSeconds)
+
+	modes := []drainMode{modeALO}
+	if o.scenarios["eos"] {
+		modes = append(modes, modeEOS)
+	}
+	if o.scenarios["cluster"] {
+		modes = append(modes, modeCluster)
+		if o.scenarios["eos"] {
+			modes = append(modes, modeEOSClstr)
+		}
+	}
+	for _, m := range modes {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return d, ctx.Err()
+		}
+		r := drainOnce(ctx, o, be, bl, m, "drain", 10*time.Minute)
+		d.Runs = append(d.Runs, r)
+		if r.Mode == modeALO.label && r.Error == "" {
+			// The fields older reports read.
+			d.DrainSeconds, d.CPUSeconds, d.PeakRSSMiB, d.Checkpoint = r.Seconds, r.CPUSeconds, r.PeakRSSMiB, r.Checkpoint
+		}
+	}
+	return d, nil
+}
+
+// drainOnce drains bl once in mode m with a fresh broker and reports what it
+// saw; a failure is recorded in the result rather than returned, so the
+// other modes still run.
+func drainOnce(ctx context.Context, o *options, be *backend, bl *backlog, m drainMode, what string, limit time.Duration) drainRun {
+	r := drainRun{Mode: m.label, Brokers: m.brokers, ExactlyOnce: m.exactly, Rows: bl.rows}
+	if err := drainInto(ctx, o, be, bl, m, what, limit, &r); err != nil {
+		r.Error = err.Error()
+		logf("%s: %s (%s) failed: %v", be.kind, what, m.label, err)
+		return r
+	}
+	logf("%s: %s (%s): %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct",
+		be.kind, what, m.label, bl.rows, r.Seconds, r.rate(), r.CPUSeconds, r.PeakRSSMiB, r.AllocBytesPerRow, r.MallocsPerRow, 100*r.GCShare, r.Consumed, r.Distinct)
+	return r
+}
+
+func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drainMode, what string, limit time.Duration, r *drainRun) error {
+	suffix := strings.NewReplacer(" ", "", ",", "-").Replace(m.label)
+	name := fmt.Sprintf("bench-%s-%s-%s-%s", what, be.kind, suffix, o.runID)
+	topic := fmt.Sprintf("bench.%s.%s.%s", what, be.kind, suffix)
+	br, err := startBroker(ctx, o, m.brokers, topic)
+	if err != nil {
+		return err
+	}
+	defer br.stop()
+	spec := connSpec{name: name, topic: topic, br: br, exactly: m.exactly, gctrace: true}
+	if m.exactly && what == "bigtx" {
+		// The huge transaction is one Kafka transaction; the README's
+		// remedy for a batch that takes long is a longer transaction
+		// timeout (kfake allows up to 15 minutes).
+		spec.env = append(spec.env, "OUTBOX_CDC_SINK_TRANSACTION_TIMEOUT=10m")
+	}
+	switch be.kind {
+	case "mysql":
+		// Start just before the backlog: the GTID position read before the
+		// first insert, as a file checkpoint or a committed progress record.
+		start := outboxcdc.MakePosition("mysql", "mariadb-gtid:"+bl.startGTID)
+		if m.exactly {
+			if err := seedProgress(ctx, br, name, start); err != nil {
+				return fmt.Errorf("seed the progress topic: %w", err)
+			}
+		} else {
+			if err := os.MkdirAll(filepath.Join(o.work, name), 0o755); err != nil {
+				return err
+			}
+			cp, err := checkpoint.NewFile(checkpoint.FileConfig{Path: filepath.Join(o.work, name, "checkpoint")}, zerolog.Nop())
+			if err != nil {
+				return err
+			}
+			if err := cp.Save(ctx, start); err != nil {
+				return err
+			}
+		}
+		spec.sourceYAML = be.sourceYAML("", "")
+	case "postgres":
+		slot := be.slotName(what + "_" + suffix)
+		if err := be.copySlot(ctx, bl.tplSlot, slot); err != nil {
+			return err
+		}
+		defer be.dropSlot(ctx, slot)
+		spec.sourceYAML = be.sourceYAML(slot, bl.pub)
+	}
+	c, err := startConnector(o, spec)
+	if err != nil {
+		return err
+	}
+	defer c.kill()
+	// Progress is rows read from the source or records delivered: a huge
+	// transaction is read for a long time before its first record.
+	last, lastAt := -1.0, time.Now()
+	for i := 0; ; i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if i%50 == 0 {
+			// What a run that fails had reached (VmHWM only grows).
+			if ps, err := readProc(c.cmd.Process.Pid); err == nil {
+				r.CPUSeconds, r.PeakRSSMiB = ps.CPUSeconds, ps.PeakRSSMiB
+			}
 		}
 		select {
 		case <-c.done:
-			return nil, fmt.Errorf("connector exited: %v\n%s", c.err, c.tail())
+			return fmt.Errorf("connector exited: %v\n%s", c.err, c.tail())
 		default:
 		}
-		n, err := c.metric("outbox_cdc_records_delivered_total")
-		if err == nil && int(n) >= o.rows {
-			d.DrainSeconds = time.Since(c.started).Seconds()
+		mm, _ := c.metrics("outbox_cdc_records_delivered_total", "outbox_cdc_source_events_total")
+		n := mm["outbox_cdc_records_delivered_total"]
+		if int(n) >= bl.rows {
+			r.Seconds = time.Since(c.started).Seconds()
 			break
 		}
-		if time.Since(c.started) > 10*time.Minute {
-			return nil, fmt.Errorf("drain not done after 10 minutes (%v delivered)\n%s", n, c.tail())
+		if p := n + mm["outbox_cdc_source_events_total"]; p != last {
+			last, lastAt = p, time.Now()
+		}
+		if el := time.Since(c.started); el > limit || time.Since(lastAt) > 3*time.Minute {
+			return fmt.Errorf("drain not done after %s (%v delivered, no progress for %s)\n%s", el.Round(time.Second), n, time.Since(lastAt).Round(time.Second), c.tail())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if peak, err = readProc(c.cmd.Process.Pid); err != nil {
-		return nil, err
+	ps, err := readProc(c.cmd.Process.Pid)
+	if err != nil {
+		return err
 	}
-	d.CPUSeconds, d.PeakRSSMiB = peak.CPUSeconds, peak.PeakRSSMiB
-	// The checkpoint is saved right after the records are counted; check
-	// that it covers the backlog.
-	time.Sleep(200 * time.Millisecond)
-	if saved, err := checkpoint.ReadFile(c.cpPath); err == nil {
-		d.Checkpoint = string(saved.Position)
+	r.CPUSeconds, r.PeakRSSMiB = ps.CPUSeconds, ps.PeakRSSMiB
+	if mm, err := c.metrics("go_memstats_alloc_bytes_total", "go_memstats_mallocs_total"); err == nil {
+		r.AllocBytes, r.Mallocs = mm["go_memstats_alloc_bytes_total"], mm["go_memstats_mallocs_total"]
+		r.AllocBytesPerRow, r.MallocsPerRow = r.AllocBytes/float64(bl.rows), r.Mallocs/float64(bl.rows)
+	}
+	// The checkpoint is saved right after the records are counted.
+	time.Sleep(300 * time.Millisecond)
+	if !m.exactly {
+		if saved, err := checkpoint.ReadFile(c.cpPath); err == nil {
+			r.Checkpoint = string(saved.Position)
+		}
 	}
 	if err := c.stop(); err != nil {
-		return nil, err
+		return err
 	}
-	logf("%s: drained %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB", be.kind, o.rows, d.DrainSeconds,
-		float64(o.rows)/d.DrainSeconds, d.CPUSeconds, d.PeakRSSMiB)
-	return d, nil
+	if f, err := os.Open(c.logPath); err == nil {
+		gc := parseGCTrace(f)
+		f.Close()
+		r.GCCycles, r.GCCPUSeconds, r.GCPercent = gc.Cycles, gc.CPUSeconds, gc.Percent
+		if r.CPUSeconds > 0 {
+			r.GCShare = gc.CPUSeconds / r.CPUSeconds
+		}
+	}
+	if o.verify {
+		r.Consumed, r.Distinct, err = countTopic(ctx, br, topic, m.exactly, bl.rows)
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		if r.Distinct != bl.rows || (m.exactly && r.Consumed != bl.rows) {
+			return fmt.Errorf("verify: a read_committed=%v consumer saw %d records, %d distinct rows, of %d", m.exactly, r.Consumed, r.Distinct, bl.rows)
+		}
+	}
+	return nil
+}
+
+// seedProgress commits a progress record holding pos, as the connector's
+// exactly-once sink would, so an exactly-once connector named name starts
+// there. The connector's own start then fences this producer.
+func seedProgress(ctx context.Context, br *broker, name string, pos outboxcdc.Position) error {
+	kc := sink.DefaultKafkaConfig()
+	kc.Brokers = br.addrs
+	t, err := sink.NewTransactional(kc, sink.DefaultTxnConfig(), name, pos.Kind(), zerolog.Nop(), prometheus.NewRegistry())
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := t.Load(lctx); err != nil {
+		return err
+	}
+	return t.WriteAtomic(lctx, nil, pos)
+}
+
+// countTopic reads topic from the start (read_committed when committed is
+// set) until every row 0..rows-1 was seen, then briefly for duplicates, and
+// returns the records read and the distinct rows among them.
+func countTopic(ctx context.Context, br *broker, topic string, committed bool, rows int) (consumed, distinct int, err error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(br.addrs...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200 * time.Millisecond)}
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+	seen := make([]bool, rows)
+	deadline := time.Now().Add(5 * time.Minute)
+	var extra time.Time // after the last row: keep reading this long
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return consumed, distinct, ctx.Err()
+		}
+		fs.EachError(func(t string, p int32, e error) {
+			if e != context.DeadlineExceeded && err == nil {
+				err = fmt.Errorf("fetch %s/%d: %w", t, p, e)
+			}
+		})
+		if err != nil {
+			return consumed, distinct, err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			consumed++
+			if seq, ok := jsonInt(r.Value, `"seq"`); ok && seq >= 0 && seq < int64(rows) && !seen[seq] {
+				seen[seq] = true
+				distinct++
+			}
+		})
+		now := time.Now()
+		if distinct == rows && extra.IsZero() {
+			extra = now.Add(500 * time.Millisecond)
+		}
+		if (!extra.IsZero() && now.After(extra)) || now.After(deadline) {
+			return consumed, distinct, nil
+		}
+	}
 }
 
 // rawRead reads the backlog's part of the log with a plain client and
 // discards it: go-mysql's BinlogSyncer (events read and decoded, rows
-// parsed), or pg_recvlogical with pgoutput to /dev/null.
+// parsed), or pg_recvlogical with pgoutput to /dev/null on a copy of the
+// template slot.
 func rawRead(ctx context.Context, o *options, be *backend, bl *backlog) (float64, int, error) {
 	if be.kind == "postgres" {
-		args := []string{"-d", be.dsn, "--slot", bl.rawSlot, "--start", "--no-loop",
+		slot := be.slotName("raw")
+		if err := be.copySlot(ctx, bl.tplSlot, slot); err != nil {
+			return 0, 0, err
+		}
+		defer be.dropSlot(ctx, slot)
+		args := []string{"-d", be.dsn, "--slot", slot, "--start", "--no-loop",
 			"-o", "proto_version=1", "-o", "publication_names=" + bl.pub,
 			"-E", bl.endLSN, "-s", "1", "-f", "/dev/null"}
 		start := time.Now()
@@ -246,50 +470,82 @@ func rawRead(ctx context.Context, o *options, be *backend, bl *backlog) (float64
 		}
 		return time.Since(start).Seconds(), bl.rows, nil // the slot is confirmed up to endLSN now
 	}
-	cfg, _ := parseMySQLAddr(o.mysqlAddr)
-	host, port := splitHostPort(cfg)
-	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
-		ServerID: 0x7f000000 | uint32(time.Now().UnixNano()&0xffff),
-		Flavor:   "mariadb",
-		Host:     host, Port: port, User: "root",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	defer syncer.Close()
 	start := time.Now()
-	st, err := syncer.StartSync(gomysql.Position{Name: bl.startFile, Pos: bl.startPos})
+	rows, err := scanBinlog(ctx, o, bl.startFile, bl.startPos, bl.endFile, bl.endPos, func(ev *replication.BinlogEvent) {})
 	if err != nil {
 		return 0, 0, err
 	}
-	rows, file := 0, bl.startFile
+	return time.Since(start).Seconds(), rows[be.name], nil
+}
+
+// scanBinlog reads the binlog from one position to another with go-mysql's
+// BinlogSyncer (every event read and decoded), hands each event to f, and
+// returns the rows of rows events per schema.
+func scanBinlog(ctx context.Context, o *options, startFile string, startPos uint32, endFile string, endPos uint32, f func(*replication.BinlogEvent)) (map[string]int, error) {
+	host, port := splitHostPort(parseMySQLAddr(o.mysqlAddr))
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: 0x7f000000 | uint32(time.Now().UnixNano()&0xffff),
+		Flavor:   "mariadb",
+		Host:     host, Port: port, User: mysqlUser(o.mysqlAddr), Password: mysqlPassword(o.mysqlAddr),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	defer syncer.Close()
+	st, err := syncer.StartSync(gomysql.Position{Name: startFile, Pos: startPos})
+	if err != nil {
+		return nil, err
+	}
+	rows, file := map[string]int{}, startFile
 	for {
-		ev, err := st.GetEvent(ctx)
+		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		ev, err := st.GetEvent(gctx)
+		cancel()
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		if e, ok := ev.Event.(*replication.RotateEvent); ok {
 			// Its LogPos is in the old file: only the name counts.
-			if file = string(e.NextLogName); file > bl.endFile {
+			if file = string(e.NextLogName); file > endFile {
 				break
 			}
 			continue
 		}
-		if e, ok := ev.Event.(*replication.RowsEvent); ok && string(e.Table.Schema) == benchName {
-			rows += len(e.Rows)
+		f(ev)
+		if e, ok := ev.Event.(*replication.RowsEvent); ok {
+			rows[string(e.Table.Schema)] += len(e.Rows)
 		}
-		if file == bl.endFile && ev.Header.LogPos >= bl.endPos {
+		if file == endFile && ev.Header.LogPos >= endPos {
 			break
 		}
 	}
-	return time.Since(start).Seconds(), rows, nil
+	return rows, nil
 }
 
-func parseMySQLAddr(dsn string) (string, error) {
+func parseMySQLAddr(dsn string) string {
 	_, rest, ok := strings.Cut(dsn, "tcp(")
 	if !ok {
-		return "127.0.0.1:3306", nil
+		return "127.0.0.1:3306"
 	}
 	addr, _, _ := strings.Cut(rest, ")")
-	return addr, nil
+	return addr
+}
+
+// mysqlUser and mysqlPassword read the user:password@ part of a DSN.
+func mysqlUser(dsn string) string {
+	cred, _, ok := strings.Cut(dsn, "@")
+	if !ok {
+		return "root"
+	}
+	u, _, _ := strings.Cut(cred, ":")
+	return u
+}
+
+func mysqlPassword(dsn string) string {
+	cred, _, ok := strings.Cut(dsn, "@")
+	if !ok {
+		return ""
+	}
+	_, p, _ := strings.Cut(cred, ":")
+	return p
 }
 
 func splitHostPort(addr string) (string, uint16) {
@@ -325,7 +581,7 @@ func rawProduceFranz(ctx context.Context, o *options, br *broker, topic string) 
 		}
 		recs = append(recs, r)
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(br.addr), kgo.AllowAutoTopicCreation(), kgo.MaxBufferedRecords(100_000))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(br.addrs...), kgo.AllowAutoTopicCreation(), kgo.MaxBufferedRecords(100_000))
 	if err != nil {
 		return 0, err
 	}
@@ -370,7 +626,7 @@ func rawProduceSarama(ctx context.Context, o *options, br *broker, topic string)
 	sc.Producer.Partitioner = sarama.NewHashPartitioner
 	sc.ChannelBufferSize = 1024
 	sc.Metadata.Full = false
-	p, err := sarama.NewAsyncProducer([]string{br.addr}, sc)
+	p, err := sarama.NewAsyncProducer(br.addrs, sc)
 	if err != nil {
 		return 0, err
 	}

@@ -3,15 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -28,6 +31,24 @@ type samples struct {
 	commit []int64 // after the INSERT returned
 	seen   []int64 // consumer clock when the record was polled; 0 = not seen
 	n      atomic.Int64
+	// retries are INSERTs repeated after a deadlock or serialization
+	// failure.
+	retries atomic.Int64
+}
+
+// retryable reports whether the server asks for the statement to be
+// retried: MySQL 1213 (deadlock), 1205 (lock wait timeout); PostgreSQL
+// 40P01 (deadlock), 40001 (serialization failure).
+func retryable(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1213 || me.Number == 1205
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "40P01" || pe.Code == "40001"
+	}
+	return false
 }
 
 func newSamples(capacity int) *samples {
@@ -78,9 +99,19 @@ func runWriters(ctx context.Context, o *options, be *backend, s *samples, rate i
 				}
 				ts := time.Now().UnixMicro()
 				r := makeRow(seq, o.aggregates, ts)
-				if _, err := ps.ExecContext(ctx, r.messageID, r.aggType, r.aggID, r.evType, string(r.payload)); err != nil {
-					errs <- fmt.Errorf("insert: %w", err)
-					return
+				for attempt := 1; ; attempt++ {
+					_, err := ps.ExecContext(ctx, r.messageID, r.aggType, r.aggID, r.evType, string(r.payload))
+					if err == nil {
+						break
+					}
+					// An application retries an INSERT the server chose as
+					// a deadlock victim (a relay's locking reads can cause
+					// them); the row's clock keeps its first attempt.
+					if !retryable(err) || attempt == 10 {
+						errs <- fmt.Errorf("insert: %w", err)
+						return
+					}
+					s.retries.Add(1)
 				}
 				atomic.StoreInt64(&s.commit[seq], time.Now().UnixMicro())
 				atomic.StoreInt64(&s.sent[seq], ts)
@@ -95,7 +126,7 @@ func runWriters(ctx context.Context, o *options, be *backend, s *samples, rate i
 // consume reads topic from the start and stamps every record with the time
 // its poll returned. It stops when ctx is done.
 func consume(ctx context.Context, br *broker, topic string, s *samples, seen *atomic.Int64) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(br.addr), kgo.ConsumeTopics(topic), kgo.AllowAutoTopicCreation(),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(br.addrs...), kgo.ConsumeTopics(topic), kgo.AllowAutoTopicCreation(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.MetadataMinAge(100*time.Millisecond))
 	if err != nil {
@@ -137,23 +168,30 @@ func jsonInt(b []byte, key string) (int64, bool) {
 	return n, err == nil
 }
 
-// runLive is scenario 3 (relay=false, with 5's live part) or scenario 4
-// (relay=true) at one load.
-func runLive(ctx context.Context, o *options, be *backend, br *broker, rate int, relay bool) (*liveResult, error) {
-	what := "outbox-cdc"
-	if relay {
-		what = "polling relay"
-	}
-	logf("%s: live %s, %s, %s", be.kind, rateName(rate), what, o.liveFor)
+// runLive is scenario 3 (system outbox-cdc) or 4 (a polling relay) at one
+// load.
+func runLive(ctx context.Context, o *options, be *backend, rate int, system string) (*liveResult, error) {
+	logf("%s: live %s, %s, %s", be.kind, rateName(rate), system, o.liveFor)
 	if err := be.recreateTable(ctx); err != nil {
 		return nil, err
 	}
+	relay := relayOf(system)
+	if relay == relayTuned {
+		if _, err := be.db.ExecContext(ctx, tunedIndex(be.kind)); err != nil {
+			return nil, fmt.Errorf("tuned relay index: %w", err)
+		}
+	}
 	tag := fmt.Sprintf("live_%d", rate)
-	if relay {
-		tag = fmt.Sprintf("relay_%d", rate)
+	if relay != "" {
+		tag = fmt.Sprintf("%s_%d", relay, rate)
 	}
 	topic := "bench." + be.kind + "." + tag
-	res := &liveResult{Relay: relay, Rate: rate, Seconds: o.liveFor.Seconds(), LoadAvgBefore: loadAvg()}
+	br, err := startBroker(ctx, o, 1, topic)
+	if err != nil {
+		return nil, err
+	}
+	defer br.stop()
+	res := &liveResult{System: system, Relay: relay == relaySeed, Rate: rate, Seconds: o.liveFor.Seconds(), LoadAvgBefore: loadAvg()}
 	defer func() { res.LoadAvgAfter = loadAvg() }()
 
 	capacity := 3_000_000
@@ -169,34 +207,43 @@ func runLive(ctx context.Context, o *options, be *backend, br *broker, rate int,
 	}
 
 	var c *connector
-	var rl *relayRun
-	dbBefore := dbCounters(ctx, be)
-	if relay {
-		var err error
-		if rl, err = startRelay(ctx, be, br, topic); err != nil {
+	var rl *relayProc
+	var pid int
+	if relay != "" {
+		if rl, err = startRelayProc(ctx, be.kind, relay, be.dsn, br, topic); err != nil {
 			return nil, err
 		}
-		defer rl.stop()
+		defer func() {
+			if rl.cmd.ProcessState == nil {
+				rl.cmd.Process.Kill()
+				rl.cmd.Wait()
+			}
+		}()
+		pid = rl.cmd.Process.Pid
 	} else {
+		var slot string
 		if be.kind == "postgres" {
-			if err := be.createSlot(ctx, tag, tag); err != nil {
+			slot = be.slotName(tag)
+			if err := be.createSlot(ctx, slot, slot); err != nil {
 				return nil, err
 			}
-			defer be.db.ExecContext(context.WithoutCancel(ctx), "DROP PUBLICATION IF EXISTS "+tag)
-			defer be.dropSlot(ctx, tag)
+			defer be.db.ExecContext(context.WithoutCancel(ctx), "DROP PUBLICATION IF EXISTS "+slot)
+			defer be.dropSlot(ctx, slot)
 		}
-		var err error
-		if c, err = startConnector(o, "bench-"+be.kind+"-"+tag, be.sourceYAML(tag), topic, br); err != nil {
+		name := fmt.Sprintf("bench-%s-%s-%s", be.kind, strings.ReplaceAll(tag, "_", "-"), o.runID)
+		if c, err = startConnector(o, connSpec{name: name, sourceYAML: be.sourceYAML(slot, slot), topic: topic, br: br}); err != nil {
 			return nil, err
 		}
-		defer c.stop()
+		defer c.kill()
 		if err := c.waitReady(ctx, 30*time.Second); err != nil {
 			return nil, err
 		}
+		pid = c.cmd.Process.Pid
 	}
-	var before procStats
-	if c != nil {
-		before, _ = readProc(c.cmd.Process.Pid)
+	before, _ := readProc(pid)
+	snapBefore, err := be.snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("database counters: %w", err)
 	}
 	wstart := time.Now()
 	if err := runWriters(ctx, o, be, s, rate, o.liveFor); err != nil {
@@ -210,36 +257,44 @@ func runLive(ctx context.Context, o *options, be *backend, br *broker, rate int,
 		}
 	}
 	res.Written = written
-	// Wait for the stragglers: up to 15 s for outbox-cdc; the relay gets
-	// 2 s (it is visibly behind and would need minutes).
+	res.WriterRetries = s.retries.Load()
+	// Wait for the stragglers: up to 15 s for outbox-cdc and the tuned
+	// relay; the seed relay gets 2 s (above 100 rows/s it is visibly
+	// behind and would need minutes).
 	grace := 15 * time.Second
-	if relay {
+	if relay == relaySeed {
 		grace = 2 * time.Second
 	}
 	for deadline := time.Now().Add(grace); time.Now().Before(deadline) && int(seen.Load()) < written; {
 		time.Sleep(20 * time.Millisecond)
 	}
 	res.Delivered = int(seen.Load())
+	after, err := readProc(pid)
+	if err != nil {
+		return nil, err
+	}
+	res.CPUSeconds = after.CPUSeconds - before.CPUSeconds
+	res.PeakRSSMiB = after.PeakRSSMiB
+	var rc *relayCounts
 	if c != nil {
-		after, err := readProc(c.cmd.Process.Pid)
-		if err != nil {
-			return nil, err
-		}
-		res.CPUSeconds = after.CPUSeconds - before.CPUSeconds
-		res.PeakRSSMiB = after.PeakRSSMiB
 		if err := c.stop(); err != nil {
 			return nil, err
 		}
-	}
-	if rl != nil {
-		rl.stop()
-		res.RelayQueries, res.RelayRowsRead, res.RelayRowsUpdated, res.RelayEmptyPolls = rl.queries.Load(), rl.rowsRead.Load(), rl.rowsUpdated.Load(), rl.emptyPolls.Load()
-		if rl.err != nil {
-			return nil, fmt.Errorf("polling relay: %w", rl.err)
+	} else {
+		if err := rl.stop(); err != nil {
+			return nil, fmt.Errorf("%s: %w", system, err)
 		}
+		rc = &rl.counts
+		res.RelayQueries, res.RelayRowsRead, res.RelayRowsUpdated, res.RelayEmptyPolls = rc.Queries, rc.RowsRead, rc.RowsUpdated, rc.EmptyPolls
 	}
-	res.DB = dbCounters(ctx, be).minus(dbBefore)
 	stopConsumer()
+	be.waitStats()
+	snapAfter, err := be.snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("database counters: %w", err)
+	}
+	load := be.load(ctx, o, snapBefore, snapAfter, rc)
+	res.Load = &load
 
 	// Percentiles over rows written after the warm-up; a row never seen
 	// counts as +Inf.
@@ -261,9 +316,9 @@ func runLive(ctx context.Context, o *options, be *backend, br *broker, rate int,
 	res.CommitP50, res.CommitP99 = msec(pct(commit, 50)), msec(pct(commit, 99))
 	res.Samples = len(lat)
 	res.AchievedRate = float64(written) / res.WriteSeconds
-	logf("%s: %s %s: %d written (%.0f/s), %d delivered, p50 %s p99 %s p99.9 %s ms (commit p50 %.2f ms); CPU %.2fs, peak RSS %.1f MiB",
-		be.kind, what, rateName(rate), written, res.AchievedRate, res.Delivered, fmtMS(float64(res.P50)), fmtMS(float64(res.P99)), fmtMS(float64(res.P999)),
-		float64(res.CommitP50), res.CPUSeconds, res.PeakRSSMiB)
+	logf("%s: %s %s: %d written (%.0f/s), %d delivered, p50 %s p99 %s p99.9 %s ms (commit p50 %.2f ms); CPU %.2fs, peak RSS %.1f MiB; %d queries, %d rows read, %d updated, %.0f log bytes per row",
+		be.kind, system, rateName(rate), written, res.AchievedRate, res.Delivered, fmtMS(float64(res.P50)), fmtMS(float64(res.P99)), fmtMS(float64(res.P999)),
+		float64(res.CommitP50), res.CPUSeconds, res.PeakRSSMiB, res.Load.Queries, res.Load.RowsRead, res.Load.RowsUpdated, float64(res.Load.LogBytes)/float64(max(1, written)))
 	return res, nil
 }
 
@@ -274,62 +329,6 @@ func pct(v []float64, p float64) float64 {
 	slices.Sort(v)
 	i := int(math.Ceil(p/100*float64(len(v)))) - 1
 	return v[max(0, min(i, len(v)-1))]
-}
-
-// dbStats are server-side counters read around a live run. They are
-// server-wide (MySQL) or database-wide (PostgreSQL), so other activity on
-// the machine shows up too.
-type dbStats struct {
-	// MySQL: Com_select, Com_update, Innodb_rows_read, Innodb_rows_updated,
-	// Binlog_bytes_written. PostgreSQL: xact_commit, tup_fetched,
-	// tup_updated, and WAL bytes.
-	Selects, Updates, RowsRead, RowsUpdated, LogBytes int64
-}
-
-func (a dbStats) minus(b dbStats) dbStats {
-	return dbStats{a.Selects - b.Selects, a.Updates - b.Updates, a.RowsRead - b.RowsRead, a.RowsUpdated - b.RowsUpdated, a.LogBytes - b.LogBytes}
-}
-
-func dbCounters(ctx context.Context, be *backend) dbStats {
-	var s dbStats
-	if be.kind == "mysql" {
-		rows, err := be.db.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select','Com_update','Innodb_rows_read','Innodb_rows_updated','Binlog_bytes_written')")
-		if err != nil {
-			return s
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k string
-			var v int64
-			rows.Scan(&k, &v)
-			switch k {
-			case "Com_select":
-				s.Selects = v
-			case "Com_update":
-				s.Updates = v
-			case "Innodb_rows_read":
-				s.RowsRead = v
-			case "Innodb_rows_updated":
-				s.RowsUpdated = v
-			case "Binlog_bytes_written":
-				s.LogBytes = v
-			}
-		}
-		return s
-	}
-	// Statistics are flushed to shared memory at most once a second.
-	time.Sleep(1100 * time.Millisecond)
-	var lsn string
-	be.db.QueryRowContext(ctx, `SELECT xact_commit, tup_fetched, tup_updated, pg_current_wal_lsn()::text FROM pg_stat_database WHERE datname = current_database()`).
-		Scan(&s.Selects, &s.RowsRead, &s.RowsUpdated, &lsn)
-	s.LogBytes = parseLSN(lsn)
-	return s
-}
-
-func parseLSN(s string) int64 {
-	var hi, lo uint64
-	fmt.Sscanf(s, "%X/%X", &hi, &lo)
-	return int64(hi<<32 | lo)
 }
 
 func fmtMS(v float64) string {
@@ -344,106 +343,4 @@ func fmtMS(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
-}
-
-// relayRun is the seed's polling relay (DIGEST.md, the article's
-// OutboxRelay): every second (fixed delay after the previous run), in one
-// transaction, SELECT up to 100 pending rows FOR UPDATE SKIP LOCKED in id
-// order, send each one synchronously, UPDATE it to status 1, COMMIT.
-type relayRun struct {
-	cancel                                     context.CancelFunc
-	done                                       chan struct{}
-	err                                        error
-	queries, rowsRead, rowsUpdated, emptyPolls atomic.Int64
-}
-
-const relayBatch = 100
-
-func startRelay(ctx context.Context, be *backend, br *broker, topic string) (*relayRun, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(br.addr), kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0))
-	if err != nil {
-		return nil, err
-	}
-	// Its own connection, as the article advises (a small separate pool).
-	db, err := sql.Open(driverName(be.kind), be.dsn)
-	if err != nil {
-		cl.Close()
-		return nil, err
-	}
-	db.SetMaxOpenConns(1)
-	sel := "SELECT id, message_id, aggregate_type, aggregate_id, event_type, payload, retry_count FROM outbox_message " +
-		"WHERE status = 0 AND (next_retry_at IS NULL OR next_retry_at <= NOW()) ORDER BY id ASC LIMIT " + strconv.Itoa(relayBatch) + " FOR UPDATE SKIP LOCKED"
-	upd := "UPDATE outbox_message SET status = 1, updated_at = NOW() WHERE id = " + be.ph(1)
-	rctx, cancel := context.WithCancel(ctx)
-	r := &relayRun{cancel: cancel, done: make(chan struct{})}
-	type msg struct {
-		id                             int64
-		messageID, aggType, aggID, evt string
-		payload                        []byte
-		retries                        int
-	}
-	poll := func() error {
-		tx, err := db.BeginTx(rctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		rows, err := tx.QueryContext(rctx, sel)
-		r.queries.Add(1)
-		if err != nil {
-			return err
-		}
-		var batch []msg
-		for rows.Next() {
-			var m msg
-			if err := rows.Scan(&m.id, &m.messageID, &m.aggType, &m.aggID, &m.evt, &m.payload, &m.retries); err != nil {
-				rows.Close()
-				return err
-			}
-			batch = append(batch, m)
-		}
-		rows.Close()
-		r.rowsRead.Add(int64(len(batch)))
-		if len(batch) == 0 {
-			r.emptyPolls.Add(1)
-		}
-		for _, m := range batch {
-			rec := &kgo.Record{Topic: topic, Key: []byte(m.aggID), Value: m.payload, Headers: []kgo.RecordHeader{
-				{Key: "id", Value: []byte(m.messageID)}, {Key: "event_type", Value: []byte(m.evt)}, {Key: "aggregate_type", Value: []byte(m.aggType)}}}
-			sctx, scancel := context.WithTimeout(rctx, 3*time.Second) // the article's send().get(3, SECONDS)
-			err := cl.ProduceSync(sctx, rec).FirstErr()
-			scancel()
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(rctx, upd, m.id); err != nil {
-				return err
-			}
-			r.queries.Add(1)
-			r.rowsUpdated.Add(1)
-		}
-		r.queries.Add(1) // COMMIT
-		return tx.Commit()
-	}
-	go func() {
-		defer close(r.done)
-		defer cl.Close()
-		defer db.Close()
-		for rctx.Err() == nil {
-			if err := poll(); err != nil && rctx.Err() == nil {
-				r.err = err
-				return
-			}
-			select { // @Scheduled(fixedDelay = 1000)
-			case <-time.After(time.Second):
-			case <-rctx.Done():
-			}
-		}
-	}()
-	return r, nil
-}
-
-func (r *relayRun) stop() {
-	r.cancel()
-	<-r.done
 }

@@ -1,22 +1,27 @@
 // Command bench measures outbox-cdc on this machine against the physical
-// limits (raw source read, raw produce) and against the seed's polling
-// relay, and writes bench/RESULTS.md and bench/latency.png. Run it through
-// `make bench` (see bench/README.md).
+// limits (raw source read, raw produce), against itself in other delivery
+// modes and broker counts, and against two polling relays, and writes
+// bench/RESULTS.md, bench/latency.svg, bench/drain.svg and
+// bench/results.json. Run it through `make bench` (see bench/README.md).
 //
 // The connector runs as the real binary, the broker as its own process
-// (test/cmd/kfake-broker), so the CPU and memory read from /proc belong to
-// the connector alone. The load generators, the consumer, the raw readers
-// and the polling relay run inside this process.
+// (test/cmd/kfake-broker), and the relays as a child process of this one,
+// so the CPU and memory read from /proc belong to each alone. The load
+// generators, the consumers and the raw readers and producers run inside
+// this process.
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,8 +32,11 @@ type options struct {
 	rows        int
 	txRows      int
 	aggregates  int
+	bigRows     int
+	bigRowBytes int
 	dbs         []string
 	scenarios   map[string]bool
+	relays      []string
 	rates       []int // 0 = the maximum with -writers writers
 	writers     int
 	liveFor     time.Duration
@@ -37,6 +45,7 @@ type options struct {
 	brokerBin   string
 	kafkaPort   int
 	httpPort    int
+	partitions  int
 	mysqlAddr   string
 	pgDSN       string
 	out         string
@@ -45,42 +54,76 @@ type options struct {
 	noReport    bool
 	merge       bool
 	reportOnly  bool
+	verify      bool
+	baseline    string
 	env         []string
 	commandLine string
+	runID       string // suffix of every database, slot and connector name
 }
 
+// allScenarios are the scenario names -scenarios takes.
+var allScenarios = []string{"drain", "eos", "cluster", "live", "relay", "tuned", "bigtx"}
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-relay-child" {
+		relayChildMain(os.Args[1:])
+		return
+	}
 	var o options
 	var dbs, scen, rates, env string
-	flag.IntVar(&o.rows, "rows", 1_000_000, "rows in the backlog-drain scenario")
+	var bigtx bool
+	flag.IntVar(&o.rows, "rows", 1_000_000, "rows in the backlog-drain scenario (the reference load is 1,000,000)")
 	flag.IntVar(&o.txRows, "tx-rows", 1000, "rows per transaction in the backlog")
 	flag.IntVar(&o.aggregates, "aggregates", 10_000, "distinct aggregate ids")
 	flag.StringVar(&dbs, "dbs", "mysql,postgres", "databases to measure: mysql, postgres")
-	flag.StringVar(&scen, "scenarios", "drain,live,relay", "scenarios: drain (with raw limits), live, relay")
-	flag.StringVar(&rates, "rates", "50,1000,10000,max", "live loads in rows/s; max = as fast as -writers writers commit")
+	flag.StringVar(&scen, "scenarios", "drain,eos,cluster,live,relay,tuned",
+		"scenarios: drain (at-least-once, with the raw limits), eos (exactly-once drain), cluster (drains against 3 brokers), live (outbox-cdc latency), relay (seed polling relay), tuned (tuned polling relay), bigtx (one huge transaction; or -bigtx)")
+	flag.BoolVar(&bigtx, "bigtx", false, "add the huge-transaction scenario (heavy: ~1 GB per database in the table and again in the binlog/WAL; see bench/README.md)")
+	flag.IntVar(&o.bigRows, "bigtx-rows", 1_000_000, "rows of the huge transaction")
+	flag.IntVar(&o.bigRowBytes, "bigtx-row-bytes", 1024, "payload bytes per row of the huge transaction")
+	flag.StringVar(&rates, "rates", "50,1000,5000,max", "live loads in rows/s; max = as fast as -writers writers commit")
 	flag.IntVar(&o.writers, "writers", 8, "writer connections in the live scenarios")
 	flag.DurationVar(&o.liveFor, "live-duration", 20*time.Second, "length of each live load")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "samples of the first part of each live load that are discarded")
 	flag.StringVar(&o.bin, "bin", "bin/outbox-cdc", "connector binary")
 	flag.StringVar(&o.brokerBin, "broker-bin", "bin/kfake-broker", "broker binary")
-	flag.IntVar(&o.kafkaPort, "kafka-port", 19392, "broker port")
-	flag.IntVar(&o.httpPort, "http-port", 19464, "connector metrics port")
+	flag.IntVar(&o.kafkaPort, "kafka-port", 0, "first broker port (0: a free one)")
+	flag.IntVar(&o.httpPort, "http-port", 0, "connector metrics port (0: a free one)")
+	flag.IntVar(&o.partitions, "partitions", 3, "partitions of the topics")
 	flag.StringVar(&o.mysqlAddr, "mysql", "root:@tcp(127.0.0.1:3306)/", "MariaDB/MySQL DSN without a database")
 	flag.StringVar(&o.pgDSN, "postgres", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL admin DSN (the bench creates its own database)")
-	flag.StringVar(&o.out, "out", "bench", "directory for RESULTS.md, latency.png and results.json")
+	flag.StringVar(&o.out, "out", "bench", "directory for RESULTS.md, the plots and results.json")
 	flag.StringVar(&o.profile, "profile", "", "instead of the scenarios: drain the backlog with the pipeline in-process and write a CPU profile to this file (one database, -dbs)")
-	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not rewrite RESULTS.md and the plot")
+	flag.BoolVar(&o.noReport, "no-report", false, "print results only; do not rewrite RESULTS.md, the plots and results.json")
 	flag.StringVar(&env, "connector-env", "", "extra environment for the connector, comma-separated (OUTBOX_CDC_SINK_LINGER=5ms,...): try a setting")
-	flag.BoolVar(&o.reportOnly, "report-only", false, "rewrite RESULTS.md and latency.png from results.json without measuring")
+	flag.BoolVar(&o.reportOnly, "report-only", false, "rewrite RESULTS.md and the plots from results.json without measuring")
 	flag.BoolVar(&o.merge, "merge", false, "keep the other databases' results from the previous results.json (to re-run one database)")
+	flag.BoolVar(&o.verify, "verify", true, "read every drain back with a consumer and check that no row is missing (exactly-once: none twice)")
+	flag.StringVar(&o.baseline, "baseline", "", "an earlier results.json: print and report a before/after table against it")
 	flag.Parse()
+	if bigtx {
+		scen += ",bigtx"
+	}
 	o.dbs = strings.Split(dbs, ",")
 	if env != "" {
 		o.env = strings.Split(env, ",")
 	}
 	o.scenarios = map[string]bool{}
 	for _, s := range strings.Split(scen, ",") {
+		if !slices.Contains(allScenarios, s) {
+			fatalf("-scenarios: %q is not one of %s", s, strings.Join(allScenarios, ", "))
+		}
 		o.scenarios[s] = true
+	}
+	if o.scenarios["eos"] || o.scenarios["cluster"] {
+		o.scenarios["drain"] = true // they drain the same backlog
+	}
+	o.relays = nil
+	if o.scenarios["relay"] {
+		o.relays = append(o.relays, sysSeed)
+	}
+	if o.scenarios["tuned"] {
+		o.relays = append(o.relays, sysTuned)
 	}
 	for _, r := range strings.Split(rates, ",") {
 		if r == "max" {
@@ -94,14 +137,28 @@ func main() {
 		o.rates = append(o.rates, n)
 	}
 	o.commandLine = strings.Join(os.Args[1:], " ")
+	var id [3]byte
+	rand.Read(id[:])
+	o.runID = hex.EncodeToString(id[:])
+
+	var base *baseline
+	if o.baseline != "" {
+		b, err := loadResults(o.baseline)
+		if err != nil {
+			fatalf("-baseline: %v", err)
+		}
+		base = &baseline{Started: b.Started, Command: b.Command, Path: o.baseline, Rows: b.Rows, Figures: keyFigures(b)}
+	}
 
 	if o.reportOnly {
-		raw, err := os.ReadFile(filepath.Join(o.out, "results.json"))
+		res, err := loadResults(filepath.Join(o.out, "results.json"))
 		must(err)
-		var res results
-		must(json.Unmarshal(raw, &res))
-		must(writePlot(filepath.Join(o.out, "latency.png"), &res))
-		must(writeResults(filepath.Join(o.out, "RESULTS.md"), &res))
+		if base != nil {
+			res.Baseline = base
+		}
+		printSummary(os.Stdout, res)
+		must(writePlots(o.out, res))
+		must(writeResults(filepath.Join(o.out, "RESULTS.md"), res))
 		return
 	}
 
@@ -120,8 +177,9 @@ func main() {
 		return
 	}
 
-	res := &results{Started: time.Now(), Command: "go run ./bench " + o.commandLine, Rows: o.rows}
+	res := &results{Started: time.Now(), Command: "go run ./bench " + o.commandLine, Rows: o.rows, Baseline: base}
 	res.Machine = describeMachine()
+	failed := false
 	for _, kind := range o.dbs {
 		if ctx.Err() != nil {
 			break
@@ -132,9 +190,7 @@ func main() {
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench %s: %v\n", kind, err)
-			if dr == nil {
-				os.Exit(1)
-			}
+			failed = true
 		}
 	}
 	res.Finished = time.Now()
@@ -142,53 +198,65 @@ func main() {
 		mergePrevious(filepath.Join(o.out, "results.json"), res)
 	}
 	printSummary(os.Stdout, res)
-	if o.noReport {
+	if o.noReport || len(res.DBs) == 0 {
+		if failed {
+			os.Exit(1)
+		}
 		return
 	}
 	raw, _ := json.MarshalIndent(res, "", "  ")
 	must(os.WriteFile(filepath.Join(o.out, "results.json"), raw, 0o644))
-	must(writePlot(filepath.Join(o.out, "latency.png"), res))
+	must(writePlots(o.out, res))
 	must(writeResults(filepath.Join(o.out, "RESULTS.md"), res))
-	fmt.Printf("wrote %s, %s, %s\n", filepath.Join(o.out, "RESULTS.md"), filepath.Join(o.out, "latency.png"), filepath.Join(o.out, "results.json"))
+	fmt.Printf("wrote %s, %s, %s, %s\n", filepath.Join(o.out, "RESULTS.md"), filepath.Join(o.out, "latency.svg"), filepath.Join(o.out, "drain.svg"), filepath.Join(o.out, "results.json"))
+	if failed {
+		os.Exit(1)
+	}
 }
 
-// runDatabase runs every chosen scenario against one database, each with a
-// fresh broker process (kfake keeps everything in memory).
+// runDatabase runs every chosen scenario against one database. Every
+// connector and relay run gets a fresh broker process (kfake keeps
+// everything in memory).
 func runDatabase(ctx context.Context, o *options, kind string) (*dbResult, error) {
 	be, err := openBackend(ctx, o, kind)
 	if err != nil {
 		return nil, err
 	}
 	defer be.close()
+	if err := be.enableLoadStats(ctx); err != nil {
+		logf("%s: %v", kind, err)
+	}
 	dr := &dbResult{Kind: kind, Version: be.version}
-	logf("== %s (%s)", kind, be.version)
+	logf("== %s (%s), database %s", kind, be.version, be.name)
 	if o.scenarios["drain"] {
-		br, err := startBroker(ctx, o)
-		if err != nil {
-			return dr, err
-		}
-		d, err := runDrain(ctx, o, be, br)
-		br.stop()
+		d, err := runDrain(ctx, o, be)
+		dr.Drain = d
 		if err != nil {
 			return dr, fmt.Errorf("drain: %w", err)
 		}
-		dr.Drain = d
 	}
+	systems := []string{}
+	if o.scenarios["live"] {
+		systems = append(systems, sysCDC)
+	}
+	systems = append(systems, o.relays...)
 	for _, rate := range o.rates {
-		for _, relay := range []bool{false, true} {
-			if (!relay && !o.scenarios["live"]) || (relay && !o.scenarios["relay"]) || ctx.Err() != nil {
-				continue
+		for _, sys := range systems {
+			if ctx.Err() != nil {
+				return dr, ctx.Err()
 			}
-			br, err := startBroker(ctx, o)
+			l, err := runLive(ctx, o, be, rate, sys)
 			if err != nil {
-				return dr, err
-			}
-			l, err := runLive(ctx, o, be, br, rate, relay)
-			br.stop()
-			if err != nil {
-				return dr, fmt.Errorf("live %s: %w", rateName(rate), err)
+				return dr, fmt.Errorf("live %s %s: %w", sys, rateName(rate), err)
 			}
 			dr.Live = append(dr.Live, *l)
+		}
+	}
+	if o.scenarios["bigtx"] {
+		b, err := runBigTx(ctx, o, be)
+		dr.BigTx = b
+		if err != nil {
+			return dr, fmt.Errorf("bigtx: %w", err)
 		}
 	}
 	return dr, nil
@@ -219,13 +287,9 @@ func must(err error) {
 // mergePrevious adds the databases of an earlier results.json that this run
 // did not measure, in the earlier order.
 func mergePrevious(path string, res *results) {
-	raw, err := os.ReadFile(path)
+	prev, err := loadResults(path)
 	if err != nil {
-		return
-	}
-	var prev results
-	if err := json.Unmarshal(raw, &prev); err != nil {
-		logf("-merge: %s: %v", path, err)
+		logf("-merge: %v", err)
 		return
 	}
 	var all []dbResult

@@ -17,20 +17,40 @@ import (
 	"time"
 )
 
-// broker is the kfake-broker process.
+// broker is the kfake-broker process: one broker, or a cluster of several
+// on consecutive ports.
 type broker struct {
-	cmd  *exec.Cmd
-	addr string
-	done chan struct{}
+	cmd   *exec.Cmd
+	addr  string   // the first broker, for clients that take one seed
+	addrs []string // every broker
+	done  chan struct{}
 }
 
-func startBroker(ctx context.Context, o *options) (*broker, error) {
-	b := &broker{addr: fmt.Sprintf("127.0.0.1:%d", o.kafkaPort), done: make(chan struct{})}
-	if c, err := net.Dial("tcp", b.addr); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("port %d is already in use (a broker left from an earlier run?); choose another with -kafka-port", o.kafkaPort)
+// startBroker starts n brokers; topics are created at once with their
+// partition leaders spread over the brokers.
+func startBroker(ctx context.Context, o *options, n int, topics ...string) (*broker, error) {
+	port := o.kafkaPort
+	if port == 0 {
+		var err error
+		if port, err = freePorts(n); err != nil {
+			return nil, err
+		}
 	}
-	b.cmd = exec.Command(o.brokerBin, "-port", strconv.Itoa(o.kafkaPort), "-partitions", "3")
+	b := &broker{done: make(chan struct{})}
+	for i := range n {
+		a := fmt.Sprintf("127.0.0.1:%d", port+i)
+		if c, err := net.Dial("tcp", a); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("port %d is already in use (a broker left from an earlier run?); choose another with -kafka-port, or 0 for a free one", port+i)
+		}
+		b.addrs = append(b.addrs, a)
+	}
+	b.addr = b.addrs[0]
+	args := []string{"-port", strconv.Itoa(port), "-brokers", strconv.Itoa(n), "-partitions", strconv.Itoa(o.partitions)}
+	if len(topics) > 0 {
+		args = append(args, "-topics", strings.Join(topics, ","))
+	}
+	b.cmd = exec.Command(o.brokerBin, args...)
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
 	b.cmd.Stdout, b.cmd.Stderr = io.Discard, os.Stderr
 	if err := b.cmd.Start(); err != nil {
@@ -38,13 +58,19 @@ func startBroker(ctx context.Context, o *options) (*broker, error) {
 	}
 	go func() { b.cmd.Wait(); close(b.done) }()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", b.addr); err == nil {
-			c.Close()
+		up := 0
+		for _, a := range b.addrs {
+			if c, err := net.Dial("tcp", a); err == nil {
+				c.Close()
+				up++
+			}
+		}
+		if up == n {
 			return b, nil
 		}
 		select {
 		case <-b.done:
-			return nil, fmt.Errorf("broker exited at start (port %d busy?)", o.kafkaPort)
+			return nil, fmt.Errorf("broker exited at start (port %d busy? an old kfake-broker without -brokers? run make build)", port)
 		case <-ctx.Done():
 			b.stop()
 			return nil, ctx.Err()
@@ -52,7 +78,7 @@ func startBroker(ctx context.Context, o *options) (*broker, error) {
 		}
 	}
 	b.stop()
-	return nil, fmt.Errorf("broker not listening on %s within 10s", b.addr)
+	return nil, fmt.Errorf("broker not listening on %s within 10s", strings.Join(b.addrs, ","))
 }
 
 func (b *broker) stop() {
@@ -63,6 +89,44 @@ func (b *broker) stop() {
 		b.cmd.Process.Kill()
 		<-b.done
 	}
+}
+
+// freePorts finds n consecutive free ports on 127.0.0.1 (it asks the
+// kernel for one and checks the next n-1).
+func freePorts(n int) (int, error) {
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		ok := true
+		for i := 1; i < n && ok; i++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+i))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports found", n)
+}
+
+// connSpec is what a connector run differs in.
+type connSpec struct {
+	name       string
+	sourceYAML string
+	topic      string
+	br         *broker
+	exactly    bool     // delivery: exactly-once (progress in Kafka)
+	extraYAML  string   // appended to the configuration
+	gctrace    bool     // GODEBUG=gctrace=1, parsed from the log afterwards
+	env        []string // more environment, after -connector-env
 }
 
 // connector is one outbox-cdc process.
@@ -77,17 +141,32 @@ type connector struct {
 }
 
 // startConnector writes the configuration and starts the binary. It does
-// not wait for readiness: the drain is timed from process start.
-func startConnector(o *options, name, sourceYAML, topic string, br *broker) (*connector, error) {
-	dir := filepath.Join(o.work, name)
+// not wait for readiness: a drain is timed from process start.
+func startConnector(o *options, s connSpec) (*connector, error) {
+	dir := filepath.Join(o.work, s.name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	port := o.httpPort
+	if port == 0 {
+		var err error
+		if port, err = freePorts(1); err != nil {
+			return nil, err
+		}
+	}
 	c := &connector{
-		http:    fmt.Sprintf("127.0.0.1:%d", o.httpPort),
+		http:    fmt.Sprintf("127.0.0.1:%d", port),
 		logPath: filepath.Join(dir, "outbox-cdc.log"),
 		cpPath:  filepath.Join(dir, "checkpoint"),
 		done:    make(chan struct{}),
+	}
+	brokers := make([]string, len(s.br.addrs))
+	for i, a := range s.br.addrs {
+		brokers[i] = strconv.Quote(a)
+	}
+	delivery, cp := "at-least-once", fmt.Sprintf("  type: file\n  path: %q\n", c.cpPath)
+	if s.exactly {
+		delivery, cp = "exactly-once", "  type: kafka\n"
 	}
 	cfg := fmt.Sprintf(`name: %s
 source:
@@ -96,15 +175,14 @@ source:
   topic: %q
 sink:
   type: kafka
-  brokers: [%q]
+  brokers: [%s]
+delivery: %s
 checkpoint:
-  type: file
-  path: %q
-http:
+%shttp:
   listen: %s
 log:
   format: json
-`, name, sourceYAML, topic, br.addr, c.cpPath, c.http)
+%s`, s.name, s.sourceYAML, s.topic, strings.Join(brokers, ", "), delivery, cp, c.http, s.extraYAML)
 	cfgPath := filepath.Join(dir, "outbox-cdc.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -116,6 +194,10 @@ log:
 	c.cmd = exec.Command(o.bin, "run", "--config", cfgPath)
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.cmd.Env = append(os.Environ(), o.env...)
+	c.cmd.Env = append(c.cmd.Env, s.env...)
+	if s.gctrace {
+		c.cmd.Env = append(c.cmd.Env, "GODEBUG=gctrace=1")
+	}
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	c.started = time.Now()
 	if err := c.cmd.Start(); err != nil {
@@ -148,22 +230,56 @@ func (c *connector) waitReady(ctx context.Context, timeout time.Duration) error 
 	return fmt.Errorf("connector not ready within %s\n%s", timeout, c.tail())
 }
 
-// metric returns the value of an unlabelled metric from /metrics.
+// metric returns the value of one unlabelled metric from /metrics.
 func (c *connector) metric(name string) (float64, error) {
-	resp, err := http.Get("http://" + c.http + "/metrics")
+	m, err := c.metrics(name)
 	if err != nil {
 		return 0, err
 	}
+	v, ok := m[name]
+	if !ok {
+		return 0, fmt.Errorf("metric %s not found", name)
+	}
+	return v, nil
+}
+
+// metrics returns the values of the named unlabelled metrics.
+func (c *connector) metrics(names ...string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + c.http + "/metrics")
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	return parseMetrics(resp.Body, names...)
+}
+
+// parseMetrics reads the Prometheus text format and returns the values of
+// the named unlabelled samples that it holds.
+func parseMetrics(r io.Reader, names ...string) (map[string]float64, error) {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	out := make(map[string]float64, len(names))
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		if bytes.HasPrefix(line, []byte(name+" ")) {
-			return strconv.ParseFloat(string(line[len(name)+1:]), 64)
+		if len(line) == 0 || line[0] == '#' {
+			continue
 		}
+		name, val, ok := bytes.Cut(line, []byte{' '})
+		if !ok || !want[string(name)] {
+			continue
+		}
+		val, _, _ = bytes.Cut(val, []byte{' '}) // an optional timestamp follows
+		v, err := strconv.ParseFloat(string(val), 64)
+		if err != nil {
+			return nil, fmt.Errorf("metric %s: %w", name, err)
+		}
+		out[string(name)] = v
 	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	return out, sc.Err()
 }
 
 // stop sends SIGTERM and waits.
@@ -182,12 +298,26 @@ func (c *connector) stop() error {
 	return nil
 }
 
+// kill stops the process without waiting for a graceful end.
+func (c *connector) kill() {
+	c.cmd.Process.Kill()
+	<-c.done
+}
+
+// tail is the end of the connector's log, without gctrace lines.
 func (c *connector) tail() string {
 	b, _ := os.ReadFile(c.logPath)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "gc ") {
+			keep = append(keep, l)
+		}
 	}
-	return string(b)
+	s := strings.Join(keep, "\n")
+	if len(s) > 3000 {
+		s = s[len(s)-3000:]
+	}
+	return s
 }
 
 // procStats is what /proc says about a process.
@@ -201,22 +331,38 @@ type procStats struct {
 const clockTicks = 100
 
 func readProc(pid int) (procStats, error) {
-	var s procStats
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return s, err
+		return procStats{}, err
 	}
-	// Fields after the ")" that closes the command name: state is field 3,
-	// utime 14 and stime 15 (1-based over the whole line).
-	i := bytes.LastIndexByte(stat, ')')
-	f := strings.Fields(string(stat[i+2:]))
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	s.CPUSeconds = (ut + st) / clockTicks
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return s, err
+		return procStats{}, err
 	}
+	return parseProc(stat, status)
+}
+
+// parseProc reads utime+stime from /proc/<pid>/stat and VmHWM and VmRSS
+// from /proc/<pid>/status.
+func parseProc(stat, status []byte) (procStats, error) {
+	var s procStats
+	// Fields after the ")" that closes the command name (which may hold
+	// spaces and parentheses): state is field 3, utime 14 and stime 15
+	// (1-based over the whole line).
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 > len(stat) {
+		return s, fmt.Errorf("/proc stat: no command name in %q", stat)
+	}
+	f := strings.Fields(string(stat[i+2:]))
+	if len(f) < 13 {
+		return s, fmt.Errorf("/proc stat: %d fields after the command name, want at least 13", len(f))
+	}
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return s, fmt.Errorf("/proc stat: utime %q, stime %q", f[11], f[12])
+	}
+	s.CPUSeconds = (ut + st) / clockTicks
 	for _, line := range strings.Split(string(status), "\n") {
 		k, v, _ := strings.Cut(line, ":")
 		kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
@@ -228,6 +374,68 @@ func readProc(pid int) (procStats, error) {
 		}
 	}
 	return s, nil
+}
+
+// gcTrace sums the lines GODEBUG=gctrace=1 prints, one per collection:
+//
+//	gc 7 @1.234s 5%: 0.01+2.1+0.02 ms clock, 0.03+0.5/1.9/0.4+0.05 ms cpu, 40->41->20 MB, 42 MB goal, 0 MB stacks, 0 MB globals, 2 P
+type gcTrace struct {
+	Cycles int
+	// CPUSeconds is the CPU of every GC phase: the two stop-the-world
+	// phases, mark assists, background and idle marking.
+	CPUSeconds float64
+	// Percent is the runtime's own figure on the last line: the share of
+	// the available CPU (GOMAXPROCS × wall time) spent in GC since the
+	// process started.
+	Percent float64
+	// PeakHeapMB is the largest heap at the start of a collection.
+	PeakHeapMB float64
+}
+
+// parseGCTrace reads gctrace lines from r and ignores every other line.
+func parseGCTrace(r io.Reader) gcTrace {
+	var t gcTrace
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "gc ") {
+			continue
+		}
+		head, rest, ok := strings.Cut(line, ": ")
+		if !ok {
+			continue
+		}
+		parts := strings.Split(rest, ", ")
+		if len(parts) < 3 || !strings.HasSuffix(parts[1], " ms cpu") {
+			continue
+		}
+		var cpu float64
+		for _, f := range strings.FieldsFunc(strings.TrimSuffix(parts[1], " ms cpu"), func(r rune) bool { return r == '+' || r == '/' }) {
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				cpu = -1
+				break
+			}
+			cpu += v
+		}
+		if cpu < 0 {
+			continue
+		}
+		t.Cycles++
+		t.CPUSeconds += cpu / 1000
+		if hf := strings.Fields(head); len(hf) >= 4 {
+			if p, err := strconv.ParseFloat(strings.TrimSuffix(hf[3], "%"), 64); err == nil {
+				t.Percent = p
+			}
+		}
+		if heap, _, ok := strings.Cut(parts[2], "->"); ok {
+			if v, err := strconv.ParseFloat(heap, 64); err == nil && v > t.PeakHeapMB {
+				t.PeakHeapMB = v
+			}
+		}
+	}
+	return t
 }
 
 // describeMachine records nproc, free and lscpu.
@@ -253,6 +461,8 @@ func describeMachine() machine {
 	m.LSCPU = strings.Join(keep, "\n")
 	m.Kernel = run("uname", "-sr")
 	m.Go = run("go", "version")
+	m.LoadAvg = loadAvg()
+	m.Commit = run("git", "describe", "--always", "--dirty")
 	return m
 }
 

@@ -23,7 +23,9 @@ import (
 
 // runProfile loads a backlog and drains it with the pipeline wired
 // in-process exactly as cmd/outbox-cdc wires it, under the CPU profiler.
-// It writes <profile> (CPU) and <profile>.allocs (allocations).
+// It writes <profile> (CPU of the drain), <profile>.live (CPU of 10 s at
+// 1,000 rows/s), and <profile>.allocs with <profile>.allocs.base
+// (allocations at the end and at the start of the drain, for pprof -base).
 func runProfile(ctx context.Context, o *options) error {
 	kind := o.dbs[0]
 	be, err := openBackend(ctx, o, kind)
@@ -31,21 +33,17 @@ func runProfile(ctx context.Context, o *options) error {
 		return err
 	}
 	defer be.close()
-	br, err := startBroker(ctx, o)
+	br, err := startBroker(ctx, o, 1, "bench.prof."+kind)
 	if err != nil {
 		return err
 	}
 	defer br.stop()
 	logf("%s: loading %d rows", kind, o.rows)
-	bl, err := loadBacklog(ctx, o, be, "prof")
+	bl, err := loadBacklog(ctx, be, loadPlan{rows: o.rows, txRows: o.txRows, stmtRows: o.txRows, rowBytes: 200, loaders: 4, aggregates: o.aggregates, tag: "prof"})
 	if err != nil {
 		return err
 	}
-	if kind == "postgres" {
-		defer be.dropSlot(ctx, bl.cdcSlot)
-		defer be.dropSlot(ctx, bl.rawSlot)
-		defer be.db.ExecContext(context.WithoutCancel(ctx), "DROP PUBLICATION IF EXISTS "+bl.pub)
-	}
+	defer bl.release(ctx, be)
 
 	reg := prometheus.NewRegistry()
 	log := zerolog.Nop()
@@ -74,8 +72,13 @@ func runProfile(ctx context.Context, o *options) error {
 			return err
 		}
 	case "postgres":
+		slot := be.slotName("prof")
+		if err := be.copySlot(ctx, bl.tplSlot, slot); err != nil {
+			return err
+		}
+		defer be.dropSlot(ctx, slot)
 		cfg := wal.DefaultConfig()
-		cfg.DSN, cfg.Table, cfg.Slot, cfg.Publication, cfg.Create = be.dsn, "public.outbox_message", bl.cdcSlot, bl.pub, false
+		cfg.DSN, cfg.Table, cfg.Slot, cfg.Publication, cfg.Create = be.dsn, "public.outbox_message", slot, bl.pub, false
 		if src, err = wal.New(cfg, name, rt.Columns(), log, sm, reg); err != nil {
 			return err
 		}
@@ -98,6 +101,14 @@ func runProfile(ctx context.Context, o *options) error {
 	}
 	defer f.Close()
 	runtime.MemProfileRate = 64 << 10
+	// The allocation profile is cumulative and the backlog was loaded by
+	// this process: keep a snapshot from before the drain for pprof -base.
+	runtime.GC()
+	if err := writeProfile("allocs", o.profile+".allocs.base"); err != nil {
+		return err
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	if err := pprof.StartCPUProfile(f); err != nil {
 		return err
 	}
@@ -119,7 +130,14 @@ func runProfile(ctx context.Context, o *options) error {
 	}
 	el := time.Since(start)
 	pprof.StopCPUProfile()
+	runtime.ReadMemStats(&ms1)
+	if err := writeProfile("allocs", o.profile+".allocs"); err != nil {
+		return err
+	}
 	printHistograms(reg)
+	fmt.Printf("%s: in-process drain of %d rows in %.2fs (%.0f rows/s); %.0f bytes and %.1f allocations per row, %d GC cycles, GC CPU fraction %.1f %% since start\n",
+		kind, o.rows, el.Seconds(), float64(o.rows)/el.Seconds(), float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(o.rows),
+		float64(ms1.Mallocs-ms0.Mallocs)/float64(o.rows), ms1.NumGC-ms0.NumGC, 100*ms1.GCCPUFraction)
 
 	// Then the live path: single-row transactions at 1,000/s for 10 s.
 	lf, err := os.Create(o.profile + ".live")
@@ -144,20 +162,22 @@ func runProfile(ctx context.Context, o *options) error {
 		tv(ru1.Utime)-tv(ru0.Utime), tv(ru1.Stime)-tv(ru0.Stime))
 	stop()
 	<-perr
-	af, err := os.Create(o.profile + ".allocs")
+	fmt.Printf("inspect: go tool pprof -top %s | head -40\n", o.profile)
+	fmt.Printf("         go tool pprof -sample_index=alloc_space -base %s.allocs.base -top %s.allocs | head -30\n", o.profile, o.profile)
+	return nil
+}
+
+// writeProfile writes the named runtime profile to path.
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	defer af.Close()
-	if err := pprof.Lookup("allocs").WriteTo(af, 0); err != nil {
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
 		return err
 	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	fmt.Printf("%s: in-process drain of %d rows in %.2fs (%.0f rows/s); %d mallocs in the process so far\n",
-		kind, o.rows, el.Seconds(), float64(o.rows)/el.Seconds(), ms.Mallocs)
-	fmt.Printf("inspect: go tool pprof -top %s | head -40\n", o.profile)
-	return nil
+	return f.Close()
 }
 
 // printHistograms prints count, sum and mean of every histogram: where the
