@@ -81,7 +81,31 @@ func (t *Transactional) createProgressTopic() error {
 const loadWindow = 256
 
 // readProgress returns the position in the last committed progress record
-// keyed by the connector name.
+// keyed by the connector name, or a zero Position when there is none.
+func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, error) {
+	r, err := ReadProgress(ctx, t.cfg, t.tcfg.ProgressTopic, t.connector, t.kind)
+	if err != nil {
+		return "", err
+	}
+	if r.Tombstone {
+		t.log.Warn().Str("progress_topic", t.tcfg.ProgressTopic).Msg("the progress record is a tombstone: starting where source.start says")
+	}
+	return r.Position, nil
+}
+
+// Progress is a connector's last committed progress record.
+type Progress struct {
+	// Position is zero when there is no record (or a tombstone).
+	Position        outboxcdc.Position
+	SavedAt         time.Time
+	TransactionalID string
+	// Tombstone: the last record for the connector is a deliberate reset.
+	Tombstone bool
+}
+
+// ReadProgress reads the last committed progress record of connector from
+// the progress topic, without starting a producer (so it fences nothing).
+// kind, when not empty, is the position kind expected.
 //
 // It reads with read_committed, backwards in growing windows from the end,
 // so a long uncompacted progress log costs only its tail. Before reading it
@@ -90,39 +114,38 @@ const loadWindow = 256
 // of ours committed after another connector's still-open transaction would
 // otherwise be invisible and an older one would be taken. A tombstone (null
 // value) for the connector's key reads as "no progress".
-func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, error) {
-	sec, err := t.cfg.kgoSecurity()
+func ReadProgress(ctx context.Context, cfg KafkaConfig, topic, connector, kind string) (Progress, error) {
+	sec, err := cfg.kgoSecurity()
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(t.cfg.Brokers...),
-		kgo.ClientID(t.cfg.ClientID),
-		kgo.DialTimeout(t.cfg.DialTimeout),
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.DialTimeout(cfg.DialTimeout),
 		kgo.RequestRetries(3),
 	}, sec...)...)
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	defer cl.Close()
-	topic := t.tcfg.ProgressTopic
 
 	leader, topicID, err := progressLeader(ctx, cl, topic)
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	start, err := listOffset(ctx, cl, topic, -2, 0)
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	hwm, err := listOffset(ctx, cl, topic, -1, 0)
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	for {
 		lso, err := listOffset(ctx, cl, topic, -1, 1)
 		if err != nil {
-			return "", err
+			return Progress{}, err
 		}
 		if lso >= hwm {
 			break
@@ -130,7 +153,7 @@ func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, e
 		select {
 		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
-			return "", fmt.Errorf("waiting for open transactions on progress topic %q to finish (last stable offset %d, high watermark %d): %w", topic, lso, hwm, ctx.Err())
+			return Progress{}, fmt.Errorf("waiting for open transactions on progress topic %q to finish (last stable offset %d, high watermark %d): %w", topic, lso, hwm, ctx.Err())
 		}
 	}
 
@@ -138,36 +161,35 @@ func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, e
 	hi := hwm
 	for window := int64(loadWindow); hi > start; window *= 4 {
 		lo := max(start, hi-window)
-		val, found, err := t.scanProgress(ctx, br, topic, topicID, lo, hi)
+		val, found, err := scanProgress(ctx, br, topic, topicID, connector, lo, hi)
 		if err != nil {
-			return "", err
+			return Progress{}, err
 		}
 		if found {
 			if val == nil {
-				t.log.Warn().Str("progress_topic", topic).Msg("the progress record is a tombstone: starting where source.start says")
-				return "", nil
+				return Progress{Tombstone: true}, nil
 			}
-			pos, why := decodeProgress(val)
+			p, why := decodeProgress(val)
 			if why != "" {
-				return "", fmt.Errorf("%w: progress record for %q in topic %q %s; the connector refuses to start: write a valid record or a tombstone for the key deliberately",
-					ErrProgressUntrusted, t.connector, topic, why)
+				return Progress{}, fmt.Errorf("%w: progress record for %q in topic %q %s; the connector refuses to start: write a valid record or a tombstone for the key deliberately",
+					ErrProgressUntrusted, connector, topic, why)
 			}
-			if t.kind != "" {
-				if err := pos.CheckKind(t.kind); err != nil {
-					return "", fmt.Errorf("progress topic %q: %w; the connector refuses to start: use another connector name or progress topic, or write a tombstone for %q deliberately",
-						topic, err, t.connector)
+			if kind != "" {
+				if err := p.Position.CheckKind(kind); err != nil {
+					return Progress{}, fmt.Errorf("progress topic %q: %w; the connector refuses to start: use another connector name or progress topic, or write a tombstone for %q deliberately",
+						topic, err, connector)
 				}
 			}
-			return pos, nil
+			return p, nil
 		}
 		hi = lo
 	}
-	return "", nil
+	return Progress{}, nil
 }
 
 // scanProgress reads offsets [lo, hi) of partition 0 with read_committed
 // and returns the value of the last record keyed by the connector name.
-func (t *Transactional) scanProgress(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, lo, hi int64) (val []byte, found bool, err error) {
+func scanProgress(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, connector string, lo, hi int64) (val []byte, found bool, err error) {
 	off := lo
 	for off < hi {
 		req := kmsg.NewPtrFetchRequest()
@@ -213,7 +235,7 @@ func (t *Transactional) scanProgress(ctx context.Context, br *kgo.Broker, topic 
 			return nil, false, fmt.Errorf("fetching progress topic %q at offset %d: %w", topic, off, fp.Err)
 		}
 		for _, r := range fp.Records {
-			if r.Offset < hi && string(r.Key) == t.connector {
+			if r.Offset < hi && string(r.Key) == connector {
 				val, found = r.Value, true
 			}
 		}
