@@ -38,6 +38,15 @@ type RecordError interface {
 	FailedRecord() (index int, permanent bool)
 }
 
+// RecordsError is a RecordError that concerns several records of one
+// Write in the same way (every record for a topic that cannot be written),
+// so the pipeline can handle them all at once. FailedRecords lists their
+// indexes, FailedRecord's first.
+type RecordsError interface {
+	RecordError
+	FailedRecords() []int
+}
+
 // Failure is one outbox row that could not be delivered as routed.
 type Failure struct {
 	// Event is the row as the source delivered it.

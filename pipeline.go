@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -934,34 +935,61 @@ func (p *Pipeline) deliver(ctx context.Context, b *batch, sv *saver) error {
 		if !permanent || i < 0 || i >= len(b.records) || ctx.Err() != nil {
 			return err
 		}
-		ev := b.events[i]
-		if p.dead == nil {
-			return p.halt(ctx, b, i, err, sv)
-		}
-		d := b.dead[i]
-		switch {
-		case d == nil:
-			orig := b.records[i]
-			d = &deadEntry{orig: &orig, cause: err, class: FailureRejected}
-			if b.dead == nil {
-				b.dead = map[int]*deadEntry{}
+		failed := []int{i}
+		var multi RecordsError
+		if errors.As(err, &multi) {
+			failed = failed[:0]
+			for _, j := range multi.FailedRecords() {
+				if j >= 0 && j < len(b.records) {
+					failed = append(failed, j)
+				}
 			}
-			b.dead[i] = d
-		case !d.omitValue:
-			d.omitValue = true
-			p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).AnErr("error", err).
-				Msg("dead-letter record rejected; sending it again without the payload")
-		default:
-			return fmt.Errorf("outbox row at %s (message id %s): its dead-letter record was rejected too, even without the payload: %w (the row failed with: %v)",
-				ev.Origin, idOrNone(ev.MessageID), err, d.cause)
+			slices.Sort(failed)
+			failed = slices.Compact(failed)
+			if len(failed) == 0 {
+				return err
+			}
 		}
-		b.records[i] = p.dead(Failure{Event: ev, Record: d.orig, Err: d.cause, Class: d.class, OmitValue: d.omitValue})
-		if d.class == FailureRejected && !d.omitValue {
-			p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).Str("class", d.class).
-				Str("dlq_topic", b.records[i].Topic).AnErr("error", err).
-				Msg("record rejected by the sink: sending the row to the dead-letter topic and writing the batch again")
+		if p.dead == nil {
+			return p.halt(ctx, b, failed[0], err, sv)
+		}
+		for _, j := range failed {
+			if derr := p.divert(b, j, err); derr != nil {
+				return derr
+			}
 		}
 	}
+}
+
+// divert replaces record i of b, which the sink rejected with err, by its
+// dead-letter record: the first time with the payload, then without it;
+// it fails when even that was rejected.
+func (p *Pipeline) divert(b *batch, i int, err error) error {
+	ev := b.events[i]
+	d := b.dead[i]
+	switch {
+	case d == nil:
+		orig := b.records[i]
+		d = &deadEntry{orig: &orig, cause: err, class: FailureRejected}
+		if b.dead == nil {
+			b.dead = map[int]*deadEntry{}
+		}
+		b.dead[i] = d
+	case !d.omitValue:
+		d.omitValue = true
+		p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).AnErr("error", err).
+			Msg("dead-letter record rejected; sending it again without the payload")
+	default:
+		return fmt.Errorf("outbox row at %s (message id %s): its dead-letter record was rejected too, even without the payload: %w (the row failed with: %v)",
+			ev.Origin, idOrNone(ev.MessageID), err, d.cause)
+	}
+	b.records[i] = p.dead(Failure{Event: ev, Record: d.orig, Err: d.cause, Class: d.class, OmitValue: d.omitValue})
+	if d.class == FailureRejected && !d.omitValue {
+		p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).Str("class", d.class).
+			Str("dlq_topic", b.records[i].Topic).AnErr("error", err).
+			Msg("record rejected by the sink: sending the row to the dead-letter topic and writing the batch again")
+	}
+	return nil
 }
 
 // halt writes and checkpoints the whole transactions before record i,

@@ -51,6 +51,11 @@ type KafkaConfig struct {
 	// ReadyInterval is how often an idle sink checks that a broker answers,
 	// for Ready and the connected gauge.
 	ReadyInterval time.Duration `yaml:"ready_interval"`
+	// UnwritableTopicTimeout is how long records wait for a topic that does
+	// not exist (a cluster without auto-create) or that the connector may
+	// not write (topic or cluster authorization) before they fail
+	// permanently and pipeline.on_error decides. 0 decides at once.
+	UnwritableTopicTimeout time.Duration `yaml:"unwritable_topic_timeout"`
 	// TLS and SASL to the brokers (security.go), for every client: the
 	// producers, the admin client and the progress reader.
 	TLS  TLSConfig  `yaml:"tls"`
@@ -72,6 +77,8 @@ func DefaultKafkaConfig() KafkaConfig {
 		RetryBackoffMin:  100 * time.Millisecond,
 		RetryBackoffMax:  10 * time.Second,
 		ReadyInterval:    5 * time.Second,
+
+		UnwritableTopicTimeout: time.Minute,
 	}
 }
 
@@ -125,6 +132,9 @@ func (c *KafkaConfig) Validate() error {
 	positive("retry_backoff_min", c.RetryBackoffMin)
 	positive("retry_backoff_max", c.RetryBackoffMax)
 	positive("ready_interval", c.ReadyInterval)
+	if c.UnwritableTopicTimeout < 0 || c.UnwritableTopicTimeout > 24*time.Hour {
+		bad("unwritable_topic_timeout", "%v is outside 0..24h", c.UnwritableTopicTimeout)
+	}
 	if c.RetryBackoffMax < c.RetryBackoffMin {
 		bad("retry_backoff_max", "%v is below retry_backoff_min %v", c.RetryBackoffMax, c.RetryBackoffMin)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,6 +185,7 @@ type Transactional struct {
 	m         *txnMetrics
 
 	headerKeys headerKeyCache // used by the writing goroutine only
+	blocked    *blockedTopics
 
 	writing sync.Mutex // held by Load and WriteAtomic, so Close can wait
 
@@ -225,6 +227,7 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 		m:          newTxnMetrics(reg),
 		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
+		blocked:    newBlockedTopics(cfg.UnwritableTopicTimeout, reg),
 	}
 	t.health = newHealth(errors.New("kafka: transactional producer not started yet"), t.m.connected, t.log, "kafka reachable, transactional producer ready")
 	cfg.warnSecurity(t.log)
@@ -452,6 +455,18 @@ type openTxn struct {
 // outboxcdc.ErrOpenWriteAborted.
 func (t *Transactional) continueOpen(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
 	o := t.open
+	if err := t.precheckTopics(ctx, o.p, msgs, o.deadline, len(records), o.records, end); err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Index >= 0 || !errors.Is(err, errTxnBudget) {
+			// The transaction stays open: the caller may replace those
+			// records, or stop (Close aborts it).
+			return err
+		}
+		t.open = nil
+		t.m.openRecords.Set(0)
+		t.m.aborts.Inc()
+		return fmt.Errorf("%w (%d records written into it by earlier batches): %w", outboxcdc.ErrOpenWriteAborted, o.records, err)
+	}
 	t.open = nil
 	err := t.produce(ctx, o.p, msgs, records, end, o.started, o.deadline, o.records)
 	if err == nil && !commit {
@@ -571,6 +586,9 @@ type txnAttempt struct {
 	first *txnFailure // first failure answered
 	fence error
 	perm  *txnFailure
+	// blocked are the failures of records whose topic is unknown or
+	// not authorized.
+	blocked []*txnFailure
 }
 
 // txnRef is a sent message's Metadata: which attempt and record it is.
@@ -596,8 +614,11 @@ func (a *txnAttempt) answer(r *txnRef, m *sarama.ProducerMessage, err error) {
 		if a.fence == nil && fencedCode(err) {
 			a.fence = err
 		}
-		if a.perm == nil && permanent(err) && !fencedCode(err) && !errors.Is(err, sarama.ErrTransactionNotReady) {
+		if a.perm == nil && permanent(err) && !fencedCode(err) && !blockedCode(err) && !errors.Is(err, sarama.ErrTransactionNotReady) {
 			a.perm = f
+		}
+		if blockedCode(err) {
+			a.blocked = append(a.blocked, f)
 		}
 		a.mu.Unlock()
 	}
@@ -612,6 +633,12 @@ func (a *txnAttempt) answer(r *txnRef, m *sarama.ProducerMessage, err error) {
 func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
 	p, err := t.producer(ctx)
 	if err != nil {
+		return err
+	}
+	// A record for a topic that does not exist would fail the transaction:
+	// wait for such topics (up to sink.unwritable_topic_timeout) before it
+	// begins.
+	if err := t.precheckTopics(ctx, p, msgs, time.Time{}, len(records), 0, end); err != nil {
 		return err
 	}
 	started := time.Now()
@@ -701,7 +728,7 @@ func (t *Transactional) produce(ctx context.Context, p *txnProducer, msgs []txnM
 	}
 
 	a.mu.Lock()
-	first, fence, perm := a.first, a.fence, a.perm
+	first, fence, perm, blocked := a.first, a.fence, a.perm, a.blocked
 	a.mu.Unlock()
 	if fence != nil {
 		t.discard(p)
@@ -715,9 +742,114 @@ func (t *Transactional) produce(ctx context.Context, p *txnProducer, msgs []txnM
 			t.m.permanent.Inc()
 			return &Error{Index: perm.index, Topic: perm.topic, Partition: perm.partition, Err: perm.err, Permanent: true}
 		}
+		if blockedCode(first.err) {
+			// Once one record fails, sarama fails the rest of the
+			// transaction with the same cause: only the first failure's
+			// topic is known to be blocked.
+			var same []*txnFailure
+			for _, f := range blocked {
+				if f.topic == first.topic {
+					same = append(same, f)
+				}
+			}
+			if err := t.checkBlocked(same); err != nil {
+				return err
+			}
+		}
 		return &Error{Index: first.index, Topic: first.topic, Partition: first.partition, Err: first.err}
 	}
+	if t.blocked.any() {
+		for i := range msgs {
+			t.blocked.ok(msgs[i].topic)
+		}
+		t.blocked.ok(clusterWide)
+	}
 	return nil
+}
+
+// checkBlocked notes failures of records whose topic is unknown or not
+// authorized; once a topic has been blocked for UnwritableTopicTimeout it
+// returns a permanent *Error naming its records.
+func (t *Transactional) checkBlocked(failures []*txnFailure) error {
+	sort.Slice(failures, func(i, j int) bool { return failures[i].index < failures[j].index })
+	var expired *Error
+	seen := map[string]bool{}
+	for _, f := range failures {
+		if f.index < 0 {
+			continue
+		}
+		if expired != nil {
+			if f.topic == expired.Topic {
+				expired.Others = append(expired.Others, f.index)
+			}
+			continue
+		}
+		if seen[f.topic] {
+			continue
+		}
+		seen[f.topic] = true
+		if waited, over := t.blocked.fail(f.topic, f.err); over {
+			expired = &Error{Index: f.index, Topic: f.topic, Partition: f.partition, Permanent: true,
+				Err: &TopicBlockedError{Topic: f.topic, Waited: waited, Err: f.err}}
+		}
+	}
+	if expired == nil {
+		return nil
+	}
+	t.m.permanent.Add(float64(1 + len(expired.Others)))
+	return expired
+}
+
+// precheckTopics makes sure, before records go into a transaction, that
+// their topics exist and may be described: a record for a missing topic
+// would fail the whole transaction, and one kept open across calls could
+// not be sent again. It waits for a blocked topic (bounded by
+// UnwritableTopicTimeout and, when deadline is set, the open transaction's
+// budget) and then returns a permanent *Error naming its records, leaving
+// an open transaction open. Topics already known cost a map lookup.
+func (t *Transactional) precheckTopics(ctx context.Context, p *txnProducer, msgs []txnMsg, deadline time.Time, records, earlier int, end outboxcdc.Position) error {
+	for n := 1; ; n++ {
+		var failures []*txnFailure
+		bad := map[string]error{}
+		for i := range msgs {
+			m := &msgs[i]
+			err, checked := bad[m.topic]
+			if !checked {
+				_, err = p.client.Partitions(m.topic)
+				if err != nil && !blockedCode(err) {
+					err = nil // anything else is the produce's to find
+				}
+				bad[m.topic] = err
+			}
+			if err != nil {
+				failures = append(failures, &txnFailure{index: m.index, topic: m.topic, partition: -1, err: err})
+			}
+		}
+		if len(failures) == 0 {
+			return nil
+		}
+		if err := t.checkBlocked(failures); err != nil {
+			return err
+		}
+		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
+		if !deadline.IsZero() && time.Until(deadline) < wait {
+			return t.overBudget(p, records, earlier, end)
+		}
+		t.log.Warn().Err(failures[0].err).Str("topic", failures[0].topic).Dur("backoff", wait).
+			Msg("a topic of the open transaction cannot be written yet; waiting (sink.unwritable_topic_timeout)")
+		if err := t.sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// Ready returns nil while the transactional producer works and no topic is
+// blocked.
+func (t *Transactional) Ready() error {
+	if err := t.blocked.ready(); err != nil {
+		return err
+	}
+	return t.health.Ready()
 }
 
 // commit commits p's transaction within what is left of the budget. When
