@@ -94,11 +94,13 @@ const (
 //	                                 the row's role columns as stored
 //	outbox_cdc.value_omitted_bytes   payload size, when the value was left out
 //
-// The timestamp is the source commit time.
+// The timestamp is the time of production (zero), whatever route.timestamp
+// says: a dead letter must not be refused or deleted at once for an old
+// commit time, which may be the very reason its row failed.
 func DeadLetterTo(topic string) DeadLetter {
 	return func(f Failure) Record {
 		ev := f.Event
-		r := Record{Topic: topic, Value: ev.Payload, Timestamp: ev.CommitTime}
+		r := Record{Topic: topic, Value: ev.Payload}
 		if ev.AggregateID != "" {
 			r.Key = []byte(ev.AggregateID)
 		}

@@ -150,7 +150,8 @@ type Record struct {
 	Key     []byte // nil: null key
 	Value   []byte // nil: tombstone
 	Headers []Header
-	// Timestamp is the record timestamp; the source commit time.
+	// Timestamp is the record timestamp (route.timestamp); zero means the
+	// time the sink produces the record.
 	Timestamp time.Time
 }
 

@@ -52,7 +52,23 @@ type Config struct {
 	// default): a NULL payload makes the row bad and an empty payload is
 	// sent as an empty value.
 	TombstoneOnEmptyPayload bool `yaml:"tombstone_on_empty_payload"`
+	// Timestamp chooses the record timestamp: "produce" (the default: the
+	// time the connector produces the record, left for the sink to stamp)
+	// or "commit" (the source transaction's commit time; second precision
+	// on MySQL/MariaDB). Production time is the default because a backlog
+	// replayed with commit times older than the topic's retention.ms is
+	// deleted by Kafka at once, and brokers with
+	// message.timestamp.difference.max.ms (or .before.max.ms) reject such
+	// records; it is also what Debezium's EventRouter and Kafka producers
+	// set by default.
+	Timestamp string `yaml:"timestamp"`
 }
+
+// Record timestamp choices (Config.Timestamp).
+const (
+	TimestampProduce = "produce"
+	TimestampCommit  = "commit"
+)
 
 // Payload formats.
 const (
@@ -71,7 +87,7 @@ type ColumnNames struct {
 
 // DefaultConfig is the seed preset with Debezium's default topic naming.
 func DefaultConfig() Config {
-	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny}
+	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny, Timestamp: TimestampProduce}
 }
 
 type preset struct {
@@ -184,8 +200,9 @@ type compiled struct {
 	template template
 	headers  []headerSpec
 	// json: the payload must be valid JSON; tombstone: a NULL or empty
-	// payload becomes a null value.
-	json, tombstone bool
+	// payload becomes a null value; commitTime: the record timestamp is
+	// the commit time (else zero: the sink stamps the production time).
+	json, tombstone, commitTime bool
 }
 
 func (c Config) compile() (*compiled, error) {
@@ -237,8 +254,14 @@ func (c Config) compile() (*compiled, error) {
 	default:
 		return nil, fmt.Errorf("route.payload_format: %q is not %s or %s", c.PayloadFormat, PayloadAny, PayloadJSON)
 	}
+	switch c.Timestamp {
+	case "", TimestampProduce, TimestampCommit:
+	default:
+		return nil, fmt.Errorf("route.timestamp: %q is not %s or %s", c.Timestamp, TimestampProduce, TimestampCommit)
+	}
 	return &compiled{names: names, columns: cols, template: tpl, headers: headers,
-		json: c.PayloadFormat == PayloadJSON, tombstone: c.TombstoneOnEmptyPayload}, nil
+		json: c.PayloadFormat == PayloadJSON, tombstone: c.TombstoneOnEmptyPayload,
+		commitTime: c.Timestamp == TimestampCommit}, nil
 }
 
 // parseHeaderEntry splits "col", "col:alias", "col:header" or

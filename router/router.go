@@ -25,7 +25,8 @@
 //     configured columns in order. A NULL column gives a header with a nil
 //     (Kafka null) value, as the EventRouter does; a column the source did
 //     not deliver (dropped from the table) gives no header.
-//   - Timestamp: the source commit time.
+//   - Timestamp: route.timestamp: zero by default, so the sink stamps the
+//     time of production; the source commit time with "commit".
 //
 // An empty message id makes the row bad too: consumers dedupe on it.
 package router
@@ -130,13 +131,16 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 			headers = append(headers, outboxcdc.Header{Key: h.key, Value: buf[start:len(buf):len(buf)]})
 		}
 	}
-	return outboxcdc.Record{
-		Topic:     topic,
-		Key:       key,
-		Value:     value,
-		Headers:   headers,
-		Timestamp: ev.CommitTime,
-	}, nil
+	rec := outboxcdc.Record{
+		Topic:   topic,
+		Key:     key,
+		Value:   value,
+		Headers: headers,
+	}
+	if c.commitTime {
+		rec.Timestamp = ev.CommitTime
+	}
+	return rec, nil
 }
 
 // headerSpec is one header to send, resolved at construction.

@@ -161,6 +161,9 @@ func TestRoute(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			// The goldens show the commit time; the default (production
+			// time, a zero timestamp) is TestRouteTimestamp's.
+			tc.cfg.Timestamp = TimestampCommit
 			r, err := New(tc.cfg)
 			if err != nil {
 				t.Fatalf("New: %v", err)
@@ -460,5 +463,45 @@ func TestTraceContextPassthrough(t *testing.T) {
 	}
 	if got["traceparent"] != tp || got["tracestate"] != "congo=t61rcWkgMzE" {
 		t.Fatalf("headers %v", got)
+	}
+}
+
+// TestRouteTimestamp: route.timestamp picks the record timestamp; the
+// default leaves it zero, so the sink stamps the time of production.
+func TestRouteTimestamp(t *testing.T) {
+	for _, c := range []struct {
+		cfg  string
+		want time.Time
+	}{
+		{"", time.Time{}},
+		{TimestampProduce, time.Time{}},
+		{TimestampCommit, commit},
+	} {
+		cfg := DefaultConfig()
+		if c.cfg != "" {
+			cfg.Timestamp = c.cfg
+		} else {
+			cfg = Config{}
+		}
+		r, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := seedEvent()
+		rec, err := r.Route(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rec.Timestamp.Equal(c.want) {
+			t.Errorf("route.timestamp %q: record timestamp %v, want %v", c.cfg, rec.Timestamp, c.want)
+		}
+	}
+	if DefaultConfig().Timestamp != TimestampProduce {
+		t.Errorf("default route.timestamp is %q", DefaultConfig().Timestamp)
+	}
+	cfg := DefaultConfig()
+	cfg.Timestamp = "event"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "route.timestamp") {
+		t.Errorf("Validate = %v", err)
 	}
 }
