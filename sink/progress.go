@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -18,14 +19,17 @@ import (
 // cannot hold progress (more than one partition).
 var errProgressLayout = errors.New("progress topic unusable")
 
-// ensureProgressTopic creates the progress topic (one partition,
-// cleanup.policy=compact, the broker's default replication factor) when it
-// does not exist, and refuses one with more than one partition: progress
-// records must be totally ordered.
+// ensureProgressTopic makes sure the progress topic can hold progress:
+// one partition (progress records must be totally ordered) and
+// cleanup.policy=compact (under delete the record expires after
+// retention.ms, and a stopped connector would then find none). An existing
+// topic is only described, never created, so a principal without CREATE
+// can start; a missing one is created (one partition, compact, the
+// broker's default replication factor).
 func (t *Transactional) ensureProgressTopic(ctx context.Context) error {
 	type result struct{ err error }
 	ch := make(chan result, 1)
-	go func() { ch <- result{t.createProgressTopic()} }()
+	go func() { ch <- result{t.checkProgressTopic()} }()
 	select {
 	case r := <-ch:
 		return r.err
@@ -34,7 +38,8 @@ func (t *Transactional) ensureProgressTopic(ctx context.Context) error {
 	}
 }
 
-func (t *Transactional) createProgressTopic() error {
+func (t *Transactional) checkProgressTopic() error {
+	topic := t.tcfg.ProgressTopic
 	cfg, err := t.saramaConfig()
 	if err != nil {
 		return err
@@ -44,36 +49,80 @@ func (t *Transactional) createProgressTopic() error {
 	cfg.Metadata.Full = true // the admin client refreshes metadata for the whole cluster
 	admin, err := sarama.NewClusterAdmin(t.cfg.Brokers, cfg)
 	if err != nil {
-		return fmt.Errorf("connecting to create progress topic %q: %w", t.tcfg.ProgressTopic, err)
+		return fmt.Errorf("connecting to describe progress topic %q: %w", topic, err)
 	}
 	defer admin.Close()
-	compact := "compact"
-	err = admin.CreateTopic(t.tcfg.ProgressTopic, &sarama.TopicDetail{
-		NumPartitions:     1,
-		ReplicationFactor: -1,
-		ConfigEntries:     map[string]*string{"cleanup.policy": &compact},
-	}, false)
-	switch {
-	case err == nil:
-		t.log.Info().Str("progress_topic", t.tcfg.ProgressTopic).Msg("created the progress topic (1 partition, cleanup.policy=compact)")
-	case errors.Is(err, sarama.ErrTopicAlreadyExists):
-	default:
-		return fmt.Errorf("creating progress topic %q: %w (create it yourself with 1 partition and cleanup.policy=compact)", t.tcfg.ProgressTopic, err)
-	}
-	meta, err := admin.DescribeTopics([]string{t.tcfg.ProgressTopic})
-	if err != nil {
-		return fmt.Errorf("describing progress topic %q: %w", t.tcfg.ProgressTopic, err)
-	}
-	for _, m := range meta {
-		if !errors.Is(m.Err, sarama.ErrNoError) {
-			return fmt.Errorf("describing progress topic %q: %w", t.tcfg.ProgressTopic, m.Err)
+	meta, err := describeTopic(admin, topic)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		compact := "compact"
+		err = admin.CreateTopic(topic, &sarama.TopicDetail{
+			NumPartitions:     1,
+			ReplicationFactor: -1,
+			ConfigEntries:     map[string]*string{"cleanup.policy": &compact},
+		}, false)
+		switch {
+		case err == nil:
+			t.log.Info().Str("progress_topic", topic).Msg("created the progress topic (1 partition, cleanup.policy=compact)")
+		case errors.Is(err, sarama.ErrTopicAlreadyExists):
+		default:
+			return fmt.Errorf("creating progress topic %q: %w (create it yourself with 1 partition and cleanup.policy=compact, or grant CREATE on it)", topic, err)
 		}
-		if len(m.Partitions) != 1 {
-			return fmt.Errorf("%w: topic %q has %d partitions; progress needs exactly 1 (point sink.progress_topic at a single-partition compacted topic)",
-				errProgressLayout, t.tcfg.ProgressTopic, len(m.Partitions))
+		meta, err = describeTopic(admin, topic)
+	}
+	if err != nil {
+		return fmt.Errorf("describing progress topic %q: %w (the connector needs DESCRIBE on it)", topic, err)
+	}
+	if len(meta.Partitions) != 1 {
+		return fmt.Errorf("%w: topic %q has %d partitions; progress needs exactly 1 (point sink.progress_topic at a single-partition compacted topic)",
+			errProgressLayout, topic, len(meta.Partitions))
+	}
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"cleanup.policy"}})
+	if err != nil {
+		t.log.Warn().Err(err).Str("progress_topic", topic).Msg("cannot read the progress topic's cleanup.policy (grant DESCRIBE_CONFIGS on it); it must be compact, or a stopped connector loses its position when the record expires")
+		return nil
+	}
+	for _, e := range entries {
+		if e.Name != "cleanup.policy" {
+			continue
+		}
+		compact, del := false, false
+		for _, p := range strings.Split(e.Value, ",") {
+			switch strings.TrimSpace(p) {
+			case "compact":
+				compact = true
+			case "delete":
+				del = true
+			}
+		}
+		switch {
+		case !compact:
+			return fmt.Errorf("%w: topic %q has cleanup.policy=%s: its progress record expires after retention.ms, and a connector stopped that long would restart where source.start says; set cleanup.policy=compact (kafka-configs --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact)",
+				errProgressLayout, topic, e.Value, topic)
+		case del:
+			t.log.Warn().Str("progress_topic", topic).Str("cleanup.policy", e.Value).
+				Msg("the progress topic also deletes by retention: a connector stopped longer than retention.ms finds no progress record and refuses to start; prefer cleanup.policy=compact alone")
 		}
 	}
 	return nil
+}
+
+// describeTopic returns topic's metadata, or its error
+// (UNKNOWN_TOPIC_OR_PARTITION when it does not exist).
+func describeTopic(admin sarama.ClusterAdmin, topic string) (*sarama.TopicMetadata, error) {
+	meta, err := admin.DescribeTopics([]string{topic})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range meta {
+		if m.Name != topic {
+			continue
+		}
+		if !errors.Is(m.Err, sarama.ErrNoError) {
+			return nil, m.Err
+		}
+		return m, nil
+	}
+	return nil, sarama.ErrUnknownTopicOrPartition
 }
 
 // loadWindow is how many offsets the first backward scan of the progress
