@@ -148,6 +148,9 @@ type Pipeline struct {
 	// openRecords counts the records written so far of a fragmented
 	// source transaction whose end has not arrived (writer goroutine).
 	openRecords int
+	// witness mirrors the position an AtomicSink commits (see Witness).
+	witness    Checkpointer
+	freshStart bool
 }
 
 // NewPipeline wires the parts. reg may be nil. With a nil cp the sink must
@@ -187,6 +190,71 @@ type atomicCheckpointer struct{ s AtomicSink }
 func (a atomicCheckpointer) Load(ctx context.Context) (Position, error) { return a.s.Load(ctx) }
 func (a atomicCheckpointer) Save(context.Context, Position) error {
 	return errors.New("atomic sink: Save must not be called")
+}
+
+// Witness gives an exactly-once pipeline (no Checkpointer, an AtomicSink)
+// a store that mirrors the position the sink commits: it is saved after
+// the commits, paced by CheckpointInterval, and is never read to resume.
+// It is evidence that the connector ran before. When the sink has no
+// committed position at start but the witness holds one (the progress
+// topic was deleted, its record expired, or the connector ran
+// at-least-once with this store before), Run refuses with an error
+// wrapping ErrProgressMissing instead of starting where source.start
+// says and skipping what was committed meanwhile; freshStart makes it
+// start anyway, as the operator asked. Call before Run.
+func (p *Pipeline) Witness(w Checkpointer, freshStart bool) {
+	p.witness, p.freshStart = w, freshStart
+}
+
+// ErrProgressMissing is wrapped by the error of an exactly-once start that
+// finds no committed position although the witness shows that the
+// connector committed one before.
+var ErrProgressMissing = errors.New("no committed position, but the connector ran before")
+
+// load returns the position to resume from; in exactly-once mode it
+// checks the sink's committed position against the witness.
+func (p *Pipeline) load(ctx context.Context) (Position, error) {
+	from, err := p.cp.Load(ctx)
+	if err != nil || p.atomic == nil || p.witness == nil {
+		return from, err
+	}
+	seen, werr := p.witness.Load(ctx)
+	what := describeStore(p.witness)
+	switch {
+	case !from.IsZero():
+		if werr != nil {
+			p.log.Warn().Err(werr).Str("store", what).Msg("the witness of the committed position cannot be read; rewriting it")
+		}
+		if werr != nil || seen != from {
+			// A connector upgraded from a version without a witness, or
+			// one whose witness lags: make the evidence current now, not
+			// at the next commit, which on an idle outbox may be far off.
+			if err := p.witness.Save(ctx, from); err != nil {
+				return "", fmt.Errorf("writing the witness of committed position %s to %s: %w", from, what, err)
+			}
+		}
+		return from, nil
+	case p.freshStart:
+		if werr != nil || !seen.IsZero() {
+			p.log.Warn().Str("witness", string(seen)).AnErr("witness_error", werr).Str("store", what).
+				Msg("no committed position although the connector ran before: starting where source.start says, as asked (--fresh-start); what was committed since the witness is not sent")
+		}
+		return from, nil
+	case werr != nil:
+		return "", fmt.Errorf("%w: the sink holds no committed position and the witness (%s) cannot be read: %v; the connector refuses to start rather than skip rows: restore the progress, or start deliberately from a position you choose with `outbox-cdc position set`, or where source.start says with `outbox-cdc run --fresh-start`",
+			ErrProgressMissing, what, werr)
+	case !seen.IsZero():
+		return "", fmt.Errorf("%w: the sink holds no committed position, but %s shows the connector had reached %s (the progress topic was deleted, its record expired, or the connector ran at-least-once before); starting where source.start says would skip every row committed in between, so it refuses. Resume from there with `outbox-cdc position set --to %s` (rows after it may be delivered again), or start fresh deliberately with `outbox-cdc run --fresh-start`",
+			ErrProgressMissing, what, seen, seen)
+	}
+	return from, nil
+}
+
+func describeStore(cp Checkpointer) string {
+	if s, ok := cp.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return "the checkpoint store"
 }
 
 // batch is the records of one or more source transactions, and the
@@ -318,7 +386,7 @@ func (p *Pipeline) Ready() error {
 // router (a *BadRowError, after checkpointing every transaction before the
 // bad row's), the sink or the checkpointer.
 func (p *Pipeline) Run(ctx context.Context) error {
-	from, err := p.cp.Load(ctx)
+	from, err := p.load(ctx)
 	if err != nil {
 		return fmt.Errorf("load checkpoint: %w", err)
 	}
@@ -813,7 +881,7 @@ func (sv *saver) close() error {
 func (sv *saver) run() {
 	defer close(sv.done)
 	interval := sv.p.cfg.CheckpointInterval
-	if sv.p.atomic != nil {
+	if sv.p.atomic != nil && sv.p.witness == nil {
 		interval = 0 // the position was stored with the records; only acks remain
 	}
 	for range sv.wake {
@@ -891,9 +959,14 @@ func (p *Pipeline) write(ctx context.Context, records []Record, end Position) er
 
 // checkpoint saves end (unless the atomic sink stored it with the records).
 func (p *Pipeline) checkpoint(ctx context.Context, end Position) error {
-	if p.atomic == nil {
+	switch {
+	case p.atomic == nil:
 		if err := p.cp.Save(ctx, end); err != nil {
 			return fmt.Errorf("save checkpoint %s: %w; stopping before acknowledging anything further (the records written since the last checkpoint will be sent again after a restart)", end, err)
+		}
+	case p.witness != nil:
+		if err := p.witness.Save(ctx, end); err != nil {
+			return fmt.Errorf("save the witness of committed position %s: %w; stopping (the position itself is committed in the sink)", end, err)
 		}
 	}
 	p.metrics.checkpoints.Inc()

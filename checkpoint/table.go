@@ -11,7 +11,8 @@ import (
 	"sync"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	"github.com/go-sql-driver/mysql" // also the database/sql driver "mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"github.com/rs/zerolog"
 
@@ -202,6 +203,64 @@ func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
 	}
 	ev.Msg("checkpoint loaded")
 	return p, nil
+}
+
+// Peek reads the connector's row without creating the table (for the
+// position commands): found is false when the table or the row does not
+// exist. A row that fails the checks is an error wrapping ErrUntrusted.
+func (t *Table) Peek(ctx context.Context) (pos outboxcdc.Position, savedAt time.Time, found bool, err error) {
+	t.mu.Lock()
+	if t.db == nil {
+		driver := "mysql"
+		if t.dialect == "postgres" {
+			driver = "pgx"
+		}
+		db, err := sql.Open(driver, t.dsn)
+		if err != nil {
+			t.mu.Unlock()
+			return "", time.Time{}, false, fmt.Errorf("%s: opening the database at %s: %w", t, outboxcdc.RedactDSN(t.dsn), err)
+		}
+		db.SetMaxOpenConns(2)
+		t.db = db
+	}
+	db := t.db
+	t.mu.Unlock()
+	q := "SELECT position, checksum, saved_at FROM " + t.table + " WHERE connector = " + t.param(1)
+	var raw, sum string
+	var savedRaw any = &savedAt
+	var savedBytes []byte
+	if t.dialect == "mysql" {
+		savedRaw = &savedBytes
+	}
+	err = db.QueryRowContext(ctx, q, t.connector).Scan(&raw, &sum, savedRaw)
+	switch {
+	case errors.Is(err, sql.ErrNoRows), t.noSuchTable(err):
+		return "", time.Time{}, false, nil
+	case err != nil:
+		return "", time.Time{}, false, fmt.Errorf("%s: reading the checkpoint: %w", t, err)
+	}
+	if savedBytes != nil {
+		savedAt, _ = time.Parse("2006-01-02 15:04:05.999999", string(savedBytes))
+	}
+	pos = outboxcdc.Position(raw)
+	if strings.TrimSpace(sum) != tableChecksum(t.connector, pos) || pos.Kind() == "" {
+		return pos, savedAt, true, fmt.Errorf("%w: %s holds a row whose checksum does not match its position %q, or that has no source kind prefix", ErrUntrusted, t, raw)
+	}
+	return pos, savedAt, true, nil
+}
+
+// noSuchTable reports whether err says the table does not exist (MySQL
+// error 1146, PostgreSQL SQLSTATE 42P01), by code.
+func (t *Table) noSuchTable(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1146
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "42P01"
+	}
+	return false
 }
 
 // Save durably stores pos (one autocommitted upsert).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -150,6 +151,8 @@ type Progress struct {
 	TransactionalID string
 	// Tombstone: the last record for the connector is a deliberate reset.
 	Tombstone bool
+	// TopicMissing: the progress topic does not exist.
+	TopicMissing bool
 }
 
 // ReadProgress reads the last committed progress record of connector from
@@ -180,6 +183,9 @@ func ReadProgress(ctx context.Context, cfg KafkaConfig, topic, connector, kind s
 	defer cl.Close()
 
 	leader, topicID, err := progressLeader(ctx, cl, topic)
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return Progress{TopicMissing: true}, nil
+	}
 	if err != nil {
 		return Progress{}, err
 	}
@@ -357,4 +363,24 @@ func listOffset(ctx context.Context, cl *kgo.Client, topic string, ts int64, iso
 		}
 	}
 	return 0, fmt.Errorf("listing offsets of progress topic %q: empty answer", topic)
+}
+
+// WriteProgress commits a progress record for pos (the position commands'
+// `position set` and `import-debezium` in exactly-once mode). It starts a
+// transactional producer with the connector's own transactional id, which
+// fences a running instance of the connector (its next write fails and it
+// exits; restarted, it resumes from pos) and aborts its open transaction,
+// then writes the record in a transaction, exactly as a commit of the
+// connector would. The progress topic is checked (created if missing) as
+// at start.
+func WriteProgress(ctx context.Context, cfg KafkaConfig, tcfg TxnConfig, connector, kind string, pos outboxcdc.Position, log zerolog.Logger) error {
+	t, err := NewTransactional(cfg, tcfg, connector, kind, log, nil)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if err := t.ensureProgressTopic(ctx); err != nil {
+		return err
+	}
+	return t.WriteAtomic(ctx, nil, pos)
 }

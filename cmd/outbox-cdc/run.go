@@ -39,9 +39,17 @@ func newLogger(cfg LogConfig, w io.Writer) zerolog.Logger {
 	return zerolog.New(out).Level(level).With().Timestamp().Logger()
 }
 
+// runOptions are the run command's flags.
+type runOptions struct {
+	// freshStart: in exactly-once mode, start where source.start says even
+	// though the witness shows the connector ran before and the progress
+	// record is missing.
+	freshStart bool
+}
+
 // runConnector builds the parts from cfg and runs the pipeline until ctx is
 // done. It logs its own failures.
-func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
+func runConnector(ctx context.Context, cfg Config, opts runOptions, logOut io.Writer) error {
 	log := newLogger(cfg.Log, logOut)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -72,7 +80,7 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	defer role.releaseLock()
 
-	p, closeAll, err := build(cfg, log, reg, os.Stdout)
+	p, closeAll, err := build(cfg, opts, log, reg, os.Stdout)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
 		return err
@@ -98,7 +106,7 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 }
 
 // build constructs the pipeline and a function that closes what it opened.
-func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*outboxcdc.Pipeline, func(), error) {
+func build(cfg Config, opts runOptions, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*outboxcdc.Pipeline, func(), error) {
 	rt, err := router.New(cfg.Route)
 	if err != nil {
 		return nil, nil, &configError{msg: err.Error()}
@@ -135,7 +143,7 @@ func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.
 		snk = sink.NewStdout(stdout)
 	}
 
-	cp, closeCP, err := newCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it
+	cp, witness, closeCP, err := newCheckpoint(cfg, kind, log) // cp nil in exactly-once mode: the sink stores it
 	if err != nil {
 		snk.Close()
 		return nil, nil, err
@@ -146,6 +154,9 @@ func build(cfg Config, log zerolog.Logger, reg prometheus.Registerer, stdout io.
 		snk.Close()
 		closeCP()
 		return nil, nil, err
+	}
+	if witness != nil {
+		p.Witness(witness, opts.freshStart)
 	}
 	closeLC, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
 	if err != nil {
