@@ -64,6 +64,9 @@ func blockedHint(topic string, err error) string {
 
 // blockedTopics tracks the topics whose records keep failing with a
 // blocked code. Safe for concurrent use (Ready and the gauges read it).
+// Once a topic's wait is over, later records for it fail at once rather
+// than stalling every aggregate for another timeout, until a record is
+// written to it.
 type blockedTopics struct {
 	timeout time.Duration
 	mu      sync.Mutex
@@ -73,6 +76,10 @@ type blockedTopics struct {
 type blockedTopic struct {
 	since time.Time
 	err   error
+	// gaveUp: the timeout passed and its records failed permanently;
+	// later records for it fail at once (until one is written), and it no
+	// longer makes the sink unready: the pipeline dealt with it.
+	gaveUp bool
 }
 
 func newBlockedTopics(timeout time.Duration, reg prometheus.Registerer) *blockedTopics {
@@ -102,9 +109,10 @@ func (b *blockedTopics) fail(topic string, err error) (time.Duration, bool) {
 		t.since = time.Now()
 	}
 	t.err = err
-	b.topics[topic] = t
 	waited := time.Since(t.since)
-	return waited, waited >= b.timeout
+	t.gaveUp = t.gaveUp || waited >= b.timeout
+	b.topics[topic] = t
+	return waited, t.gaveUp
 }
 
 // any reports whether some topic is blocked.
@@ -125,22 +133,28 @@ func (b *blockedTopics) stats() (int, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var longest time.Duration
+	n := 0
 	for _, t := range b.topics {
-		longest = max(longest, time.Since(t.since))
+		if !t.gaveUp {
+			n++
+			longest = max(longest, time.Since(t.since))
+		}
 	}
-	return len(b.topics), longest
+	return n, longest
 }
 
 // ready returns nil while no topic is blocked, else says which are.
 func (b *blockedTopics) ready() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.topics) == 0 {
-		return nil
-	}
 	names := make([]string, 0, len(b.topics))
-	for n := range b.topics {
-		names = append(names, n)
+	for n, t := range b.topics {
+		if !t.gaveUp {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
 	}
 	sort.Strings(names)
 	t := b.topics[names[0]]
