@@ -169,8 +169,9 @@ func (c *KafkaConfig) sarama() *sarama.Config {
 	}
 	s.Net.MaxOpenRequests = 1
 	s.Net.DialTimeout = c.DialTimeout
-	s.Net.ReadTimeout = c.ProduceTimeout + 10*time.Second
-	s.Net.WriteTimeout = c.ProduceTimeout + 10*time.Second
+	s.Net.ReadTimeout = c.stallAfter()
+	s.Net.WriteTimeout = c.stallAfter()
+	s.Net.KeepAlive = keepAlive
 
 	// Only the topics produced to; never the whole cluster's metadata, and
 	// creating the client does not contact a broker.
@@ -200,6 +201,17 @@ func (c *KafkaConfig) sarama() *sarama.Config {
 	s.ChannelBufferSize = 1024
 	return s
 }
+
+// stallAfter is how long records in flight (or a probe) may go without an
+// answer before the sink reports the brokers unreachable: the read
+// deadline of a produce request.
+func (c *KafkaConfig) stallAfter() time.Duration { return c.ProduceTimeout + 10*time.Second }
+
+// keepAlive is the TCP keepalive period of the Kafka connections, so that
+// an idle connection to a host that vanished is dropped in about a minute
+// rather than after the OS's hours-long defaults; requests in flight are
+// bounded by the read deadline (stallAfter) first.
+const keepAlive = 10 * time.Second
 
 // backoff returns min*2^n capped at max.
 func backoff(minD, maxD time.Duration, n int) time.Duration {

@@ -75,6 +75,7 @@ type Kafka struct {
 	*health
 	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
 	lastFail atomic.Int64 // unix nanos of the last failed attempt
+	probing  atomic.Bool  // a probe's request is pending
 
 	stop      chan struct{}
 	probeDone chan struct{}
@@ -133,6 +134,7 @@ func (r *byteRef) Length() int             { return len(r.b) }
 
 // attempt tracks the answers to one attempt's records.
 type attempt struct {
+	last    atomic.Int64 // unix nanos of the last answer (or the start)
 	left    atomic.Int64
 	done    chan struct{} // closed when every record is answered
 	failed  chan struct{} // closed on the first permanent failure
@@ -141,6 +143,7 @@ type attempt struct {
 }
 
 func (a *attempt) answered(p *pending) {
+	a.last.Store(time.Now().UnixNano())
 	if p.err != nil && permanent(p.err) && !blockedCode(p.err) {
 		a.once.Do(func() {
 			a.permErr.Store(p)
@@ -345,6 +348,7 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 
 	a := &attempt{done: make(chan struct{}), failed: make(chan struct{})}
 	a.left.Store(int64(len(todo)))
+	a.last.Store(time.Now().UnixNano())
 	input := c.producer.Input()
 	// New messages for every attempt: sarama may still read a message
 	// after answering it.
@@ -384,14 +388,24 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		k.mem.release(p.size)
 		return nil, nil, err
 	}
-	select {
-	case <-a.done:
-	case <-a.failed:
-		return nil, nil, k.permanentFailure(a)
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	case <-k.stop:
-		return nil, nil, k.stopped(ctx, errClosed)
+	watch := newStallWatch(k.cfg.stallAfter(), &a.last)
+	defer watch.stop()
+wait:
+	for {
+		select {
+		case <-a.done:
+			break wait
+		case <-a.failed:
+			return nil, nil, k.permanentFailure(a)
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-k.stop:
+			return nil, nil, k.stopped(ctx, errClosed)
+		case <-watch.tick():
+			if err := watch.check(); err != nil {
+				k.failed(err) // Ready reports it; sarama's own deadlines end the attempt
+			}
+		}
 	}
 
 	retry, first, failures := resendSet(todo)
@@ -738,15 +752,38 @@ func (k *Kafka) probe(ctx context.Context) {
 	if time.Now().UnixNano()-k.lastOK.Load() < iv {
 		return // just connected
 	}
-	topics, err := c.client.Topics()
-	if err == nil {
-		if len(topics) > 0 {
-			err = c.client.RefreshMetadata(topics...)
-		} else if b := c.client.LeastLoadedBroker(); b == nil {
-			err = sarama.ErrOutOfBrokers
-		} else {
-			_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
+	// sarama tries every known address in turn, each with its read
+	// deadline: a silent broker would take a multiple of it to fail. The
+	// probe waits one deadline, then reports the brokers silent; the
+	// request goes on in the background (one at a time).
+	if !k.probing.CompareAndSwap(false, true) {
+		k.failed(fmt.Errorf("no answer from the brokers for more than %s (a metadata request is still pending)", k.cfg.stallAfter()))
+		return
+	}
+	res := make(chan error, 1)
+	go func() {
+		defer k.probing.Store(false)
+		topics, err := c.client.Topics()
+		if err == nil {
+			if len(topics) > 0 {
+				err = c.client.RefreshMetadata(topics...)
+			} else if b := c.client.LeastLoadedBroker(); b == nil {
+				err = sarama.ErrOutOfBrokers
+			} else {
+				_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
+			}
 		}
+		res <- err
+	}()
+	t := time.NewTimer(k.cfg.stallAfter())
+	select {
+	case err = <-res:
+		t.Stop()
+	case <-t.C:
+		err = fmt.Errorf("no answer from the brokers within %s (produce_timeout + 10s): the network path may be cut", k.cfg.stallAfter())
+	case <-ctx.Done():
+		t.Stop()
+		return
 	}
 	if ctx.Err() != nil {
 		return

@@ -175,7 +175,12 @@ func ReadProgress(ctx context.Context, cfg KafkaConfig, topic, connector, kind s
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.DialTimeout(cfg.DialTimeout),
-		kgo.RequestRetries(3),
+		// Each request's read deadline is its own timeout plus this; a
+		// silent broker fails a request after it, and the whole read
+		// after the retries.
+		kgo.RequestTimeoutOverhead(10 * time.Second),
+		kgo.RetryTimeout(30 * time.Second),
+		kgo.RequestRetries(2),
 	}, sec...)...)
 	if err != nil {
 		return Progress{}, err

@@ -580,6 +580,7 @@ var errTxnBudget = errors.New("kafka transaction would outlive sink.transaction_
 
 // txnAttempt collects the answers to one attempt's messages.
 type txnAttempt struct {
+	last  atomic.Int64 // unix nanos of the last answer (or the start)
 	left  atomic.Int64
 	done  chan struct{}
 	mu    sync.Mutex
@@ -605,6 +606,7 @@ type txnFailure struct {
 }
 
 func (a *txnAttempt) answer(r *txnRef, m *sarama.ProducerMessage, err error) {
+	a.last.Store(time.Now().UnixNano())
 	if err != nil {
 		a.mu.Lock()
 		f := &txnFailure{index: r.index, topic: m.Topic, partition: m.Partition, err: err}
@@ -687,6 +689,7 @@ func (t *Transactional) produce(ctx context.Context, p *txnProducer, msgs []txnM
 	defer timer.Stop()
 	a := &txnAttempt{done: make(chan struct{})}
 	a.left.Store(int64(len(msgs)))
+	a.last.Store(time.Now().UnixNano())
 	input := p.producer.Input()
 	refs := make([]txnRef, len(msgs))
 	for i := range msgs {
@@ -715,16 +718,26 @@ func (t *Transactional) produce(ctx context.Context, p *txnProducer, msgs []txnM
 		t.discard(p)
 		return err
 	}
-	select {
-	case <-a.done:
-	case <-ctx.Done():
-		t.discard(p)
-		return ctx.Err()
-	case <-t.stop:
-		t.discard(p)
-		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
-	case <-timer.C:
-		return t.overBudget(p, len(records), earlier, end)
+	watch := newStallWatch(t.cfg.stallAfter(), &a.last)
+	defer watch.stop()
+wait:
+	for {
+		select {
+		case <-a.done:
+			break wait
+		case <-ctx.Done():
+			t.discard(p)
+			return ctx.Err()
+		case <-t.stop:
+			t.discard(p)
+			return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+		case <-timer.C:
+			return t.overBudget(p, len(records), earlier, end)
+		case <-watch.tick():
+			if err := watch.check(); err != nil {
+				t.failed(err)
+			}
+		}
 	}
 
 	a.mu.Lock()

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"net"
+	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -50,3 +52,30 @@ func RejectOldTimestamps(c *kfake.Cluster, topic string, maxAge time.Duration) {
 		},
 	})
 }
+
+// KafkaBehindProxy starts an in-process kfake (as Kafka does) whose only
+// way in is a Proxy: the broker advertises the proxy's address in its
+// metadata, so every client connection, bootstrap or not, crosses it and
+// Silence/Heal/Cut reach all of them.
+func KafkaBehindProxy(t testing.TB, opts ...kfake.Opt) (*kfake.Cluster, *Proxy, []string) {
+	t.Helper()
+	var p *Proxy
+	listen := func(network, address string) (net.Listener, error) {
+		ln, err := net.Listen(network, address)
+		if err != nil {
+			return nil, err
+		}
+		p = NewProxy(t, ln.Addr().String())
+		return advertised{ln, p.ln.Addr()}, nil
+	}
+	c, _ := Kafka(t, append([]kfake.Opt{kfake.ListenFn(listen)}, opts...)...)
+	return c, p, []string{p.Addr()}
+}
+
+// advertised is a listener that reports another address as its own.
+type advertised struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (a advertised) Addr() net.Addr { return a.addr }
