@@ -149,8 +149,9 @@ type Pipeline struct {
 	// source transaction whose end has not arrived (writer goroutine).
 	openRecords int
 	// witness mirrors the position an AtomicSink commits (see Witness).
-	witness    Checkpointer
-	freshStart bool
+	witness       Checkpointer
+	freshStart    bool
+	witnessWarned time.Time // saver goroutine (and load, before it starts)
 }
 
 // NewPipeline wires the parts. reg may be nil. With a nil cp the sink must
@@ -194,7 +195,8 @@ func (a atomicCheckpointer) Save(context.Context, Position) error {
 
 // Witness gives an exactly-once pipeline (no Checkpointer, an AtomicSink)
 // a store that mirrors the position the sink commits: it is saved after
-// the commits, paced by CheckpointInterval, and is never read to resume.
+// the commits, paced by CheckpointInterval (a failed save is logged, not
+// fatal), and is never read to resume.
 // It is evidence that the connector ran before. When the sink has no
 // committed position at start but the witness holds one (the progress
 // topic was deleted, its record expired, or the connector ran
@@ -229,9 +231,7 @@ func (p *Pipeline) load(ctx context.Context) (Position, error) {
 			// A connector upgraded from a version without a witness, or
 			// one whose witness lags: make the evidence current now, not
 			// at the next commit, which on an idle outbox may be far off.
-			if err := p.witness.Save(ctx, from); err != nil {
-				return "", fmt.Errorf("writing the witness of committed position %s to %s: %w", from, what, err)
-			}
+			p.saveWitness(ctx, from)
 		}
 		return from, nil
 	case p.freshStart:
@@ -248,6 +248,24 @@ func (p *Pipeline) load(ctx context.Context) (Position, error) {
 			ErrProgressMissing, what, seen, seen)
 	}
 	return from, nil
+}
+
+// saveWitness writes the witness. A failure is logged, not fatal: the
+// position itself is committed in the sink, and the witness already
+// written (if any) stays as evidence. Several instances without the HA
+// lock may share a witness file; their saves can then collide.
+func (p *Pipeline) saveWitness(ctx context.Context, pos Position) {
+	err := p.witness.Save(ctx, pos)
+	if err == nil {
+		p.witnessWarned = time.Time{}
+		return
+	}
+	if time.Since(p.witnessWarned) < p.cfg.LogInterval {
+		return
+	}
+	p.witnessWarned = time.Now()
+	p.log.Warn().Err(err).Str("store", describeStore(p.witness)).Str("position", string(pos)).
+		Msg("cannot write the witness of the committed position; until it is written, a deleted or expired progress record would not be noticed at start")
 }
 
 func describeStore(cp Checkpointer) string {
@@ -965,9 +983,7 @@ func (p *Pipeline) checkpoint(ctx context.Context, end Position) error {
 			return fmt.Errorf("save checkpoint %s: %w; stopping before acknowledging anything further (the records written since the last checkpoint will be sent again after a restart)", end, err)
 		}
 	case p.witness != nil:
-		if err := p.witness.Save(ctx, end); err != nil {
-			return fmt.Errorf("save the witness of committed position %s: %w; stopping (the position itself is committed in the sink)", end, err)
-		}
+		p.saveWitness(ctx, end)
 	}
 	p.metrics.checkpoints.Inc()
 	p.metrics.checkpointTime.SetToCurrentTime()
