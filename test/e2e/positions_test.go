@@ -137,6 +137,25 @@ func TestPositionImportThenRun(t *testing.T) {
 				got := cons.waitFor(t, len(after), 60*time.Second)
 				got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 				checkDelivery(t, got, after, 3, mode.delivery == "exactly-once")
+				switch mode.name {
+				case "table-ha":
+					// The running instance holds the HA lock: the command refuses.
+					code, out := command(t, "position", "import-debezium", "--config", cfg, "--offset", offset, "--force")
+					if code != 1 || !strings.Contains(out, "holds the HA lock") {
+						t.Fatalf("import while an instance runs: exit %d:\n%s", code, out)
+					}
+				case "progress-topic":
+					// The command fences the running instance, which exits.
+					code, out := command(t, "position", "import-debezium", "--config", cfg, "--offset", offset, "--force")
+					if code != 0 {
+						t.Fatalf("import while an instance runs: exit %d:\n%s", code, out)
+					}
+					b.insertRows(t, ids("poke", 1, 1), 100) // its next transaction fails
+					if code := c.waitExit(30 * time.Second); code != 1 || !strings.Contains(c.log.String(), "fenced") {
+						t.Fatalf("the running instance exited %d after the position was written:\n%s", code, c.log.String())
+					}
+					return
+				}
 				if err := c.stop(20 * time.Second); err != nil {
 					t.Fatalf("stop: %v", err)
 				}
