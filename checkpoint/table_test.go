@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -95,5 +97,52 @@ func TestTableConfig(t *testing.T) {
 	}
 	if _, err := NewTable("sqlite", "x", DefaultTableConfig(), "n", zerolog.Nop()); err == nil {
 		t.Fatal("sqlite accepted")
+	}
+}
+
+// TestTablePeek: the position commands read the row without creating the
+// table; a missing table or row is "no checkpoint", a row with a saved time.
+func TestTablePeek(t *testing.T) {
+	for _, tc := range []struct {
+		dialect, dsn, pos string
+		db                func(t *testing.T) *sql.DB
+	}{
+		{"mysql", testenv.MySQLDSN(t), "mysql:0-1-42", func(t *testing.T) *sql.DB { return testenv.MySQL(t) }},
+		{"postgres", testenv.PostgresDSN(t), "postgres:0/16B3748", func(t *testing.T) *sql.DB {
+			db, err := sql.Open("pgx", testenv.PostgresDSN(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}},
+	} {
+		t.Run(tc.dialect, func(t *testing.T) {
+			ctx := context.Background()
+			db := tc.db(t)
+			table := fmt.Sprintf("outbox_cdc_checkpoint_peek_%d", time.Now().UnixNano()%1e9)
+			db.Exec("DROP TABLE IF EXISTS " + table)
+			t.Cleanup(func() { db.Exec("DROP TABLE IF EXISTS " + table) })
+			s, err := NewTable(tc.dialect, tc.dsn, TableConfig{Table: table}, "a", zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, _, found, err := s.Peek(ctx); err != nil || found {
+				t.Fatalf("Peek without a table = found %v, %v", found, err)
+			}
+			var n int
+			q := "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = '" + table + "'"
+			if err := db.QueryRow(q).Scan(&n); err != nil || n != 0 {
+				t.Fatalf("Peek created the table (%d, %v)", n, err)
+			}
+			if err := s.Save(ctx, outboxcdc.Position(tc.pos)); err != nil {
+				t.Fatal(err)
+			}
+			pos, at, found, err := s.Peek(ctx)
+			if err != nil || !found || pos != outboxcdc.Position(tc.pos) || at.IsZero() {
+				t.Fatalf("Peek = %q %v %v %v", pos, at, found, err)
+			}
+		})
 	}
 }
