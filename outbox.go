@@ -150,7 +150,8 @@ type Record struct {
 	Key     []byte // nil: null key
 	Value   []byte // nil: tombstone
 	Headers []Header
-	// Timestamp is the record timestamp; the source commit time.
+	// Timestamp is the record timestamp (route.timestamp); zero means the
+	// time the sink produces the record.
 	Timestamp time.Time
 	// Partition, when set, is the partition to write to (Debezium's
 	// "partition" placement of a column); nil lets the sink pick it from
@@ -243,9 +244,16 @@ type AtomicSink interface {
 	// restart and Load again). A zero end (a batch that stops inside a
 	// fragmented transaction, see Tx.More) adds records to the open atomic
 	// write; they become visible with the next call whose end is not zero,
-	// or not at all.
+	// or not at all. When a call fails after earlier zero-end calls added
+	// records, the whole open write is aborted and the error wraps
+	// ErrOpenWriteAborted: the caller cannot retry that call alone and must
+	// stop; a restart reads the transaction again from the stored position.
 	WriteAtomic(ctx context.Context, records []Record, end Position) error
 }
+
+// ErrOpenWriteAborted is wrapped by AtomicSink.WriteAtomic errors that
+// aborted an open atomic write holding records of earlier calls.
+var ErrOpenWriteAborted = errors.New("the open atomic write (records of earlier batches of this source transaction) was aborted")
 
 // Checkpointer stores the position the connector resumes from.
 type Checkpointer interface {

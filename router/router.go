@@ -25,7 +25,9 @@
 //     configured columns in order. A NULL column gives a header with a nil
 //     (Kafka null) value, as the EventRouter does; a column the source did
 //     not deliver (dropped from the table) gives no header.
-//   - Timestamp: the source commit time, or the timestamp column's value.
+//   - Timestamp: route.timestamp: zero by default, so the sink stamps the
+//     time of production; the source commit time with "commit". A
+//     timestamp column (columns.timestamp) that is not NULL overrides both.
 //
 // An empty message id makes the row bad too: consumers dedupe on it.
 //
@@ -146,11 +148,10 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 		}
 	}
 	rec := outboxcdc.Record{
-		Topic:     topic,
-		Key:       key,
-		Value:     value,
-		Headers:   headers,
-		Timestamp: ev.CommitTime,
+		Topic:   topic,
+		Key:     key,
+		Value:   value,
+		Headers: headers,
 	}
 	if err := r.finish(ev, &rec); err != nil {
 		return outboxcdc.Record{}, err
@@ -205,6 +206,9 @@ func (r *Router) finish(ev *outboxcdc.Event, rec *outboxcdc.Record) error {
 			p32 := int32(p)
 			rec.Partition = &p32
 		}
+	}
+	if c.commitTime {
+		rec.Timestamp = ev.CommitTime
 	}
 	if c.timestamp != nil {
 		v, null, ok := columnText(ev, c.timestamp)

@@ -50,7 +50,8 @@ func main() {
 }
 
 const usage = `usage:
-  outbox-cdc run --config FILE           stream committed outbox rows to the sink
+  outbox-cdc run --config FILE [--fresh-start]
+                                         stream committed outbox rows to the sink
   outbox-cdc config print --config FILE  print the effective configuration, secrets redacted
   outbox-cdc position show --config FILE [--json]
                                          print the checkpoint's position
@@ -80,13 +81,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	case "run":
-		cfg, code := parseConfigFlags("run", args[1:], stderr)
+		var opts runOptions
+		cfg, code := parseConfigFlags("run", args[1:], stderr, func(fs *flag.FlagSet) {
+			fs.BoolVar(&opts.freshStart, "fresh-start", false,
+				"exactly-once: start where source.start says although the progress record is missing and the connector ran before (rows committed in between are not sent)")
+		})
 		if code != 0 {
 			return code
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		if err := runConnector(ctx, cfg, stderr); err != nil {
+		if err := runConnector(ctx, cfg, opts, stderr); err != nil {
 			var ce *configError
 			if errors.As(err, &ce) {
 				fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
@@ -123,10 +128,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // parseConfigFlags parses --config and loads the configuration; a non-zero
 // code means the caller exits with it (the problem is already printed).
-func parseConfigFlags(cmd string, args []string, stderr io.Writer) (Config, int) {
+func parseConfigFlags(cmd string, args []string, stderr io.Writer, more ...func(*flag.FlagSet)) (Config, int) {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
+	for _, m := range more {
+		m(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, 2
 	}
