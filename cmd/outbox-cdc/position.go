@@ -242,7 +242,7 @@ func openLocalStore(cfg Config, kind string, log zerolog.Logger) (positionStore,
 		if err != nil {
 			return nil, &configError{msg: err.Error()}
 		}
-		return &tableStore{t: t, cp: checkpoint.Expect(kind, t)}, nil
+		return &tableStore{t: t, cp: checkpoint.Expect(kind, t), claim: cfg.HA.Enabled}, nil
 	}
 	f, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, log)
 	if err != nil {
@@ -276,6 +276,10 @@ func (s *fileStore) close()                 {}
 type tableStore struct {
 	t  *checkpoint.Table
 	cp outboxcdc.Checkpointer
+	// claim: with HA the command claims the row before writing (the HA
+	// lock is held then), so an instance that lost the lock without
+	// noticing yet cannot overwrite the new position (checkpoint.ErrFenced).
+	claim bool
 }
 
 func (s *tableStore) String() string { return s.t.String() }
@@ -287,6 +291,11 @@ func (s *tableStore) read(ctx context.Context) (saved, error) {
 	return saved{pos: pos, savedAt: at, exists: found}, nil
 }
 func (s *tableStore) write(ctx context.Context, pos outboxcdc.Position) error {
+	if s.claim {
+		if _, err := s.t.Claim(ctx); err != nil {
+			return err
+		}
+	}
 	return s.cp.Save(ctx, pos)
 }
 func (s *tableStore) witness() positionStore { return nil }
