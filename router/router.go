@@ -27,7 +27,8 @@
 //     not deliver (dropped from the table) gives no header.
 //   - Timestamp: the source commit time.
 //
-// An empty message id makes the row bad too: consumers dedupe on it.
+// An empty message id makes the row bad too: consumers dedupe on it, and
+// so does an event the source could not decode (Event.Invalid).
 package router
 
 import (
@@ -63,6 +64,9 @@ var empty = []byte{}
 // values share memory with ev; the caller must not modify them.
 func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 	c := r.c
+	if ev.Invalid != "" {
+		return outboxcdc.Record{}, r.bad(ev, ev.Invalid)
+	}
 	if ev.MessageID == "" {
 		return outboxcdc.Record{}, r.bad(ev, "message id column "+quote(c.names.MessageID)+" is NULL or empty")
 	}

@@ -169,6 +169,9 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 	if si == nil {
 		switch {
 		case ckpt != 0:
+			if err := s.renamedSlot(ctx, db, ckpt); err != nil {
+				return []outboxcdc.CheckResult{outboxcdc.Fail(name, errors.Unwrap(err).Error(), "pin source.slot (and source.publication) to the old names if that slot is this connector's")}
+			}
 			return []outboxcdc.CheckResult{outboxcdc.Fail(name, fmt.Sprintf("replication slot %q does not exist, but the checkpoint (LSN %s) says the connector streamed from it: the changes after the checkpoint are gone", slot, ckpt),
 				"the connector will not recreate it: delete the checkpoint deliberately and restart (streaming starts at the new slot's creation), and republish the rows committed in between")}
 		case !s.cfg.Create:
@@ -208,6 +211,11 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 		if current != 0 && ckpt > current {
 			out = append(out, outboxcdc.Fail("postgres.position", fmt.Sprintf("the checkpoint (LSN %s) is ahead of this server's WAL (%s): written against another server", ckpt, current),
 				"point source.dsn at the right server, or delete the checkpoint deliberately"))
+		} else if ckpt < si.confirmed {
+			var he *hintError
+			if errors.As(behindSlot(slot, ckpt, si.confirmed), &he) {
+				out = append(out, outboxcdc.Fail("postgres.position", he.cause.Error()+": the connector refuses to start, the transactions in between cannot be streamed again", he.hint))
+			}
 		} else {
 			out = append(out, outboxcdc.Pass("postgres.position", fmt.Sprintf("the checkpoint (LSN %s) can be resumed from the slot (confirmed %s)", ckpt, si.confirmed)))
 		}
