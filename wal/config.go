@@ -125,10 +125,10 @@ type BackoffConfig struct {
 // DefaultConfig returns the defaults; DSN must still be set.
 func DefaultConfig() Config {
 	return Config{
-		Table:          "public.outbox_message",
-		Start:          StartEarliest,
-		Pending:        backfill.DefaultConfig(),
-		Create:         true,
+		Table:            "public.outbox_message",
+		Start:            StartEarliest,
+		Pending:          backfill.DefaultConfig(),
+		Create:           true,
 		StatusInterval:   2 * time.Second,
 		WalSenderTimeout: 20 * time.Second,
 		ConnectTimeout:   10 * time.Second,

@@ -118,8 +118,8 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		cols:       cols,
 		legacySlot: legacySlot,
 		legacyPub:  legacyPub,
-		log:  log.With().Str("component", "wal").Str("slot", cfg.Slot).Logger(),
-		m:    m,
+		log:        log.With().Str("component", "wal").Str("slot", cfg.Slot).Logger(),
+		m:          m,
 		lagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_cdc_postgres_slot_lag_bytes",
 			Help: "Bytes of WAL between the server's current position and the slot's confirmed_flush_lsn.",
