@@ -229,3 +229,36 @@ func orNone(s string) string {
 	}
 	return s
 }
+
+// CheckResume tells whether Run could resume from pos on the configured
+// slot, for the commands that write a checkpoint by hand (`position set`,
+// `position import-debezium`). It returns an error wrapping ErrBehindSlot
+// when pos is behind the slot's confirmed_flush_lsn (Run would refuse it:
+// a logical slot cannot be rewound), another error when the slot could not
+// be looked up, and nil otherwise, also when the slot does not exist (Run
+// reports that itself). name is the connector name, as for New.
+func CheckResume(ctx context.Context, cfg Config, name string, pos outboxcdc.Position) error {
+	lsn, err := ackLSN(pos)
+	if err != nil {
+		return err
+	}
+	s, err := New(cfg, name, outboxcdc.Columns{}, zerolog.Nop(), nil, nil)
+	if err != nil {
+		return err
+	}
+	db, err := s.connectMeta(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeMeta(db)
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	si, err := querySlot(qctx, db, s.cfg.Slot)
+	if err != nil || si == nil {
+		return err
+	}
+	if lsn < si.confirmed {
+		return behindSlot(s.cfg.Slot, lsn, si.confirmed)
+	}
+	return nil
+}
