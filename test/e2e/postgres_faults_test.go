@@ -240,7 +240,7 @@ func TestPostgresBackwardPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	var from int64
-	if err := b.db.QueryRow("SELECT id FROM "+b.table()+" WHERE message_id = 'bw-2'").Scan(&from); err != nil {
+	if err := b.db.QueryRow("SELECT id FROM " + b.table() + " WHERE message_id = 'bw-2'").Scan(&from); err != nil {
 		t.Fatal(err)
 	}
 	c = start(t, cfg, "OUTBOX_CDC_SOURCE_START=pending", fmt.Sprintf("OUTBOX_CDC_SOURCE_PENDING_WHERE=id >= %d", from))
