@@ -56,11 +56,15 @@ func TestSilentPeerReconnects(t *testing.T) {
 	src.Ack(r.next(10 * time.Second).End)
 
 	const bound = 3 * time.Second // the receive timeout
+	oldPID := e.activePID()
 	silenced := time.Now()
 	proxy.Silence()
 	var want []string
-	var detected time.Duration
+	var detected, walsenderGone time.Duration
 	for i := 1; time.Since(silenced) < 3*bound || detected == 0; i++ {
+		if walsenderGone == 0 && e.activePID() != oldPID {
+			walsenderGone = time.Since(silenced) // the server ended it: wal_sender_timeout
+		}
 		id := fmt.Sprintf("p%d", i)
 		e.insertTx(id)
 		want = append(want, id)
@@ -84,6 +88,10 @@ func TestSilentPeerReconnects(t *testing.T) {
 	if detected > bound+5*time.Second {
 		t.Fatalf("detection took %s, bound %s", detected, bound)
 	}
+	if walsenderGone == 0 || walsenderGone > cfg.WalSenderTimeout+5*time.Second {
+		t.Fatalf("the server's walsender of the silent connection (pid %d) still held the slot %s later (wal_sender_timeout %s)",
+			oldPID, time.Since(silenced).Round(time.Second), cfg.WalSenderTimeout)
+	}
 	attempts := proxy.Accepted()
 	t.Logf("ready state while silent: %v", src.Ready())
 
@@ -105,8 +113,10 @@ func TestSilentPeerReconnects(t *testing.T) {
 	if counter(m.Reconnects) < 1 || counter(m.Connected) != 1 || src.Ready() != nil {
 		t.Fatalf("reconnects %v connected %v ready %v", counter(m.Reconnects), counter(m.Connected), src.Ready())
 	}
-	t.Logf("receive timeout %s: detected after %s; %d connection attempts while silent; %d rows committed meanwhile, all delivered %s after healing",
-		bound, detected.Round(time.Millisecond), proxy.Accepted()-attempts, len(want), catchUp.Round(time.Millisecond))
+	t.Logf("receive timeout %s: detected after %s; the server ended its walsender after %s (wal_sender_timeout %s); "+
+		"%d connection attempts while silent; %d rows committed meanwhile, all delivered %s after healing",
+		bound, detected.Round(time.Millisecond), walsenderGone.Round(100*time.Millisecond), cfg.WalSenderTimeout,
+		proxy.Accepted()-attempts, len(want), catchUp.Round(time.Millisecond))
 }
 
 // TestHugeTransactionBoundedHeap: one transaction of 300,000 outbox rows

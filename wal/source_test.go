@@ -206,7 +206,9 @@ func (r *running) stop() error {
 
 func (r *running) waitReady() {
 	r.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: creating a slot waits for every transaction open on the
+	// (shared) server at that moment to end.
+	deadline := time.Now().Add(60 * time.Second)
 	for r.src.Ready() != nil {
 		select {
 		case err := <-r.done:
