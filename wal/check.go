@@ -169,7 +169,7 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 	if si == nil {
 		switch {
 		case ckpt != 0:
-			if err := s.renamedSlot(ctx, db, ckpt); err != nil {
+			if err := s.nameChanged(ctx, db, true, ckpt); err != nil {
 				return []outboxcdc.CheckResult{outboxcdc.Fail(name, errors.Unwrap(err).Error(), "pin source.slot (and source.publication) to the old names if that slot is this connector's")}
 			}
 			return []outboxcdc.CheckResult{outboxcdc.Fail(name, fmt.Sprintf("replication slot %q does not exist, but the checkpoint (LSN %s) says the connector streamed from it: the changes after the checkpoint are gone", slot, ckpt),

@@ -78,9 +78,10 @@ var (
 	// confirmed_flush_lsn. Logical decoding cannot go back, so starting
 	// would skip the transactions in between.
 	ErrBehindSlot = errors.New("checkpoint behind the replication slot")
-	// ErrSlotRenamed: the derived slot does not exist but the slot of the
-	// name earlier versions derived does (see DeriveName).
-	ErrSlotRenamed = errors.New("replication slot not found under its derived name")
+	// ErrNameChanged: a checkpoint exists, the derived slot or publication
+	// does not, and the one of the name earlier versions derived does (see
+	// DeriveName).
+	ErrNameChanged = errors.New("slot or publication not found under its derived name")
 	// errSilent: nothing arrived on the replication connection for the
 	// receive timeout. Transient: the source reconnects.
 	errSilent = errors.New("replication connection silent")

@@ -359,7 +359,7 @@ func TestDerivedNamesDoNotCollide(t *testing.T) {
 // TestDerivedSlotRenamedRefused: a connector whose name had to be altered
 // (derived slot now hash-suffixed) that has a checkpoint, finds its new
 // slot missing and the slot of the old derivation present: it stops with
-// ErrSlotRenamed telling how to pin the old names, and creates nothing.
+// ErrNameChanged telling how to pin the old names, and creates nothing.
 func TestDerivedSlotRenamedRefused(t *testing.T) {
 	e := newPgEnv(t)
 	name := e.name + "-Renamed"
@@ -380,8 +380,8 @@ func TestDerivedSlotRenamedRefused(t *testing.T) {
 	select {
 	case err := <-r.done:
 		r.once.Do(func() {})
-		if !errors.Is(err, ErrSlotRenamed) || !strings.Contains(err.Error(), "source.slot: "+old) || strings.Contains(err.Error(), "source.publication") {
-			t.Fatalf("want ErrSlotRenamed pinning source.slot: %s, got %v", old, err)
+		if !errors.Is(err, ErrNameChanged) || !strings.Contains(err.Error(), "source.slot: "+old) || strings.Contains(err.Error(), "source.publication") {
+			t.Fatalf("want ErrNameChanged pinning source.slot: %s, got %v", old, err)
 		}
 		t.Logf("error: %v", err)
 	case <-time.After(15 * time.Second):
@@ -446,4 +446,44 @@ func dropSlotAtEnd(t *testing.T, e *pgEnv, slot, pub string) {
 			_, _ = e.db.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pub)
 		}
 	})
+}
+
+// TestDerivedPublicationRenamedRefused: with the slot set explicitly but
+// the publication derived, an upgraded connector with a checkpoint finds
+// its new publication missing and the old one present: it stops with
+// ErrNameChanged naming source.publication, instead of creating a
+// publication that does not exist at the slot's position.
+func TestDerivedPublicationRenamedRefused(t *testing.T) {
+	e := newPgEnv(t)
+	name := e.name + "-Pub"
+	old := legacyName(name)
+	e.exec(`CREATE PUBLICATION ` + old + ` FOR TABLE ` + e.table)
+	dropSlotAtEnd(t, e, e.slot, old)
+	src, _ := e.source(e.config(), seedCols) // creates the slot
+	r := start(t, src, "", 16)
+	r.waitReady()
+	_ = r.stop()
+	waitFor(t, 10*time.Second, func() bool { return e.activePID() == 0 }, "slot released")
+
+	cfg := e.config()
+	cfg.Publication = ""
+	s, err := New(cfg, name, seedCols, testLog(t), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := start(t, s, MakePosition(e.confirmedFlush()), 16)
+	select {
+	case err := <-r2.done:
+		r2.once.Do(func() {})
+		if !errors.Is(err, ErrNameChanged) || !strings.Contains(err.Error(), "source.publication: "+old) {
+			t.Fatalf("want ErrNameChanged pinning source.publication: %s, got %v", old, err)
+		}
+		t.Logf("error: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	var n int
+	if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM pg_publication WHERE pubname = $1`, s.Publication()).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("publication %s created (%d, %v)", s.Publication(), n, err)
+	}
 }

@@ -111,7 +111,7 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 	if _, err := s.preflight(setup, meta); err != nil {
 		return s.timedOut(setup, "read the server settings", err)
 	}
-	if err := s.ensurePublication(setup, meta); err != nil {
+	if err := s.ensurePublication(setup, meta, *rs != nil); err != nil {
 		return s.timedOut(setup, "check the publication", err)
 	}
 	si, err := querySlot(setup, meta, s.cfg.Slot)

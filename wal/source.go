@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -289,7 +290,7 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 	if err != nil {
 		return false, s.timedOut(setup, "read the server settings", err)
 	}
-	if err := s.ensurePublication(setup, meta); err != nil {
+	if err := s.ensurePublication(setup, meta, st.checkpoint); err != nil {
 		return false, s.timedOut(setup, "check the publication", err)
 	}
 	cancel()
@@ -682,7 +683,9 @@ func checkWalLevel(level string) error {
 	return nil
 }
 
-func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn) error {
+// ensurePublication verifies (or creates) the publication. checkpoint
+// says the connector streamed before.
+func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn, checkpoint bool) error {
 	pub := s.cfg.Publication
 	tableIdent := pgx.Identifier{s.schema, s.table}.Sanitize()
 	if s.table != "" {
@@ -701,6 +704,13 @@ func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn) error {
 			create := "CREATE PUBLICATION " + pgx.Identifier{pub}.Sanitize()
 			if s.table != "" {
 				create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert')"
+			}
+			if checkpoint {
+				// A publication created now would not exist at the slot's
+				// position: pgoutput would fail on the first transaction.
+				if err := s.nameChanged(ctx, db, false, 0); err != nil {
+					return err
+				}
 			}
 			if !s.cfg.Create {
 				return permanent(fmt.Errorf("publication %q does not exist and source.create is false: run %s; (as the table's owner) or set source.create: true", pub, create))
@@ -782,7 +792,7 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 	if si == nil {
 		switch {
 		case st.checkpoint:
-			if err := s.renamedSlot(qctx, db, st.resume); err != nil {
+			if err := s.nameChanged(qctx, db, true, st.resume); err != nil {
 				return err
 			}
 			return permanent(fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed from it: "+
@@ -877,27 +887,40 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 	return nil
 }
 
-// renamedSlot returns ErrSlotRenamed when the slot the checkpoint needs is
-// missing under its derived name but exists under the name earlier
-// versions derived (DeriveName), else nil.
-func (s *Source) renamedSlot(ctx context.Context, db *pgx.Conn, from pglogrepl.LSN) error {
-	if s.legacySlot == "" {
+// nameChanged returns ErrNameChanged when the derived slot (slot true)
+// or publication, which does not exist although the checkpoint (at from,
+// for the message) says the connector streamed, exists under the name
+// earlier versions derived (DeriveName), else nil. The error names every
+// old name to pin.
+func (s *Source) nameChanged(ctx context.Context, db *pgx.Conn, slot bool, from pglogrepl.LSN) error {
+	exists := func(q, name string) bool {
+		var n int
+		return name != "" && db.QueryRow(ctx, q, name).Scan(&n) == nil && n > 0
+	}
+	oldSlot := exists(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, s.legacySlot)
+	oldPub := exists(`SELECT count(*) FROM pg_publication WHERE pubname = $1`, s.legacyPub)
+	var cause error
+	switch {
+	case slot && oldSlot:
+		cause = fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed, and slot %q exists: the name earlier versions derived from the connector name",
+			s.cfg.Slot, from, s.legacySlot)
+	case !slot && oldPub:
+		cause = fmt.Errorf("publication %q does not exist, but a checkpoint exists, and publication %q does: the name earlier versions derived from the connector name",
+			s.cfg.Publication, s.legacyPub)
+	default:
 		return nil
 	}
-	old, err := querySlot(ctx, db, s.legacySlot)
-	if err != nil || old == nil {
-		return nil
+	var pins []string
+	if oldSlot {
+		pins = append(pins, "source.slot: "+s.legacySlot)
 	}
-	pin := "source.slot: " + s.legacySlot
-	if s.legacyPub != "" {
-		pin += " and source.publication: " + s.legacyPub
+	if oldPub {
+		pins = append(pins, "source.publication: "+s.legacyPub)
 	}
-	return permanent(withHint(ErrSlotRenamed,
-		fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed, and slot %q exists: the name earlier versions derived from the connector name",
-			s.cfg.Slot, from, s.legacySlot),
-		"a connector name that is not already a legal slot name (upper case, '-', other characters, more than 52 characters) now gets a hash suffix, "+
-			"because altering names made connectors such as orders-outbox and orders_outbox share one slot; if "+s.legacySlot+
-			" is this connector's slot and no other connector uses it, pin the old names in the configuration: "+pin))
+	return permanent(withHint(ErrNameChanged, cause,
+		"a connector name that is not already a legal slot name (upper case, '-', other characters, more than 52 characters) "+
+			"now derives a hash-suffixed name, because altered names made connectors such as orders-outbox and orders_outbox share one slot; "+
+			"if the old objects are this connector's and no other connector uses them, pin the old names in the configuration: "+strings.Join(pins, " and ")))
 }
 
 // slotBusy logs who holds the slot and returns a retryable error.
