@@ -91,6 +91,12 @@ type Event struct {
 	// Origin says where the row is in the source ("mariadb-bin.000003:1234 row 2",
 	// "LSN 0/16B3748"), for error messages. It is not a resume position.
 	Origin string
+	// Invalid, when not empty, says why the source could not decode the row
+	// into the role fields (a logical decoding message whose content is not
+	// a JSON object); Payload then holds the content as stored. The router
+	// rejects such an event with a *BadRowError giving this reason, so
+	// pipeline.on_error decides what happens to it, as for any bad row.
+	Invalid string
 }
 
 // Extra column lookup by name; ok is false when the column was not delivered.

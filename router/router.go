@@ -29,7 +29,8 @@
 //     time of production; the source commit time with "commit". A
 //     timestamp column (columns.timestamp) that is not NULL overrides both.
 //
-// An empty message id makes the row bad too: consumers dedupe on it.
+// An empty message id makes the row bad too: consumers dedupe on it, and
+// so does an event the source could not decode (Event.Invalid).
 //
 // With route.converters the key, value and headers are written as Kafka
 // Connect's converters write what Debezium's Outbox EventRouter produces
@@ -87,6 +88,9 @@ var empty = []byte{}
 // values share memory with ev; the caller must not modify them.
 func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 	c := r.c
+	if ev.Invalid != "" {
+		return outboxcdc.Record{}, r.bad(ev, ev.Invalid)
+	}
 	if ev.MessageID == "" {
 		return outboxcdc.Record{}, r.bad(ev, "message id column "+quote(c.names.MessageID)+" is NULL or empty")
 	}

@@ -153,6 +153,12 @@ func TestRoute(t *testing.T) {
 			ev.AggregateType = strings.Repeat("x", 240)
 			return ev
 		}},
+		{"bad_invalid_event", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Invalid = "logical message content is not a JSON object (see wal.MessageFormat)"
+			ev.Payload = []byte("not json")
+			return ev
+		}},
 		{"bad_topic_dotdot", Config{Topic: "{aggregate_type}"}, func() outboxcdc.Event {
 			ev := seedEvent()
 			ev.AggregateType = ".."

@@ -148,6 +148,9 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 				return 2
 			}
 		}
+		if code := refuseBehindSlot(ctx, cfg, kind, pos, "position set", stdout, stderr); code != 0 {
+			return code
+		}
 		return writePosition(ctx, cfg, store, pos, *force, *dryRun, "position set", stdout, stderr, log)
 	default: // import-debezium
 		if *offset == "" {
@@ -187,6 +190,9 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info().Str("debezium_key", notes.Key).Str("debezium_offset", notes.Offset).
 			Str("position", string(pos)).Bool("resend_transaction", notes.Resend).Msg("Debezium offset converted")
+		if code := refuseBehindSlot(ctx, cfg, kind, pos, "position import-debezium", stdout, stderr); code != 0 {
+			return code
+		}
 		return writePosition(ctx, cfg, store, pos, *force, *dryRun, "position import-debezium", stdout, stderr, log)
 	}
 }
