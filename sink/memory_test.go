@@ -107,7 +107,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // heap in use stays within the documented bound of the pipeline and the
 // producer (3 × (max_batch_bytes + a fragment) + queue_bytes + a fragment
 // + max_in_flight_bytes, about 56 MiB of rows with the defaults), with the
-// connector's soft memory limit (112 MiB). This is the connector's half of
+// connector's soft memory limit (100 MiB). This is the connector's half of
 // the 128 MiB RSS target; the e2e test measures the whole process.
 func TestPipelineHugeTransactionHeapBound(t *testing.T) {
 	if testing.Short() {
@@ -116,7 +116,7 @@ func TestPipelineHugeTransactionHeapBound(t *testing.T) {
 	const rows, size = 100_000, 1024
 	const bound = 96 << 20
 	brokers := brokerProcess(t)
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(112 << 20))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(100 << 20))
 	for _, mode := range []string{"at-least-once", "exactly-once"} {
 		t.Run(mode, func(t *testing.T) {
 			cfg := sink.DefaultKafkaConfig()
