@@ -73,9 +73,12 @@ func TestUnwritableTopicHaltThenDLQ(t *testing.T) {
 
 				b.insertTyped(t, "NEWTYPE", "new-1")
 				blockedAt := time.Now()
+				waitUntil(t, "outbox_cdc_sink_blocked_topics 1", wait, func() bool { return conn.metric("outbox_cdc_sink_blocked_topics") == 1 })
+				// Committed while the write of new-1 waits: they stall too.
+				// (Committed before that write started, they could share its
+				// batch and be produced beside it.)
 				after := ids("after", 1, 5)
 				b.insertTyped(t, "ORDER", after...)
-				waitUntil(t, "outbox_cdc_sink_blocked_topics 1", wait, func() bool { return conn.metric("outbox_cdc_sink_blocked_topics") == 1 })
 				code, body := conn.readyzBody()
 				if code != 503 || !strings.Contains(body, "outbox.event.NEWTYPE") || !strings.Contains(body, "sink.unwritable_topic_timeout") {
 					t.Fatalf("/readyz during the wait: %d %q", code, body)
