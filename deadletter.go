@@ -38,6 +38,15 @@ type RecordError interface {
 	FailedRecord() (index int, permanent bool)
 }
 
+// RecordsError is a RecordError that concerns several records of one
+// Write in the same way (every record for a topic that cannot be written),
+// so the pipeline can handle them all at once. FailedRecords lists their
+// indexes, FailedRecord's first.
+type RecordsError interface {
+	RecordError
+	FailedRecords() []int
+}
+
 // Failure is one outbox row that could not be delivered as routed.
 type Failure struct {
 	// Event is the row as the source delivered it.
@@ -85,11 +94,13 @@ const (
 //	                                 the row's role columns as stored
 //	outbox_cdc.value_omitted_bytes   payload size, when the value was left out
 //
-// The timestamp is the source commit time.
+// The timestamp is the time of production (zero), whatever route.timestamp
+// says: a dead letter must not be refused or deleted at once for an old
+// commit time, which may be the very reason its row failed.
 func DeadLetterTo(topic string) DeadLetter {
 	return func(f Failure) Record {
 		ev := f.Event
-		r := Record{Topic: topic, Value: ev.Payload, Timestamp: ev.CommitTime, MessageID: ev.MessageID, EventType: ev.EventType}
+		r := Record{Topic: topic, Value: ev.Payload, MessageID: ev.MessageID, EventType: ev.EventType}
 		if ev.AggregateID != "" {
 			r.Key = []byte(ev.AggregateID)
 		}

@@ -91,6 +91,12 @@ type Event struct {
 	// Origin says where the row is in the source ("mariadb-bin.000003:1234 row 2",
 	// "LSN 0/16B3748"), for error messages. It is not a resume position.
 	Origin string
+	// Invalid, when not empty, says why the source could not decode the row
+	// into the role fields (a logical decoding message whose content is not
+	// a JSON object); Payload then holds the content as stored. The router
+	// rejects such an event with a *BadRowError giving this reason, so
+	// pipeline.on_error decides what happens to it, as for any bad row.
+	Invalid string
 }
 
 // Extra column lookup by name; ok is false when the column was not delivered.
@@ -150,7 +156,8 @@ type Record struct {
 	Key     []byte // nil: null key
 	Value   []byte // nil: tombstone
 	Headers []Header
-	// Timestamp is the record timestamp; the source commit time.
+	// Timestamp is the record timestamp (route.timestamp); zero means the
+	// time the sink produces the record.
 	Timestamp time.Time
 	// Partition, when set, is the partition to write to (Debezium's
 	// "partition" placement of a column); nil lets the sink pick it from
@@ -243,9 +250,16 @@ type AtomicSink interface {
 	// restart and Load again). A zero end (a batch that stops inside a
 	// fragmented transaction, see Tx.More) adds records to the open atomic
 	// write; they become visible with the next call whose end is not zero,
-	// or not at all.
+	// or not at all. When a call fails after earlier zero-end calls added
+	// records, the whole open write is aborted and the error wraps
+	// ErrOpenWriteAborted: the caller cannot retry that call alone and must
+	// stop; a restart reads the transaction again from the stored position.
 	WriteAtomic(ctx context.Context, records []Record, end Position) error
 }
+
+// ErrOpenWriteAborted is wrapped by AtomicSink.WriteAtomic errors that
+// aborted an open atomic write holding records of earlier calls.
+var ErrOpenWriteAborted = errors.New("the open atomic write (records of earlier batches of this source transaction) was aborted")
 
 // Checkpointer stores the position the connector resumes from.
 type Checkpointer interface {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,30 +23,46 @@ type Router interface {
 // PipelineConfig bounds the pipeline's memory and shutdown time and says
 // what happens to rows that cannot be delivered.
 //
-// # Memory while the sink is slow or down
+// # Memory while the sink is slow or down, and for huge transactions
 //
 // The pipeline stops reading ahead when the sink does not keep up: the
 // writer holds the batch being written, one finished batch waits for it,
 // the batcher fills one more, and then the batcher stops taking
-// transactions, so at most QueueTransactions transactions wait in the queue
-// and the source blocks (the Postgres source keeps answering keepalives;
-// nothing is confirmed to the server). The pipeline's share of memory is
-// therefore at most about
+// transactions, so at most QueueTransactions transactions and about
+// QueueBytes of them wait in the queue and the source blocks (the Postgres
+// source keeps answering keepalives; nothing is confirmed to the server).
 //
-//	3 × (MaxBatchBytes + the largest transaction) + QueueTransactions × the largest transaction
+// A source sends a transaction larger than MaxFragmentEvents rows or
+// MaxFragmentBytes of payload as fragments (Tx.More). The pipeline writes
+// the records of a fragment like any others (in exactly-once mode into the
+// Kafka transaction it keeps open, see AtomicSink), but checkpoints only at
+// the transaction's end. No part of the pipeline holds a whole transaction,
+// so its share of memory is at most about
 //
-// in record bytes (Record.Size), plus the source's own bounded read buffers
-// and the Kafka sink's max_in_flight_bytes, however long the outage lasts.
-// A transaction is never split, so a single huge transaction is held whole.
+//	3 × (MaxBatchBytes + F) + QueueBytes + F,   F = one fragment or unfragmented transaction
+//
+// in record bytes (Record.Size, plus the rows' other fields), plus the
+// source's own bounded read buffers and the Kafka sink's
+// max_in_flight_bytes, however long an outage lasts and however large a
+// transaction is. With the defaults and fragmenting sources that is about
+// 3 × 8 + 8 + 4 MiB of rows, 16 MiB in the producer and the source's
+// buffers (8 MiB on Postgres): the connector stays below 128 MiB resident.
+// One exception: with an observer (lifecycle.mark_sent) the message ids of
+// a transaction are kept until its end is checkpointed.
 type PipelineConfig struct {
 	// MaxBatchRecords and MaxBatchBytes bound one sink write. Several source
-	// transactions go into one write while a backlog exists; a transaction is
-	// never split, so a single larger transaction makes a larger write.
+	// transactions go into one write while a backlog exists; a transaction
+	// whose source sends it whole (not fragmented) is not split, so a
+	// single larger transaction makes a larger write.
 	MaxBatchRecords int `yaml:"max_batch_records"`
 	MaxBatchBytes   int `yaml:"max_batch_bytes"`
-	// QueueTransactions is how many source transactions may wait between the
-	// source and the batcher.
+	// QueueTransactions is how many source transactions (or fragments) may
+	// wait between the source and the batcher.
 	QueueTransactions int `yaml:"queue_transactions"`
+	// QueueBytes bounds the row bytes waiting there (payloads and the
+	// rows' other fields). One transaction or fragment larger than this is
+	// still taken, alone.
+	QueueBytes int `yaml:"queue_bytes"`
 	// CheckpointInterval is the least time between two checkpoint saves.
 	// Records are never held back by it (saves run beside the writes);
 	// after a crash, what was acknowledged since the last save is sent
@@ -76,6 +93,7 @@ func DefaultPipelineConfig() PipelineConfig {
 		MaxBatchRecords:    10000,
 		MaxBatchBytes:      4 << 20,
 		QueueTransactions:  16,
+		QueueBytes:         8 << 20,
 		CheckpointInterval: 100 * time.Millisecond,
 		ShutdownTimeout:    30 * time.Second,
 		LogInterval:        30 * time.Second,
@@ -92,6 +110,8 @@ func (c PipelineConfig) Validate() error {
 		return fmt.Errorf("pipeline.max_batch_bytes must be at least 1024, got %d", c.MaxBatchBytes)
 	case c.QueueTransactions < 1:
 		return fmt.Errorf("pipeline.queue_transactions must be at least 1, got %d", c.QueueTransactions)
+	case c.QueueBytes < 64<<10:
+		return fmt.Errorf("pipeline.queue_bytes must be at least 65536, got %d", c.QueueBytes)
 	case c.CheckpointInterval < 0 || c.CheckpointInterval > time.Minute:
 		return fmt.Errorf("pipeline.checkpoint_interval must be between 0 and 1m, got %s", c.CheckpointInterval)
 	case c.ShutdownTimeout <= 0:
@@ -132,6 +152,13 @@ type Pipeline struct {
 	dead     DeadLetter  // set with on_error: dlq
 	log      zerolog.Logger
 	metrics  *pipelineMetrics
+	// openRecords counts the records written so far of a fragmented
+	// source transaction whose end has not arrived (writer goroutine).
+	openRecords int
+	// witness mirrors the position an AtomicSink commits (see Witness).
+	witness       Checkpointer
+	freshStart    bool
+	witnessWarned time.Time // saver goroutine (and load, before it starts)
 }
 
 // NewPipeline wires the parts. reg may be nil. With a nil cp the sink must
@@ -173,8 +200,96 @@ func (a atomicCheckpointer) Save(context.Context, Position) error {
 	return errors.New("atomic sink: Save must not be called")
 }
 
-// batch is the records of one or more whole source transactions and the
-// position just past the last of them.
+// Witness gives an exactly-once pipeline (no Checkpointer, an AtomicSink)
+// a store that mirrors the position the sink commits: it is saved after
+// the commits, paced by CheckpointInterval (a failed save is logged, not
+// fatal), and is never read to resume.
+// It is evidence that the connector ran before. When the sink has no
+// committed position at start but the witness holds one (the progress
+// topic was deleted, its record expired, or the connector ran
+// at-least-once with this store before), Run refuses with an error
+// wrapping ErrProgressMissing instead of starting where source.start
+// says and skipping what was committed meanwhile; freshStart makes it
+// start anyway, as the operator asked. Call before Run.
+func (p *Pipeline) Witness(w Checkpointer, freshStart bool) {
+	p.witness, p.freshStart = w, freshStart
+}
+
+// ErrProgressMissing is wrapped by the error of an exactly-once start that
+// finds no committed position although the witness shows that the
+// connector committed one before.
+var ErrProgressMissing = errors.New("no committed position, but the connector ran before")
+
+// load returns the position to resume from; in exactly-once mode it
+// checks the sink's committed position against the witness.
+func (p *Pipeline) load(ctx context.Context) (Position, error) {
+	from, err := p.cp.Load(ctx)
+	if err != nil || p.atomic == nil || p.witness == nil {
+		return from, err
+	}
+	seen, werr := p.witness.Load(ctx)
+	what := describeStore(p.witness)
+	switch {
+	case !from.IsZero():
+		if werr != nil {
+			p.log.Warn().Err(werr).Str("store", what).Msg("the witness of the committed position cannot be read; rewriting it")
+		}
+		if werr != nil || seen != from {
+			// A connector upgraded from a version without a witness, or
+			// one whose witness lags: make the evidence current now, not
+			// at the next commit, which on an idle outbox may be far off.
+			p.saveWitness(ctx, from)
+		}
+		return from, nil
+	case p.freshStart:
+		if werr != nil || !seen.IsZero() {
+			p.log.Warn().Str("witness", string(seen)).AnErr("witness_error", werr).Str("store", what).
+				Msg("no committed position although the connector ran before: starting where source.start says, as asked (--fresh-start); what was committed since the witness is not sent")
+		}
+		return from, nil
+	case werr != nil:
+		return "", fmt.Errorf("%w: the sink holds no committed position and the witness (%s) cannot be read: %v; the connector refuses to start rather than skip rows: restore the progress, or start deliberately from a position you choose with `outbox-cdc position set`, or where source.start says with `outbox-cdc run --fresh-start`",
+			ErrProgressMissing, what, werr)
+	case !seen.IsZero():
+		return "", fmt.Errorf("%w: the sink holds no committed position, but %s shows the connector had reached %s (the progress topic was deleted, its record expired, or the connector ran at-least-once before); starting where source.start says would skip every row committed in between, so it refuses. Resume from there with `outbox-cdc position set --to %s` (rows after it may be delivered again), or start fresh deliberately with `outbox-cdc run --fresh-start`",
+			ErrProgressMissing, what, seen, seen)
+	}
+	return from, nil
+}
+
+// saveWitness writes the witness. A failure is logged, not fatal: the
+// position itself is committed in the sink, and the witness already
+// written (if any) stays as evidence. Several instances without the HA
+// lock may share a witness file; their saves can then collide.
+func (p *Pipeline) saveWitness(ctx context.Context, pos Position) {
+	err := p.witness.Save(ctx, pos)
+	if err == nil {
+		p.witnessWarned = time.Time{}
+		return
+	}
+	if time.Since(p.witnessWarned) < p.cfg.LogInterval {
+		return
+	}
+	p.witnessWarned = time.Now()
+	p.log.Warn().Err(err).Str("store", describeStore(p.witness)).Str("position", string(pos)).
+		Msg("cannot write the witness of the committed position; until it is written, a deleted or expired progress record would not be noticed at start")
+}
+
+func describeStore(cp Checkpointer) string {
+	if s, ok := cp.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return "the checkpoint store"
+}
+
+// batch is the records of one or more source transactions, and the
+// position just past the last whole one. The first records may continue a
+// fragmented transaction that began in an earlier batch (cont), and the
+// last ones may belong to a transaction whose end has not arrived yet
+// (open); a batch never holds a whole transaction followed by the start of
+// a fragmented one, so in exactly-once mode a batch is either the end of
+// an open write plus whole transactions (end set) or a part of one open
+// transaction (end zero).
 type batch struct {
 	records []Record
 	// events[i] is the row records[i] was made from.
@@ -186,18 +301,30 @@ type batch struct {
 	marks      []txMark
 	bytes      int
 	txs        int
-	end        Position
+	end        Position // end of the last whole transaction; zero if none
 	commitTime time.Time
+	// cont: records[0] continues a transaction begun in an earlier batch.
+	cont bool
+	// open: the records from openFrom on belong to a transaction whose
+	// last fragment has not arrived.
+	open     bool
+	openFrom int
 }
 
-// newBatch returns an empty batch, reusing the slices of a written one.
-func (p *Pipeline) newBatch() *batch {
+// empty reports whether b holds nothing to write or checkpoint.
+func (b *batch) empty() bool { return len(b.records) == 0 && len(b.marks) == 0 }
+
+// newBatch returns an empty batch, reusing the slices of a written one;
+// inTx says it continues a fragmented transaction.
+func (p *Pipeline) newBatch(inTx bool) *batch {
+	var b *batch
 	select {
-	case b := <-p.spare:
-		return b
+	case b = <-p.spare:
 	default:
-		return &batch{}
+		b = &batch{}
 	}
+	b.cont, b.open = inTx, inTx
+	return b
 }
 
 // recycle empties a written batch for reuse, dropping its references to the
@@ -209,6 +336,34 @@ func (p *Pipeline) recycle(b *batch) {
 	select {
 	case p.spare <- b:
 	default:
+	}
+}
+
+// dropOpen removes the records of the transaction still open at the end of
+// b: it cannot be checkpointed in this run.
+func (b *batch) dropOpen() (dropped int) {
+	if !b.open {
+		return 0
+	}
+	dropped = len(b.records) - b.openFrom
+	b.truncate(b.openFrom)
+	b.open = false
+	return dropped
+}
+
+// truncate cuts b back to its first n records.
+func (b *batch) truncate(n int) {
+	clear(b.records[n:])
+	clear(b.events[n:])
+	b.records, b.events = b.records[:n], b.events[:n]
+	for k := range b.dead {
+		if k >= n {
+			delete(b.dead, k)
+		}
+	}
+	b.bytes = 0
+	for i := range b.records {
+		b.bytes += b.records[i].Size()
 	}
 }
 
@@ -256,7 +411,7 @@ func (p *Pipeline) Ready() error {
 // router (a *BadRowError, after checkpointing every transaction before the
 // bad row's), the sink or the checkpointer.
 func (p *Pipeline) Run(ctx context.Context) error {
-	from, err := p.cp.Load(ctx)
+	from, err := p.load(ctx)
 	if err != nil {
 		return fmt.Errorf("load checkpoint: %w", err)
 	}
@@ -274,16 +429,21 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	writeCtx, stopWriting := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWriting()
 
-	txs := make(chan Tx, p.cfg.QueueTransactions)
+	// The source sends to in; the intake moves what it sends to the queue
+	// (txs), at most QueueTransactions of them and about QueueBytes.
+	in := make(chan Tx)
+	txs := make(chan queued, p.cfg.QueueTransactions)
+	qsem := &queueSem{limit: int64(p.cfg.QueueBytes)}
 	batches := make(chan *batch, 1)
 	src := &sourceRun{done: make(chan struct{})}
 	go func() {
-		src.err = p.src.Run(readCtx, from, txs)
-		close(src.done)
+		src.err = p.src.Run(readCtx, from, in)
+		close(in) // the pipeline's own channel: Run has returned
 	}()
+	go p.intake(readCtx, in, txs, qsem, src)
 	batchErr := make(chan error, 1)
 	go func() {
-		batchErr <- p.batcher(readCtx, txs, src, batches)
+		batchErr <- p.batcher(readCtx, txs, qsem, src, batches)
 		close(batches)
 	}()
 	// Whatever happens, the source is stopped and has returned before Run does.
@@ -341,19 +501,128 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	return berr
 }
 
-// batcher reads transactions, routes their events and hands whole-
-// transaction batches to the writer. While the writer is busy it keeps
-// filling the next batch up to the bounds, so a backlog makes large writes
-// and an idle stream makes one write per transaction.
-func (p *Pipeline) batcher(ctx context.Context, txs <-chan Tx, src *sourceRun, out chan<- *batch) error {
-	cur := p.newBatch()
+// queued is a transaction (or fragment) in the queue, with its size.
+type queued struct {
+	tx   Tx
+	size int64
+}
+
+// intake moves transactions from the source to the queue while the queue
+// holds less than QueueBytes, so that a source sending large fragments
+// blocks before the queue holds QueueTransactions of them. It closes
+// src.done once the source has returned and everything it sent before
+// is queued (or the pipeline stopped reading).
+func (p *Pipeline) intake(ctx context.Context, in <-chan Tx, txs chan<- queued, qsem *queueSem, src *sourceRun) {
+	defer close(src.done)
+	defer func() {
+		for range in { // until Run returns and in is closed
+		}
+	}()
+	for tx := range in {
+		q := queued{tx: tx, size: txSize(&tx)}
+		if !qsem.acquire(ctx, q.size) {
+			return
+		}
+		select {
+		case txs <- q:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// txSize estimates the bytes a transaction's rows hold.
+func txSize(tx *Tx) int64 {
+	n := int64(64)
+	for i := range tx.Events {
+		ev := &tx.Events[i]
+		n += int64(len(ev.Payload)+len(ev.MessageID)+len(ev.AggregateType)+len(ev.AggregateID)+len(ev.EventType)+len(ev.Origin)) + 160
+		for _, c := range ev.Extra {
+			n += int64(len(c.Name)+len(c.Value)) + 48
+		}
+	}
+	return n
+}
+
+// queueSem counts the bytes in the queue. One transaction larger than the
+// limit is admitted when the queue is empty, so it cannot block forever.
+type queueSem struct {
+	mu    sync.Mutex
+	used  int64
+	limit int64
+	wake  chan struct{} // closed on release; made only while someone waits
+}
+
+// acquire waits until n bytes fit; false when ctx ended first.
+func (s *queueSem) acquire(ctx context.Context, n int64) bool {
+	s.mu.Lock()
+	for s.used > 0 && s.used+n > s.limit {
+		if s.wake == nil {
+			s.wake = make(chan struct{})
+		}
+		wake := s.wake
+		s.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return false
+		}
+		s.mu.Lock()
+	}
+	s.used += n
+	s.mu.Unlock()
+	return true
+}
+
+func (s *queueSem) release(n int64) {
+	s.mu.Lock()
+	s.used -= n
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+	s.mu.Unlock()
+}
+
+// batcher reads transactions, routes their events and hands batches to the
+// writer. While the writer is busy it keeps filling the next batch up to
+// the bounds, so a backlog makes large writes and an idle stream makes one
+// write per transaction. Fragments of a large transaction are handed on as
+// the batch fills, without waiting for the transaction's end; a fragmented
+// transaction always starts a new batch (see batch).
+func (p *Pipeline) batcher(ctx context.Context, txs <-chan queued, qsem *queueSem, src *sourceRun, out chan<- *batch) error {
+	inTx := false // the last transaction received was a fragment with More
+	cur := p.newBatch(inTx)
+	take := func(q queued) error {
+		qsem.release(q.size)
+		tx := q.tx
+		if tx.More && !inTx && len(cur.marks) > 0 {
+			// A fragmented transaction begins: the whole ones before it
+			// go out on their own, so that no write mixes them with an
+			// unfinished transaction.
+			out <- cur
+			cur = p.newBatch(false)
+		}
+		if err := p.add(cur, tx); err != nil {
+			return err
+		}
+		if tx.More && !inTx {
+			p.log.Debug().Str("origin", firstOrigin(&tx)).Msg("a large source transaction arrives in fragments: its records are written as they come, the checkpoint waits for its end")
+		}
+		inTx = tx.More
+		if p.full(cur) {
+			out <- cur // blocks while the writer works: back-pressure to the source
+			cur = p.newBatch(inTx)
+		}
+		return nil
+	}
 	var final error // set when the source stopped or a row failed
 	for final == nil {
 		// Wait for a transaction, or, with a non-empty batch, for the writer.
-		var tx Tx
-		if cur.end.IsZero() {
+		var q queued
+		if cur.empty() {
 			select {
-			case tx = <-txs:
+			case q = <-txs:
 			case <-src.done:
 				final = sourceStopped(src.err)
 				continue
@@ -362,10 +631,19 @@ func (p *Pipeline) batcher(ctx context.Context, txs <-chan Tx, src *sourceRun, o
 				continue
 			}
 		} else {
+			// What is already queued goes into the batch before the batch
+			// goes to the writer: nothing waits for it, and the writes of
+			// a backlog are larger.
 			select {
-			case tx = <-txs:
+			case q = <-txs:
+				final = take(q)
+				continue
+			default:
+			}
+			select {
+			case q = <-txs:
 			case out <- cur:
-				cur = p.newBatch()
+				cur = p.newBatch(inTx)
 				continue
 			case <-src.done:
 				final = sourceStopped(src.err)
@@ -375,36 +653,42 @@ func (p *Pipeline) batcher(ctx context.Context, txs <-chan Tx, src *sourceRun, o
 				continue
 			}
 		}
-		if final = p.add(cur, tx); final == nil && p.full(cur) {
-			out <- cur // blocks while the writer works: back-pressure to the source
-			cur = p.newBatch()
-		}
+		final = take(q)
 	}
-	// Transactions already queued are whole: take them too (unless a row
-	// failed), so a stop checkpoints every transaction received.
+	// Transactions already queued are whole, or fragments: take them too
+	// (unless a row failed), so a stop checkpoints every whole transaction
+	// received.
 	var bad *BadRowError
 	if !errors.As(final, &bad) {
 	drain:
 		for {
 			select {
-			case tx := <-txs:
-				if err := p.add(cur, tx); err != nil {
+			case q := <-txs:
+				if err := take(q); err != nil {
 					final = err
 					break drain
-				}
-				if p.full(cur) {
-					out <- cur
-					cur = p.newBatch()
 				}
 			default:
 				break drain
 			}
 		}
 	}
-	if !cur.end.IsZero() {
+	// A transaction whose end did not arrive cannot be checkpointed in this
+	// run: its records are not written now, and the restart reads it again.
+	if n := cur.dropOpen(); n > 0 || inTx {
+		p.log.Warn().Int("records_not_written", n).Msg("stopping inside a large source transaction: it is not checkpointed; the next start reads it again from its beginning (in at-least-once mode its records written so far are sent again)")
+	}
+	if !cur.empty() {
 		out <- cur
 	}
 	return final
+}
+
+func firstOrigin(tx *Tx) string {
+	if len(tx.Events) == 0 {
+		return ""
+	}
+	return tx.Events[0].Origin
 }
 
 func (p *Pipeline) full(b *batch) bool {
@@ -418,11 +702,14 @@ type sourceRun struct {
 }
 
 // add routes tx's events into b. A row the router rejects becomes a
-// dead-letter record with on_error: dlq; otherwise b is left as it was
-// before tx, so the batch ends at the last good transaction, and the
-// error is returned.
+// dead-letter record with on_error: dlq; otherwise b is cut back to where
+// tx's source transaction began in b (for a fragment: its first fragment
+// in this batch), so the batch ends at the last good whole transaction,
+// and the error is returned.
 func (p *Pipeline) add(b *batch, tx Tx) error {
-	start, startBytes := len(b.records), b.bytes
+	if !b.open {
+		b.openFrom = len(b.records)
+	}
 	for i := range tx.Events {
 		ev := &tx.Events[i]
 		rec, err := p.router.Route(ev)
@@ -430,12 +717,8 @@ func (p *Pipeline) add(b *batch, tx Tx) error {
 			p.metrics.badRows.Inc()
 			var bad *BadRowError
 			if p.dead == nil || !errors.As(err, &bad) {
-				b.records, b.events, b.bytes = b.records[:start], b.events[:start], startBytes
-				for k := range b.dead {
-					if k >= start {
-						delete(b.dead, k)
-					}
-				}
+				b.truncate(b.openFrom)
+				b.open = false
 				return err
 			}
 			rec = p.dead(Failure{Event: ev, Err: err, Class: FailureBadRow})
@@ -450,6 +733,11 @@ func (p *Pipeline) add(b *batch, tx Tx) error {
 		b.records = append(b.records, rec)
 		b.events = append(b.events, ev)
 	}
+	if tx.More {
+		b.open = true
+		return nil
+	}
+	b.open = false
 	b.marks = append(b.marks, txMark{records: len(b.records), end: tx.End})
 	b.txs++
 	b.end = tx.End
@@ -505,9 +793,26 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 		for _, d := range b.dead {
 			p.metrics.deadLetters.WithLabelValues(d.class).Inc()
 		}
+		p.trackOpen(b)
+		// A batch that only continues an open transaction has no end: its
+		// message ids wait in the saver for the transaction's end.
 		sv.put(b.end, b.commitTime, p.messageIDs(b.events))
 		p.recycle(b)
 	}
+}
+
+// trackOpen keeps the gauge of records written for a source transaction
+// whose end has not arrived. Called from the writer goroutine.
+func (p *Pipeline) trackOpen(b *batch) {
+	switch {
+	case len(b.marks) > 0 && b.open:
+		p.openRecords = len(b.records) - b.openFrom
+	case len(b.marks) > 0:
+		p.openRecords = 0
+	case b.open:
+		p.openRecords += len(b.records)
+	}
+	p.metrics.openRecords.Set(float64(p.openRecords))
 }
 
 // messageIDs lists the batch's message ids for the checkpoint observer.
@@ -558,14 +863,19 @@ func (p *Pipeline) startSaver(ctx context.Context) *saver {
 	return sv
 }
 
-// put records that everything up to end is acknowledged.
+// put records that everything up to end is acknowledged. A zero end (a
+// batch inside an open transaction) only adds ids for the next save.
 func (sv *saver) put(end Position, commit time.Time, ids []string) {
 	sv.mu.Lock()
+	sv.ids = append(sv.ids, ids...)
+	if end.IsZero() {
+		sv.mu.Unlock()
+		return
+	}
 	sv.pending = end
 	if !commit.IsZero() {
 		sv.commit = commit
 	}
-	sv.ids = append(sv.ids, ids...)
 	sv.mu.Unlock()
 	select {
 	case sv.wake <- struct{}{}:
@@ -596,7 +906,7 @@ func (sv *saver) close() error {
 func (sv *saver) run() {
 	defer close(sv.done)
 	interval := sv.p.cfg.CheckpointInterval
-	if sv.p.atomic != nil {
+	if sv.p.atomic != nil && sv.p.witness == nil {
 		interval = 0 // the position was stored with the records; only acks remain
 	}
 	for range sv.wake {
@@ -623,11 +933,12 @@ func (sv *saver) run() {
 func (sv *saver) saveOnce() bool {
 	sv.mu.Lock()
 	end, commit, ids := sv.pending, sv.commit, sv.ids
-	sv.pending, sv.ids = "", nil
-	sv.mu.Unlock()
 	if end.IsZero() {
+		sv.mu.Unlock()
 		return true
 	}
+	sv.pending, sv.ids = "", nil
+	sv.mu.Unlock()
 	p := sv.p
 	if err := p.checkpoint(sv.ctx, end); err != nil {
 		sv.mu.Lock()
@@ -654,7 +965,13 @@ func (sv *saver) saveOnce() bool {
 func (p *Pipeline) write(ctx context.Context, records []Record, end Position) error {
 	switch {
 	case p.atomic != nil:
+		if end.IsZero() && len(records) == 0 {
+			return nil
+		}
 		if err := p.atomic.WriteAtomic(ctx, records, end); err != nil {
+			if end.IsZero() {
+				return fmt.Errorf("atomic write of %d records inside a source transaction that is still open: %w", len(records), err)
+			}
 			return fmt.Errorf("atomic write of %d records with position %s: %w", len(records), end, err)
 		}
 	case len(records) > 0:
@@ -667,10 +984,13 @@ func (p *Pipeline) write(ctx context.Context, records []Record, end Position) er
 
 // checkpoint saves end (unless the atomic sink stored it with the records).
 func (p *Pipeline) checkpoint(ctx context.Context, end Position) error {
-	if p.atomic == nil {
+	switch {
+	case p.atomic == nil:
 		if err := p.cp.Save(ctx, end); err != nil {
 			return fmt.Errorf("save checkpoint %s: %w; stopping before acknowledging anything further (the records written since the last checkpoint will be sent again after a restart)", end, err)
 		}
+	case p.witness != nil:
+		p.saveWitness(ctx, end)
 	}
 	p.metrics.checkpoints.Inc()
 	p.metrics.checkpointTime.SetToCurrentTime()
@@ -696,38 +1016,76 @@ func (p *Pipeline) deliver(ctx context.Context, b *batch, sv *saver) error {
 		if !errors.As(err, &re) {
 			return err
 		}
+		if errors.Is(err, ErrOpenWriteAborted) {
+			// The records of the transaction's earlier batches went with
+			// the aborted write: neither a dead letter nor the
+			// transactions before the row can be committed without them.
+			if i, _ := re.FailedRecord(); i >= 0 && i < len(b.records) {
+				ev := b.events[i]
+				return fmt.Errorf("outbox row at %s (message id %s), inside a source transaction larger than one batch, was rejected by the sink: %w; stopping without committing any part of that transaction (exactly-once cannot replace a row once the open Kafka transaction holding the rows before it was aborted): fix the cause and restart, which reads the transaction again",
+					ev.Origin, idOrNone(ev.MessageID), err)
+			}
+			return err
+		}
 		i, permanent := re.FailedRecord()
 		if !permanent || i < 0 || i >= len(b.records) || ctx.Err() != nil {
 			return err
 		}
-		ev := b.events[i]
-		if p.dead == nil {
-			return p.halt(ctx, b, i, err, sv)
-		}
-		d := b.dead[i]
-		switch {
-		case d == nil:
-			orig := b.records[i]
-			d = &deadEntry{orig: &orig, cause: err, class: FailureRejected}
-			if b.dead == nil {
-				b.dead = map[int]*deadEntry{}
+		failed := []int{i}
+		var multi RecordsError
+		if errors.As(err, &multi) {
+			failed = failed[:0]
+			for _, j := range multi.FailedRecords() {
+				if j >= 0 && j < len(b.records) {
+					failed = append(failed, j)
+				}
 			}
-			b.dead[i] = d
-		case !d.omitValue:
-			d.omitValue = true
-			p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).AnErr("error", err).
-				Msg("dead-letter record rejected; sending it again without the payload")
-		default:
-			return fmt.Errorf("outbox row at %s (message id %s): its dead-letter record was rejected too, even without the payload: %w (the row failed with: %v)",
-				ev.Origin, idOrNone(ev.MessageID), err, d.cause)
+			slices.Sort(failed)
+			failed = slices.Compact(failed)
+			if len(failed) == 0 {
+				return err
+			}
 		}
-		b.records[i] = p.dead(Failure{Event: ev, Record: d.orig, Err: d.cause, Class: d.class, OmitValue: d.omitValue})
-		if d.class == FailureRejected && !d.omitValue {
-			p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).Str("class", d.class).
-				Str("dlq_topic", b.records[i].Topic).AnErr("error", err).
-				Msg("record rejected by the sink: sending the row to the dead-letter topic and writing the batch again")
+		if p.dead == nil {
+			return p.halt(ctx, b, failed[0], err, sv)
+		}
+		for _, j := range failed {
+			if derr := p.divert(b, j, err); derr != nil {
+				return derr
+			}
 		}
 	}
+}
+
+// divert replaces record i of b, which the sink rejected with err, by its
+// dead-letter record: the first time with the payload, then without it;
+// it fails when even that was rejected.
+func (p *Pipeline) divert(b *batch, i int, err error) error {
+	ev := b.events[i]
+	d := b.dead[i]
+	switch {
+	case d == nil:
+		orig := b.records[i]
+		d = &deadEntry{orig: &orig, cause: err, class: FailureRejected}
+		if b.dead == nil {
+			b.dead = map[int]*deadEntry{}
+		}
+		b.dead[i] = d
+	case !d.omitValue:
+		d.omitValue = true
+		p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).AnErr("error", err).
+			Msg("dead-letter record rejected; sending it again without the payload")
+	default:
+		return fmt.Errorf("outbox row at %s (message id %s): its dead-letter record was rejected too, even without the payload: %w (the row failed with: %v)",
+			ev.Origin, idOrNone(ev.MessageID), err, d.cause)
+	}
+	b.records[i] = p.dead(Failure{Event: ev, Record: d.orig, Err: d.cause, Class: d.class, OmitValue: d.omitValue})
+	if d.class == FailureRejected && !d.omitValue {
+		p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).Str("class", d.class).
+			Str("dlq_topic", b.records[i].Topic).AnErr("error", err).
+			Msg("record rejected by the sink: sending the row to the dead-letter topic and writing the batch again")
+	}
+	return nil
 }
 
 // halt writes and checkpoints the whole transactions before record i,
@@ -765,6 +1123,7 @@ type pipelineMetrics struct {
 	batchRecords   prometheus.Histogram
 	writeSeconds   prometheus.Histogram
 	deadLetters    *prometheus.CounterVec
+	openRecords    prometheus.Gauge
 }
 
 func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
@@ -800,6 +1159,10 @@ func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
+	m.openRecords = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "outbox_cdc_open_transaction_records",
+		Help: "Records written so far of a large source transaction whose end has not arrived yet (fragments); the checkpoint waits for its end.",
+	})
 	m.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "outbox_cdc_dlq_records_total",
 		Help: "Dead-letter records acknowledged by the sink (on_error: dlq), by class: bad_row (the route rejected the row) or rejected (the sink refused its record).",
@@ -807,7 +1170,7 @@ func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
 	m.deadLetters.WithLabelValues(FailureBadRow)
 	m.deadLetters.WithLabelValues(FailureRejected)
 	if reg != nil {
-		reg.MustRegister(m.records, m.badRows, m.checkpoints, m.checkpointTime, m.lag, m.batchRecords, m.writeSeconds, m.deadLetters)
+		reg.MustRegister(m.records, m.badRows, m.checkpoints, m.checkpointTime, m.lag, m.batchRecords, m.writeSeconds, m.deadLetters, m.openRecords)
 	}
 	return m
 }

@@ -117,6 +117,9 @@ func (s *flakySink) Write(ctx context.Context, recs []Record) error {
 	}
 	for _, r := range recs[:n] {
 		id := string(r.Headers[0].Value)
+		if v, ok := headerValue(r.Headers, HeaderMessageID); ok {
+			id = "dlq:" + v // a dead-letter record
+		}
 		s.acked[id]++
 		s.order = append(s.order, id)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -138,9 +140,15 @@ func (t *Table) String() string {
 	return fmt.Sprintf("checkpoint table %s (connector %q)", t.name, t.connector)
 }
 
-func (t *Table) open(ctx context.Context) (*sql.DB, error) {
+// connect opens the pool (dbconn: keepalives, bounded connect and I/O)
+// without touching the table.
+func (t *Table) connect() (*sql.DB, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.connectLocked()
+}
+
+func (t *Table) connectLocked() (*sql.DB, error) {
 	if t.db == nil {
 		o := dbconn.Defaults()
 		o.LockWait = tableTimeout
@@ -151,6 +159,15 @@ func (t *Table) open(ctx context.Context) (*sql.DB, error) {
 		db.SetMaxOpenConns(2)
 		db.SetConnMaxIdleTime(time.Minute)
 		t.db = db
+	}
+	return t.db, nil
+}
+
+func (t *Table) open(ctx context.Context) (*sql.DB, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, err := t.connectLocked(); err != nil {
+		return nil, err
 	}
 	if !t.created {
 		ddl := "CREATE TABLE IF NOT EXISTS " + t.table + ` (
@@ -230,6 +247,59 @@ func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
 	}
 	ev.Msg("checkpoint loaded")
 	return p, nil
+}
+
+// Peek reads the connector's row without creating the table (for the
+// position commands): found is false when the table or the row does not
+// exist, or when the row was claimed (HA) but never saved. A row that
+// fails the checks is an error wrapping ErrUntrusted.
+func (t *Table) Peek(ctx context.Context) (pos outboxcdc.Position, savedAt time.Time, found bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, tableTimeout)
+	defer cancel()
+	db, err := t.connect()
+	if err != nil {
+		return "", time.Time{}, false, err
+	}
+	q := "SELECT position, checksum, saved_at FROM " + t.table + " WHERE connector = " + t.param(1)
+	var raw, sum string
+	var savedRaw any = &savedAt
+	var savedBytes []byte
+	if t.dialect == "mysql" {
+		savedRaw = &savedBytes
+	}
+	err = db.QueryRowContext(ctx, q, t.connector).Scan(&raw, &sum, savedRaw)
+	switch {
+	case errors.Is(err, sql.ErrNoRows), t.noSuchTable(err):
+		return "", time.Time{}, false, nil
+	case err != nil:
+		return "", time.Time{}, false, fmt.Errorf("%s: reading the checkpoint: %w", t, err)
+	}
+	if raw == "" && strings.TrimSpace(sum) == "" {
+		// Claimed by an instance that has not saved yet (as in Load).
+		return "", time.Time{}, false, nil
+	}
+	if savedBytes != nil {
+		savedAt, _ = time.Parse("2006-01-02 15:04:05.999999", string(savedBytes))
+	}
+	pos = outboxcdc.Position(raw)
+	if strings.TrimSpace(sum) != tableChecksum(t.connector, pos) || pos.Kind() == "" {
+		return pos, savedAt, true, fmt.Errorf("%w: %s holds a row whose checksum does not match its position %q, or that has no source kind prefix", ErrUntrusted, t, raw)
+	}
+	return pos, savedAt, true, nil
+}
+
+// noSuchTable reports whether err says the table does not exist (MySQL
+// error 1146, PostgreSQL SQLSTATE 42P01), by code.
+func (t *Table) noSuchTable(err error) bool {
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1146
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "42P01"
+	}
+	return false
 }
 
 // Save durably stores pos (one autocommitted statement). After Claim it

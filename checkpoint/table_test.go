@@ -264,3 +264,44 @@ func TestTableSaveBoundedOnSilentPath(t *testing.T) {
 		})
 	}
 }
+
+// TestTablePeek: the position commands read the row without creating the
+// table; a missing table or row, or a row claimed (HA) and never saved, is
+// "no checkpoint"; a saved row comes with its saved time.
+func TestTablePeek(t *testing.T) {
+	for _, b := range tableBackends(t) {
+		t.Run(b.dialect, func(t *testing.T) {
+			ctx := context.Background()
+			table := uniqueTable("outbox_cdc_checkpoint_peek")
+			b.db.Exec("DROP TABLE IF EXISTS " + table)
+			t.Cleanup(func() { b.db.Exec("DROP TABLE IF EXISTS " + table) })
+			s, err := NewTable(b.dialect, b.dsn, TableConfig{Table: table}, "a", zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, _, found, err := s.Peek(ctx); err != nil || found {
+				t.Fatalf("Peek without a table = found %v, %v", found, err)
+			}
+			var n int
+			q := "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = '" + table + "'"
+			if err := b.db.QueryRow(q).Scan(&n); err != nil || n != 0 {
+				t.Fatalf("Peek created the table (%d, %v)", n, err)
+			}
+			if _, err := s.Claim(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, found, err := s.Peek(ctx); err != nil || found {
+				t.Fatalf("Peek of a claimed, never saved row = found %v, %v", found, err)
+			}
+			pos := outboxcdc.Position(b.pos + "42")
+			if err := s.Save(ctx, pos); err != nil {
+				t.Fatal(err)
+			}
+			got, at, found, err := s.Peek(ctx)
+			if err != nil || !found || got != pos || at.IsZero() {
+				t.Fatalf("Peek = %q %v %v %v", got, at, found, err)
+			}
+		})
+	}
+}

@@ -682,16 +682,17 @@ func (tr *translator) route() {
 			tr.unsupported(k, "transform predicates are not reproduced: the EventRouter applies to every outbox row")
 		}
 	}
+	// Debezium's record timestamp is the time it processed the change
+	// (ts_ms) or, in Debezium Server, the time its producer sent the
+	// record: production time either way, outbox-cdc's default.
+	why := "Debezium stamps the time it processed the change (ts_ms)"
 	switch _, col := tr.out.get("route.columns.timestamp"); {
 	case tr.server:
-		tr.note("record timestamps: Debezium Server's Kafka sink let the producer stamp each record with the time it sent it; outbox-cdc stamps the commit time. " +
-			"For Debezium Server's choice set the production-time option (route.timestamp)")
+		why = "Debezium Server's Kafka sink lets the producer stamp the time it sends"
 	case col:
-		tr.note("record timestamps: a NULL timestamp column falls back to the commit time in outbox-cdc, to the time Debezium processed the change (ts_ms) in Debezium")
-	default:
-		tr.note("record timestamps: Debezium stamped each record with the time it processed the change (ts_ms); outbox-cdc stamps the commit time, usually milliseconds earlier. " +
-			"For Debezium's choice set the production-time option (route.timestamp)")
+		why = "a NULL timestamp column falls back to it, as to ts_ms in Debezium"
 	}
+	tr.out.set("route.timestamp", "produce", why)
 }
 
 // topicTemplate turns the default regex with a replacement that only

@@ -70,6 +70,17 @@ type Config struct {
 	// default): a NULL payload makes the row bad and an empty payload is
 	// sent as an empty value.
 	TombstoneOnEmptyPayload bool `yaml:"tombstone_on_empty_payload"`
+	// Timestamp chooses the record timestamp: "produce" (the default: the
+	// time the connector produces the record, left for the sink to stamp)
+	// or "commit" (the source transaction's commit time; second precision
+	// on MySQL/MariaDB). Production time is the default because a backlog
+	// replayed with commit times older than the topic's retention.ms is
+	// deleted by Kafka at once, and brokers with
+	// message.timestamp.difference.max.ms (or .before.max.ms) reject such
+	// records; it is also what Debezium's EventRouter and Kafka producers
+	// set by default. A timestamp column (columns.timestamp) overrides it
+	// for the rows where the column is not NULL.
+	Timestamp string `yaml:"timestamp"`
 	// ExpandJSONPayload parses a JSON text payload into a structure, as
 	// Debezium's table.expand.json.payload does (with converters.value:
 	// json, the value is the JSON document itself, and with schemas the
@@ -186,6 +197,12 @@ const (
 	OnUpdateFatal = "fatal"
 )
 
+// Record timestamp choices (Config.Timestamp).
+const (
+	TimestampProduce = "produce"
+	TimestampCommit  = "commit"
+)
+
 // Payload formats.
 const (
 	PayloadAny  = "any"
@@ -211,7 +228,7 @@ type ColumnNames struct {
 
 // DefaultConfig is the seed preset with Debezium's default topic naming.
 func DefaultConfig() Config {
-	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny,
+	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny, Timestamp: TimestampProduce,
 		OnUpdate: OnUpdateSkip, OnMissingColumn: "ignore",
 		ExpandJSONNulls: "ignore", ExpandJSONEmptyArrays: "ignore",
 		Converters:  DefaultConvertersConfig(),
@@ -432,14 +449,17 @@ type compiled struct {
 	// json: the payload must be valid JSON; tombstone: a NULL or empty
 	// payload becomes a null value.
 	json, tombstone bool
-	envelope        []envelopeField
-	partition       *columnRef
-	timestamp       *columnRef
-	version         *columnRef
-	missingIsError  bool
-	expand          *expandOptions
-	conv            *connectConv // nil: every converter raw
-	ce              *cloudEvents // nil: CloudEvents off
+	// commitTime: the record timestamp is the commit time (else zero: the
+	// sink stamps the production time), unless the timestamp column says.
+	commitTime     bool
+	envelope       []envelopeField
+	partition      *columnRef
+	timestamp      *columnRef
+	version        *columnRef
+	missingIsError bool
+	expand         *expandOptions
+	conv           *connectConv // nil: every converter raw
+	ce             *cloudEvents // nil: CloudEvents off
 }
 
 // columnRef locates a column of a row: a role's value, or an extra column
@@ -555,6 +575,12 @@ func (c Config) compile(table *Table) (*compiled, error) {
 		return nil, fmt.Errorf("route.payload_format: %q is not %s or %s", c.PayloadFormat, PayloadAny, PayloadJSON)
 	}
 	cc.json, cc.tombstone = c.PayloadFormat == PayloadJSON, c.TombstoneOnEmptyPayload
+	switch c.Timestamp {
+	case "", TimestampProduce, TimestampCommit:
+	default:
+		return nil, fmt.Errorf("route.timestamp: %q is not %s or %s", c.Timestamp, TimestampProduce, TimestampCommit)
+	}
+	cc.commitTime = c.Timestamp == TimestampCommit
 	switch c.OnUpdate {
 	case "", OnUpdateSkip, OnUpdateWarn, OnUpdateError, OnUpdateFatal:
 	default:

@@ -479,6 +479,9 @@ func TestConnectConverters(t *testing.T) {
 			if tc.cite == "" {
 				t.Fatal("every case cites the source of its expected bytes")
 			}
+			// The goldens show the commit time (route.timestamp: commit);
+			// the default, production time, is TestRouteTimestamp's.
+			tc.cfg.Timestamp = TimestampCommit
 			r, err := NewForTable(tc.cfg, tc.table)
 			if err != nil {
 				t.Fatalf("NewForTable: %v", err)

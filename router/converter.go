@@ -493,7 +493,7 @@ func (r *Router) routeConnect(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 		}
 		headers = append(headers, outboxcdc.Header{Key: h.key, Value: b})
 	}
-	rec := outboxcdc.Record{Topic: topic, Key: key, Value: value, Headers: headers, Timestamp: ev.CommitTime}
+	rec := outboxcdc.Record{Topic: topic, Key: key, Value: value, Headers: headers}
 	if err := r.finish(ev, &rec); err != nil {
 		return outboxcdc.Record{}, err
 	}

@@ -25,9 +25,12 @@
 //     configured columns in order. A NULL column gives a header with a nil
 //     (Kafka null) value, as the EventRouter does; a column the source did
 //     not deliver (dropped from the table) gives no header.
-//   - Timestamp: the source commit time, or the timestamp column's value.
+//   - Timestamp: route.timestamp: zero by default, so the sink stamps the
+//     time of production; the source commit time with "commit". A
+//     timestamp column (columns.timestamp) that is not NULL overrides both.
 //
-// An empty message id makes the row bad too: consumers dedupe on it.
+// An empty message id makes the row bad too: consumers dedupe on it, and
+// so does an event the source could not decode (Event.Invalid).
 //
 // With route.converters the key, value and headers are written as Kafka
 // Connect's converters write what Debezium's Outbox EventRouter produces
@@ -85,6 +88,9 @@ var empty = []byte{}
 // values share memory with ev; the caller must not modify them.
 func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 	c := r.c
+	if ev.Invalid != "" {
+		return outboxcdc.Record{}, r.bad(ev, ev.Invalid)
+	}
 	if ev.MessageID == "" {
 		return outboxcdc.Record{}, r.bad(ev, "message id column "+quote(c.names.MessageID)+" is NULL or empty")
 	}
@@ -146,11 +152,10 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 		}
 	}
 	rec := outboxcdc.Record{
-		Topic:     topic,
-		Key:       key,
-		Value:     value,
-		Headers:   headers,
-		Timestamp: ev.CommitTime,
+		Topic:   topic,
+		Key:     key,
+		Value:   value,
+		Headers: headers,
 	}
 	if err := r.finish(ev, &rec); err != nil {
 		return outboxcdc.Record{}, err
@@ -205,6 +210,9 @@ func (r *Router) finish(ev *outboxcdc.Event, rec *outboxcdc.Record) error {
 			p32 := int32(p)
 			rec.Partition = &p32
 		}
+	}
+	if c.commitTime {
+		rec.Timestamp = ev.CommitTime
 	}
 	if c.timestamp != nil {
 		v, null, ok := columnText(ev, c.timestamp)

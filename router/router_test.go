@@ -153,6 +153,12 @@ func TestRoute(t *testing.T) {
 			ev.AggregateType = strings.Repeat("x", 240)
 			return ev
 		}},
+		{"bad_invalid_event", seed, func() outboxcdc.Event {
+			ev := seedEvent()
+			ev.Invalid = "logical message content is not a JSON object (see wal.MessageFormat)"
+			ev.Payload = []byte("not json")
+			return ev
+		}},
 		{"bad_topic_dotdot", Config{Topic: "{aggregate_type}"}, func() outboxcdc.Event {
 			ev := seedEvent()
 			ev.AggregateType = ".."
@@ -161,6 +167,9 @@ func TestRoute(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			// The goldens show the commit time; the default (production
+			// time, a zero timestamp) is TestRouteTimestamp's.
+			tc.cfg.Timestamp = TimestampCommit
 			r, err := New(tc.cfg)
 			if err != nil {
 				t.Fatalf("New: %v", err)
@@ -467,5 +476,78 @@ func TestTraceContextPassthrough(t *testing.T) {
 	}
 	if got["traceparent"] != tp || got["tracestate"] != "congo=t61rcWkgMzE" {
 		t.Fatalf("headers %v", got)
+	}
+}
+
+// TestRouteTimestamp: route.timestamp picks the record timestamp; the
+// default leaves it zero, so the sink stamps the time of production.
+func TestRouteTimestamp(t *testing.T) {
+	for _, c := range []struct {
+		cfg  string
+		want time.Time
+	}{
+		{"", time.Time{}},
+		{TimestampProduce, time.Time{}},
+		{TimestampCommit, commit},
+	} {
+		cfg := DefaultConfig()
+		if c.cfg != "" {
+			cfg.Timestamp = c.cfg
+		} else {
+			cfg = Config{}
+		}
+		r, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := seedEvent()
+		rec, err := r.Route(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rec.Timestamp.Equal(c.want) {
+			t.Errorf("route.timestamp %q: record timestamp %v, want %v", c.cfg, rec.Timestamp, c.want)
+		}
+	}
+	// A timestamp column (Debezium's table.field.event.timestamp)
+	// overrides route.timestamp either way; a NULL one falls back to it.
+	colTime := time.Date(2026, 3, 14, 15, 9, 27, 250e6, time.UTC)
+	for _, c := range []struct {
+		cfg  string
+		null bool
+		want time.Time
+	}{
+		{TimestampProduce, false, colTime},
+		{TimestampCommit, false, colTime},
+		{TimestampProduce, true, time.Time{}},
+		{TimestampCommit, true, commit},
+	} {
+		cfg := DefaultConfig()
+		cfg.Timestamp = c.cfg
+		cfg.ColumnNames.Timestamp = "created_at"
+		r, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		col := outboxcdc.Column{Name: "created_at", Value: []byte("2026-03-14 15:09:27.25")}
+		if c.null {
+			col = outboxcdc.Column{Name: "created_at", Null: true}
+		}
+		ev := withExtra(seedEvent(), col)
+		rec, err := r.Route(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rec.Timestamp.Equal(c.want) {
+			t.Errorf("route.timestamp %q, timestamp column (NULL %v): record timestamp %v, want %v", c.cfg, c.null, rec.Timestamp, c.want)
+		}
+	}
+	if DefaultConfig().Timestamp != TimestampProduce {
+		t.Errorf("default route.timestamp is %q", DefaultConfig().Timestamp)
+	}
+	cfg := DefaultConfig()
+	cfg.Timestamp = "event"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "route.timestamp") {
+		t.Errorf("Validate = %v", err)
 	}
 }

@@ -73,7 +73,22 @@ func checkTransactional(cfg KafkaConfig, tcfg TxnConfig) []outboxcdc.CheckResult
 				fmt.Sprintf("%s has %d partitions; the progress topic must have exactly one", t, len(parts)),
 				"set sink.progress_topic to a new name (it is created with one partition, compacted), or recreate this one"))
 		}
-		return append(out, outboxcdc.Pass("kafka.progress_topic", t+" exists with one partition"))
+		admin, err := sarama.NewClusterAdminFromClient(client)
+		if err != nil {
+			return append(out, outboxcdc.Pass("kafka.progress_topic", t+" exists with one partition (cleanup.policy not checked: "+err.Error()+")"))
+		}
+		entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: t, ConfigNames: []string{"cleanup.policy"}})
+		if err != nil {
+			return append(out, outboxcdc.Pass("kafka.progress_topic", t+" exists with one partition (cleanup.policy not readable: "+err.Error()+"; grant DESCRIBE_CONFIGS)"))
+		}
+		for _, e := range entries {
+			if e.Name == "cleanup.policy" && !strings.Contains(e.Value, "compact") {
+				return append(out, outboxcdc.Fail("kafka.progress_topic",
+					fmt.Sprintf("%s has cleanup.policy=%s: its progress record expires after retention.ms", t, e.Value),
+					"kafka-configs --alter --entity-type topics --entity-name "+t+" --add-config cleanup.policy=compact"))
+			}
+		}
+		return append(out, outboxcdc.Pass("kafka.progress_topic", t+" exists with one partition, compacted"))
 	}
 	return append(out, outboxcdc.Pass("kafka.progress_topic",
 		tcfg.ProgressTopic+" does not exist yet; the connector creates it (1 partition, cleanup.policy=compact), which needs CREATE on it"))

@@ -51,6 +51,11 @@ type KafkaConfig struct {
 	// ReadyInterval is how often an idle sink checks that a broker answers,
 	// for Ready and the connected gauge.
 	ReadyInterval time.Duration `yaml:"ready_interval"`
+	// UnwritableTopicTimeout is how long records wait for a topic that does
+	// not exist (a cluster without auto-create) or that the connector may
+	// not write (topic or cluster authorization) before they fail
+	// permanently and pipeline.on_error decides. 0 decides at once.
+	UnwritableTopicTimeout time.Duration `yaml:"unwritable_topic_timeout"`
 	// TLS and SASL to the brokers (security.go), for every client: the
 	// producers, the admin client and the progress reader.
 	TLS  TLSConfig  `yaml:"tls"`
@@ -72,6 +77,8 @@ func DefaultKafkaConfig() KafkaConfig {
 		RetryBackoffMin:  100 * time.Millisecond,
 		RetryBackoffMax:  10 * time.Second,
 		ReadyInterval:    5 * time.Second,
+
+		UnwritableTopicTimeout: time.Minute,
 	}
 }
 
@@ -125,6 +132,9 @@ func (c *KafkaConfig) Validate() error {
 	positive("retry_backoff_min", c.RetryBackoffMin)
 	positive("retry_backoff_max", c.RetryBackoffMax)
 	positive("ready_interval", c.ReadyInterval)
+	if c.UnwritableTopicTimeout < 0 || c.UnwritableTopicTimeout > 24*time.Hour {
+		bad("unwritable_topic_timeout", "%v is outside 0..24h", c.UnwritableTopicTimeout)
+	}
 	if c.RetryBackoffMax < c.RetryBackoffMin {
 		bad("retry_backoff_max", "%v is below retry_backoff_min %v", c.RetryBackoffMax, c.RetryBackoffMin)
 	}
@@ -159,8 +169,9 @@ func (c *KafkaConfig) sarama() *sarama.Config {
 	}
 	s.Net.MaxOpenRequests = 1
 	s.Net.DialTimeout = c.DialTimeout
-	s.Net.ReadTimeout = c.ProduceTimeout + 10*time.Second
-	s.Net.WriteTimeout = c.ProduceTimeout + 10*time.Second
+	s.Net.ReadTimeout = c.stallAfter()
+	s.Net.WriteTimeout = c.stallAfter()
+	s.Net.KeepAlive = keepAlive
 
 	// Only the topics produced to; never the whole cluster's metadata, and
 	// creating the client does not contact a broker.
@@ -190,6 +201,17 @@ func (c *KafkaConfig) sarama() *sarama.Config {
 	s.ChannelBufferSize = 1024
 	return s
 }
+
+// stallAfter is how long records in flight (or a probe) may go without an
+// answer before the sink reports the brokers unreachable: the read
+// deadline of a produce request.
+func (c *KafkaConfig) stallAfter() time.Duration { return c.ProduceTimeout + 10*time.Second }
+
+// keepAlive is the TCP keepalive period of the Kafka connections, so that
+// an idle connection to a host that vanished is dropped in about a minute
+// rather than after the OS's hours-long defaults; requests in flight are
+// bounded by the read deadline (stallAfter) first.
+const keepAlive = 10 * time.Second
 
 // backoff returns min*2^n capped at max.
 func backoff(minD, maxD time.Duration, n int) time.Duration {

@@ -28,6 +28,9 @@ type Error struct {
 	// Permanent says that sending the same record again cannot succeed
 	// (record too large, invalid topic, not authorized, ...).
 	Permanent bool
+	// Others are the indexes of further records of the Write that failed
+	// permanently in the same way (every record for a blocked topic).
+	Others []int
 }
 
 func (e *Error) Error() string {
@@ -55,7 +58,15 @@ func (e *Error) Unwrap() error { return e.Err }
 // the row and, with on_error: dlq, divert just this record.
 func (e *Error) FailedRecord() (index int, permanent bool) { return e.Index, e.Permanent }
 
-var _ outboxcdc.RecordError = (*Error)(nil)
+// FailedRecords implements outboxcdc.RecordsError: Index and Others.
+func (e *Error) FailedRecords() []int {
+	if e.Index < 0 {
+		return nil
+	}
+	return append([]int{e.Index}, e.Others...)
+}
+
+var _ outboxcdc.RecordsError = (*Error)(nil)
 
 // IsPermanent reports whether err is (or wraps) a sink Error that retrying
 // cannot fix. Context errors are not permanent.

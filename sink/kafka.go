@@ -54,10 +54,11 @@ import (
 // is reached. Records of an abandoned Write (ctx done, permanent error) stay
 // counted until the producer answers them.
 type Kafka struct {
-	cfg KafkaConfig
-	log zerolog.Logger
-	m   *metrics
-	mem byteSem
+	cfg     KafkaConfig
+	log     zerolog.Logger
+	m       *metrics
+	mem     byteSem
+	blocked *blockedTopics
 
 	// headerKeys caches header keys as bytes; used by Write only, which is
 	// never called concurrently.
@@ -74,6 +75,7 @@ type Kafka struct {
 	*health
 	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
 	lastFail atomic.Int64 // unix nanos of the last failed attempt
+	probing  atomic.Bool  // a probe's request is pending
 
 	stop      chan struct{}
 	probeDone chan struct{}
@@ -92,6 +94,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 		log:        log.With().Str("component", "sink").Str("sink", "kafka").Logger(),
 		m:          newMetrics(reg),
 		mem:        byteSem{limit: cfg.MaxInFlightBytes},
+		blocked:    newBlockedTopics(cfg.UnwritableTopicTimeout, reg),
 		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
 		probeDone:  make(chan struct{}),
@@ -131,6 +134,7 @@ func (r *byteRef) Length() int             { return len(r.b) }
 
 // attempt tracks the answers to one attempt's records.
 type attempt struct {
+	last    atomic.Int64 // unix nanos of the last answer (or the start)
 	left    atomic.Int64
 	done    chan struct{} // closed when every record is answered
 	failed  chan struct{} // closed on the first permanent failure
@@ -139,7 +143,8 @@ type attempt struct {
 }
 
 func (a *attempt) answered(p *pending) {
-	if p.err != nil && permanent(p.err) {
+	a.last.Store(time.Now().UnixNano())
+	if p.err != nil && permanent(p.err) && !blockedCode(p.err) {
 		a.once.Do(func() {
 			a.permErr.Store(p)
 			close(a.failed)
@@ -206,6 +211,9 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 			}
 			return err
 		}
+		if k.blocked.any() {
+			k.unblock(todo)
+		}
 		if retry == nil {
 			k.m.records.Add(float64(len(records)))
 			k.m.bytes.Add(bytes)
@@ -218,6 +226,9 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 			return nil
 		}
 		lastErr = failErr
+		if err := k.checkBlocked(retry); err != nil {
+			return err
+		}
 		wait := backoff(k.cfg.RetryBackoffMin, k.cfg.RetryBackoffMax, n-1)
 		// One warning when a Write starts failing, then one per
 		// retryLogInterval while it keeps failing; every attempt at debug.
@@ -244,6 +255,63 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 	}
 }
 
+// checkBlocked notes the records of retry that failed because their topic
+// is unknown or not authorized. When a topic has been blocked for
+// UnwritableTopicTimeout it returns a permanent *Error naming its first
+// record (and, in Others, its other records), so that pipeline.on_error
+// decides.
+func (k *Kafka) checkBlocked(retry []*pending) error {
+	var expired *Error
+	seen := map[string]bool{}
+	for _, p := range retry {
+		if p.err == nil || !blockedCode(p.err) {
+			continue
+		}
+		topic := p.rec.Topic
+		if expired != nil {
+			if topic == expired.Topic {
+				expired.Others = append(expired.Others, p.index)
+			}
+			continue
+		}
+		if seen[topic] {
+			continue
+		}
+		seen[topic] = true
+		waited, over := k.blocked.fail(topic, p.err)
+		if over {
+			expired = &Error{Index: p.index, Topic: topic, Partition: p.partition, Permanent: true,
+				Err: &TopicBlockedError{Topic: topic, Waited: waited, Err: p.err}}
+		}
+	}
+	if expired == nil {
+		return nil
+	}
+	k.m.permanent.Add(float64(1 + len(expired.Others)))
+	k.log.Error().Err(expired).Int("records", 1+len(expired.Others)).Msg("records for a topic that cannot be written: giving up on them")
+	return expired
+}
+
+// unblock forgets the blocked topics that records of todo were written to.
+func (k *Kafka) unblock(todo []*pending) {
+	done := map[string]bool{}
+	for _, p := range todo {
+		if p.err == nil && !done[p.rec.Topic] {
+			done[p.rec.Topic] = true
+			k.blocked.ok(p.rec.Topic)
+		}
+	}
+	k.blocked.ok(clusterWide)
+}
+
+// Ready returns nil while the brokers answer and no topic is blocked.
+func (k *Kafka) Ready() error {
+	if err := k.blocked.ready(); err != nil {
+		return err
+	}
+	return k.health.Ready()
+}
+
 // retryLogInterval rate-limits the warnings of a Write that keeps failing.
 const retryLogInterval = 30 * time.Second
 
@@ -261,6 +329,13 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 			return nil, nil, k.stopped(ctx, err)
 		}
 		e := &Error{Index: -1, Partition: -1, Err: fmt.Errorf("starting the producer: %w", err), Permanent: permanent(err)}
+		if blockedCode(err) {
+			waited, expired := k.blocked.fail(clusterWide, err)
+			e.Permanent = expired
+			if expired {
+				e.Err = &TopicBlockedError{Topic: clusterWide, Waited: waited, Err: e.Err}
+			}
+		}
 		if e.Permanent {
 			k.m.permanent.Add(float64(len(todo)))
 			k.log.Error().Err(e).Msg("kafka producer cannot start")
@@ -273,6 +348,7 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 
 	a := &attempt{done: make(chan struct{}), failed: make(chan struct{})}
 	a.left.Store(int64(len(todo)))
+	a.last.Store(time.Now().UnixNano())
 	input := c.producer.Input()
 	// New messages for every attempt: sarama may still read a message
 	// after answering it.
@@ -315,14 +391,24 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		k.mem.release(p.size)
 		return nil, nil, err
 	}
-	select {
-	case <-a.done:
-	case <-a.failed:
-		return nil, nil, k.permanentFailure(a)
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	case <-k.stop:
-		return nil, nil, k.stopped(ctx, errClosed)
+	watch := newStallWatch(k.cfg.stallAfter(), &a.last)
+	defer watch.stop()
+wait:
+	for {
+		select {
+		case <-a.done:
+			break wait
+		case <-a.failed:
+			return nil, nil, k.permanentFailure(a)
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-k.stop:
+			return nil, nil, k.stopped(ctx, errClosed)
+		case <-watch.tick():
+			if err := watch.check(); err != nil {
+				k.failed(err) // Ready reports it; sarama's own deadlines end the attempt
+			}
+		}
 	}
 
 	retry, first, failures := resendSet(todo)
@@ -669,15 +755,38 @@ func (k *Kafka) probe(ctx context.Context) {
 	if time.Now().UnixNano()-k.lastOK.Load() < iv {
 		return // just connected
 	}
-	topics, err := c.client.Topics()
-	if err == nil {
-		if len(topics) > 0 {
-			err = c.client.RefreshMetadata(topics...)
-		} else if b := c.client.LeastLoadedBroker(); b == nil {
-			err = sarama.ErrOutOfBrokers
-		} else {
-			_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
+	// sarama tries every known address in turn, each with its read
+	// deadline: a silent broker would take a multiple of it to fail. The
+	// probe waits one deadline, then reports the brokers silent; the
+	// request goes on in the background (one at a time).
+	if !k.probing.CompareAndSwap(false, true) {
+		k.failed(fmt.Errorf("no answer from the brokers for more than %s (a metadata request is still pending)", k.cfg.stallAfter()))
+		return
+	}
+	res := make(chan error, 1)
+	go func() {
+		defer k.probing.Store(false)
+		topics, err := c.client.Topics()
+		if err == nil {
+			if len(topics) > 0 {
+				err = c.client.RefreshMetadata(topics...)
+			} else if b := c.client.LeastLoadedBroker(); b == nil {
+				err = sarama.ErrOutOfBrokers
+			} else {
+				_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
+			}
 		}
+		res <- err
+	}()
+	t := time.NewTimer(k.cfg.stallAfter())
+	select {
+	case err = <-res:
+		t.Stop()
+	case <-t.C:
+		err = fmt.Errorf("no answer from the brokers within %s (produce_timeout + 10s): the network path may be cut", k.cfg.stallAfter())
+	case <-ctx.Done():
+		t.Stop()
+		return
 	}
 	if ctx.Err() != nil {
 		return

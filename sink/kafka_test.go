@@ -517,13 +517,25 @@ func TestKafkaRecordTooLargeForClient(t *testing.T) {
 	t.Log(err)
 }
 
+// TestKafkaTopicAuthorizationIsPermanent: a topic the connector may not
+// write fails permanently, after sink.unwritable_topic_timeout (an ACL may
+// be on its way).
 func TestKafkaTopicAuthorizationIsPermanent(t *testing.T) {
 	c, addrs := testenv.Kafka(t, kfake.SeedTopics(3, "secret"))
-	k, _ := newTestKafka(t, testConfig(addrs))
+	cfg := testConfig(addrs)
+	cfg.UnwritableTopicTimeout = 300 * time.Millisecond
+	k, _ := newTestKafka(t, cfg)
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "secret", Err: kerr.TopicAuthorizationFailed, Count: -1})
+	start := time.Now()
 	err := k.Write(context.Background(), []outboxcdc.Record{{Topic: "secret", Key: []byte("k"), Value: []byte("v")}})
 	if code, _ := Code(err); !IsPermanent(err) || code != sarama.ErrTopicAuthorizationFailed {
 		t.Fatalf("want permanent TOPIC_AUTHORIZATION_FAILED, got %v", err)
+	}
+	if took := time.Since(start); took < cfg.UnwritableTopicTimeout {
+		t.Fatalf("gave up after %v, before sink.unwritable_topic_timeout", took)
+	}
+	if !strings.Contains(err.Error(), "WRITE and DESCRIBE") {
+		t.Fatalf("the error does not say what to grant: %v", err)
 	}
 }
 

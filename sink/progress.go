@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -18,14 +20,17 @@ import (
 // cannot hold progress (more than one partition).
 var errProgressLayout = errors.New("progress topic unusable")
 
-// ensureProgressTopic creates the progress topic (one partition,
-// cleanup.policy=compact, the broker's default replication factor) when it
-// does not exist, and refuses one with more than one partition: progress
-// records must be totally ordered.
+// ensureProgressTopic makes sure the progress topic can hold progress:
+// one partition (progress records must be totally ordered) and
+// cleanup.policy=compact (under delete the record expires after
+// retention.ms, and a stopped connector would then find none). An existing
+// topic is only described, never created, so a principal without CREATE
+// can start; a missing one is created (one partition, compact, the
+// broker's default replication factor).
 func (t *Transactional) ensureProgressTopic(ctx context.Context) error {
 	type result struct{ err error }
 	ch := make(chan result, 1)
-	go func() { ch <- result{t.createProgressTopic()} }()
+	go func() { ch <- result{t.checkProgressTopic()} }()
 	select {
 	case r := <-ch:
 		return r.err
@@ -34,7 +39,8 @@ func (t *Transactional) ensureProgressTopic(ctx context.Context) error {
 	}
 }
 
-func (t *Transactional) createProgressTopic() error {
+func (t *Transactional) checkProgressTopic() error {
+	topic := t.tcfg.ProgressTopic
 	cfg, err := t.saramaConfig()
 	if err != nil {
 		return err
@@ -44,36 +50,80 @@ func (t *Transactional) createProgressTopic() error {
 	cfg.Metadata.Full = true // the admin client refreshes metadata for the whole cluster
 	admin, err := sarama.NewClusterAdmin(t.cfg.Brokers, cfg)
 	if err != nil {
-		return fmt.Errorf("connecting to create progress topic %q: %w", t.tcfg.ProgressTopic, err)
+		return fmt.Errorf("connecting to describe progress topic %q: %w", topic, err)
 	}
 	defer admin.Close()
-	compact := "compact"
-	err = admin.CreateTopic(t.tcfg.ProgressTopic, &sarama.TopicDetail{
-		NumPartitions:     1,
-		ReplicationFactor: -1,
-		ConfigEntries:     map[string]*string{"cleanup.policy": &compact},
-	}, false)
-	switch {
-	case err == nil:
-		t.log.Info().Str("progress_topic", t.tcfg.ProgressTopic).Msg("created the progress topic (1 partition, cleanup.policy=compact)")
-	case errors.Is(err, sarama.ErrTopicAlreadyExists):
-	default:
-		return fmt.Errorf("creating progress topic %q: %w (create it yourself with 1 partition and cleanup.policy=compact)", t.tcfg.ProgressTopic, err)
-	}
-	meta, err := admin.DescribeTopics([]string{t.tcfg.ProgressTopic})
-	if err != nil {
-		return fmt.Errorf("describing progress topic %q: %w", t.tcfg.ProgressTopic, err)
-	}
-	for _, m := range meta {
-		if !errors.Is(m.Err, sarama.ErrNoError) {
-			return fmt.Errorf("describing progress topic %q: %w", t.tcfg.ProgressTopic, m.Err)
+	meta, err := describeTopic(admin, topic)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		compact := "compact"
+		err = admin.CreateTopic(topic, &sarama.TopicDetail{
+			NumPartitions:     1,
+			ReplicationFactor: -1,
+			ConfigEntries:     map[string]*string{"cleanup.policy": &compact},
+		}, false)
+		switch {
+		case err == nil:
+			t.log.Info().Str("progress_topic", topic).Msg("created the progress topic (1 partition, cleanup.policy=compact)")
+		case errors.Is(err, sarama.ErrTopicAlreadyExists):
+		default:
+			return fmt.Errorf("creating progress topic %q: %w (create it yourself with 1 partition and cleanup.policy=compact, or grant CREATE on it)", topic, err)
 		}
-		if len(m.Partitions) != 1 {
-			return fmt.Errorf("%w: topic %q has %d partitions; progress needs exactly 1 (point sink.progress_topic at a single-partition compacted topic)",
-				errProgressLayout, t.tcfg.ProgressTopic, len(m.Partitions))
+		meta, err = describeTopic(admin, topic)
+	}
+	if err != nil {
+		return fmt.Errorf("describing progress topic %q: %w (the connector needs DESCRIBE on it)", topic, err)
+	}
+	if len(meta.Partitions) != 1 {
+		return fmt.Errorf("%w: topic %q has %d partitions; progress needs exactly 1 (point sink.progress_topic at a single-partition compacted topic)",
+			errProgressLayout, topic, len(meta.Partitions))
+	}
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"cleanup.policy"}})
+	if err != nil {
+		t.log.Warn().Err(err).Str("progress_topic", topic).Msg("cannot read the progress topic's cleanup.policy (grant DESCRIBE_CONFIGS on it); it must be compact, or a stopped connector loses its position when the record expires")
+		return nil
+	}
+	for _, e := range entries {
+		if e.Name != "cleanup.policy" {
+			continue
+		}
+		compact, del := false, false
+		for _, p := range strings.Split(e.Value, ",") {
+			switch strings.TrimSpace(p) {
+			case "compact":
+				compact = true
+			case "delete":
+				del = true
+			}
+		}
+		switch {
+		case !compact:
+			return fmt.Errorf("%w: topic %q has cleanup.policy=%s: its progress record expires after retention.ms, and a connector stopped that long would restart where source.start says; set cleanup.policy=compact (kafka-configs --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact)",
+				errProgressLayout, topic, e.Value, topic)
+		case del:
+			t.log.Warn().Str("progress_topic", topic).Str("cleanup.policy", e.Value).
+				Msg("the progress topic also deletes by retention: a connector stopped longer than retention.ms finds no progress record and refuses to start; prefer cleanup.policy=compact alone")
 		}
 	}
 	return nil
+}
+
+// describeTopic returns topic's metadata, or its error
+// (UNKNOWN_TOPIC_OR_PARTITION when it does not exist).
+func describeTopic(admin sarama.ClusterAdmin, topic string) (*sarama.TopicMetadata, error) {
+	meta, err := admin.DescribeTopics([]string{topic})
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range meta {
+		if m.Name != topic {
+			continue
+		}
+		if !errors.Is(m.Err, sarama.ErrNoError) {
+			return nil, m.Err
+		}
+		return m, nil
+	}
+	return nil, sarama.ErrUnknownTopicOrPartition
 }
 
 // loadWindow is how many offsets the first backward scan of the progress
@@ -81,7 +131,33 @@ func (t *Transactional) createProgressTopic() error {
 const loadWindow = 256
 
 // readProgress returns the position in the last committed progress record
-// keyed by the connector name.
+// keyed by the connector name, or a zero Position when there is none.
+func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, error) {
+	r, err := ReadProgress(ctx, t.cfg, t.tcfg.ProgressTopic, t.connector, t.kind)
+	if err != nil {
+		return "", err
+	}
+	if r.Tombstone {
+		t.log.Warn().Str("progress_topic", t.tcfg.ProgressTopic).Msg("the progress record is a tombstone: starting where source.start says")
+	}
+	return r.Position, nil
+}
+
+// Progress is a connector's last committed progress record.
+type Progress struct {
+	// Position is zero when there is no record (or a tombstone).
+	Position        outboxcdc.Position
+	SavedAt         time.Time
+	TransactionalID string
+	// Tombstone: the last record for the connector is a deliberate reset.
+	Tombstone bool
+	// TopicMissing: the progress topic does not exist.
+	TopicMissing bool
+}
+
+// ReadProgress reads the last committed progress record of connector from
+// the progress topic, without starting a producer (so it fences nothing).
+// kind, when not empty, is the position kind expected.
 //
 // It reads with read_committed, backwards in growing windows from the end,
 // so a long uncompacted progress log costs only its tail. Before reading it
@@ -90,39 +166,46 @@ const loadWindow = 256
 // of ours committed after another connector's still-open transaction would
 // otherwise be invisible and an older one would be taken. A tombstone (null
 // value) for the connector's key reads as "no progress".
-func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, error) {
-	sec, err := t.cfg.kgoSecurity()
+func ReadProgress(ctx context.Context, cfg KafkaConfig, topic, connector, kind string) (Progress, error) {
+	sec, err := cfg.kgoSecurity()
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(t.cfg.Brokers...),
-		kgo.ClientID(t.cfg.ClientID),
-		kgo.DialTimeout(t.cfg.DialTimeout),
-		kgo.RequestRetries(3),
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID(cfg.ClientID),
+		kgo.DialTimeout(cfg.DialTimeout),
+		// Each request's read deadline is its own timeout plus this; a
+		// silent broker fails a request after it, and the whole read
+		// after the retries.
+		kgo.RequestTimeoutOverhead(10 * time.Second),
+		kgo.RetryTimeout(30 * time.Second),
+		kgo.RequestRetries(2),
 	}, sec...)...)
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	defer cl.Close()
-	topic := t.tcfg.ProgressTopic
 
 	leader, topicID, err := progressLeader(ctx, cl, topic)
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return Progress{TopicMissing: true}, nil
+	}
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	start, err := listOffset(ctx, cl, topic, -2, 0)
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	hwm, err := listOffset(ctx, cl, topic, -1, 0)
 	if err != nil {
-		return "", err
+		return Progress{}, err
 	}
 	for {
 		lso, err := listOffset(ctx, cl, topic, -1, 1)
 		if err != nil {
-			return "", err
+			return Progress{}, err
 		}
 		if lso >= hwm {
 			break
@@ -130,7 +213,7 @@ func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, e
 		select {
 		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
-			return "", fmt.Errorf("waiting for open transactions on progress topic %q to finish (last stable offset %d, high watermark %d): %w", topic, lso, hwm, ctx.Err())
+			return Progress{}, fmt.Errorf("waiting for open transactions on progress topic %q to finish (last stable offset %d, high watermark %d): %w", topic, lso, hwm, ctx.Err())
 		}
 	}
 
@@ -138,36 +221,35 @@ func (t *Transactional) readProgress(ctx context.Context) (outboxcdc.Position, e
 	hi := hwm
 	for window := int64(loadWindow); hi > start; window *= 4 {
 		lo := max(start, hi-window)
-		val, found, err := t.scanProgress(ctx, br, topic, topicID, lo, hi)
+		val, found, err := scanProgress(ctx, br, topic, topicID, connector, lo, hi)
 		if err != nil {
-			return "", err
+			return Progress{}, err
 		}
 		if found {
 			if val == nil {
-				t.log.Warn().Str("progress_topic", topic).Msg("the progress record is a tombstone: starting where source.start says")
-				return "", nil
+				return Progress{Tombstone: true}, nil
 			}
-			pos, why := decodeProgress(val)
+			p, why := decodeProgress(val)
 			if why != "" {
-				return "", fmt.Errorf("%w: progress record for %q in topic %q %s; the connector refuses to start: write a valid record or a tombstone for the key deliberately",
-					ErrProgressUntrusted, t.connector, topic, why)
+				return Progress{}, fmt.Errorf("%w: progress record for %q in topic %q %s; the connector refuses to start: write a valid record or a tombstone for the key deliberately",
+					ErrProgressUntrusted, connector, topic, why)
 			}
-			if t.kind != "" {
-				if err := pos.CheckKind(t.kind); err != nil {
-					return "", fmt.Errorf("progress topic %q: %w; the connector refuses to start: use another connector name or progress topic, or write a tombstone for %q deliberately",
-						topic, err, t.connector)
+			if kind != "" {
+				if err := p.Position.CheckKind(kind); err != nil {
+					return Progress{}, fmt.Errorf("progress topic %q: %w; the connector refuses to start: use another connector name or progress topic, or write a tombstone for %q deliberately",
+						topic, err, connector)
 				}
 			}
-			return pos, nil
+			return p, nil
 		}
 		hi = lo
 	}
-	return "", nil
+	return Progress{}, nil
 }
 
 // scanProgress reads offsets [lo, hi) of partition 0 with read_committed
 // and returns the value of the last record keyed by the connector name.
-func (t *Transactional) scanProgress(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, lo, hi int64) (val []byte, found bool, err error) {
+func scanProgress(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, connector string, lo, hi int64) (val []byte, found bool, err error) {
 	off := lo
 	for off < hi {
 		req := kmsg.NewPtrFetchRequest()
@@ -213,7 +295,7 @@ func (t *Transactional) scanProgress(ctx context.Context, br *kgo.Broker, topic 
 			return nil, false, fmt.Errorf("fetching progress topic %q at offset %d: %w", topic, off, fp.Err)
 		}
 		for _, r := range fp.Records {
-			if r.Offset < hi && string(r.Key) == t.connector {
+			if r.Offset < hi && string(r.Key) == connector {
 				val, found = r.Value, true
 			}
 		}
@@ -286,4 +368,24 @@ func listOffset(ctx context.Context, cl *kgo.Client, topic string, ts int64, iso
 		}
 	}
 	return 0, fmt.Errorf("listing offsets of progress topic %q: empty answer", topic)
+}
+
+// WriteProgress commits a progress record for pos (the position commands'
+// `position set` and `import-debezium` in exactly-once mode). It starts a
+// transactional producer with the connector's own transactional id, which
+// fences a running instance of the connector (its next write fails and it
+// exits; restarted, it resumes from pos) and aborts its open transaction,
+// then writes the record in a transaction, exactly as a commit of the
+// connector would. The progress topic is checked (created if missing) as
+// at start.
+func WriteProgress(ctx context.Context, cfg KafkaConfig, tcfg TxnConfig, connector, kind string, pos outboxcdc.Position, log zerolog.Logger) error {
+	t, err := NewTransactional(cfg, tcfg, connector, kind, log, nil)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if err := t.ensureProgressTopic(ctx); err != nil {
+		return err
+	}
+	return t.WriteAtomic(ctx, nil, pos)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,17 +143,31 @@ var ErrProgressUntrusted = errors.New("kafka progress record cannot be trusted")
 //
 // # Large source transactions
 //
-// A source transaction is never split: the progress record can only name
-// transaction ends, so a transaction's rows go into one Kafka transaction.
+// A source transaction is one Kafka transaction: the progress record can
+// only name transaction ends. A transaction the source sends in fragments
+// (outboxcdc.Tx.More) reaches WriteAtomic as several calls: those with a
+// zero end add their records to the Kafka transaction, which stays open,
+// and the first call with an end adds the rest and the progress record
+// and commits. Nothing of it is visible to read_committed consumers
+// before that commit, and nothing ever if it is aborted. Memory does not
+// grow with the transaction: each call's records are released once
+// acknowledged.
+//
 // Kafka aborts a transaction that stays open longer than
-// transaction_timeout. The sink therefore gives every attempt a budget of
-// 80% of transaction_timeout to produce and commit; an attempt that runs
-// past it is aborted and WriteAtomic fails permanently with an error saying
-// how many records the batch held. Raise sink.transaction_timeout (and the
-// broker's transaction.max.timeout.ms), or lower pipeline.max_batch_records
-// when the batch held many small source transactions. At roughly 50k
-// records/s per connector the default 60s fits source transactions of well
-// over a million rows.
+// transaction_timeout. The sink gives every transaction a budget of 80% of
+// transaction_timeout from its begin to its commit; one that runs past it
+// is aborted and WriteAtomic fails permanently with an error saying so
+// and what to raise (sink.transaction_timeout, and the broker's
+// transaction.max.timeout.ms). At the connector's throughput (tens of
+// thousands of records per second) the default 60s fits source
+// transactions of about a million rows.
+//
+// A failure inside a transaction kept open across calls cannot be retried
+// here, because the records of the earlier calls are gone with the abort:
+// WriteAtomic then returns an error wrapping outboxcdc.ErrOpenWriteAborted
+// and the connector restarts from the last committed progress. A record
+// larger than max_message_bytes is refused before it is sent, so it never
+// spoils an open transaction.
 //
 // # Consumer contract
 //
@@ -170,6 +185,7 @@ type Transactional struct {
 	m         *txnMetrics
 
 	headerKeys headerKeyCache // used by the writing goroutine only
+	blocked    *blockedTopics
 
 	writing sync.Mutex // held by Load and WriteAtomic, so Close can wait
 
@@ -177,6 +193,10 @@ type Transactional struct {
 	prod   *txnProducer
 	closed bool
 	stop   chan struct{}
+
+	// open is the transaction WriteAtomic left open for a fragmented
+	// source transaction (writing goroutine, under writing).
+	open *openTxn
 
 	*health // Ready: nil while the last transaction (or the producer start) succeeded
 }
@@ -207,6 +227,7 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 		m:          newTxnMetrics(reg),
 		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
+		blocked:    newBlockedTopics(cfg.UnwritableTopicTimeout, reg),
 	}
 	t.health = newHealth(errors.New("kafka: transactional producer not started yet"), t.m.connected, t.log, "kafka reachable, transactional producer ready")
 	cfg.warnSecurity(t.log)
@@ -309,19 +330,20 @@ func encodeProgress(pos outboxcdc.Position, tid string, now time.Time) []byte {
 }
 
 // decodeProgress parses a progress record value; why says what is wrong.
-func decodeProgress(v []byte) (pos outboxcdc.Position, why string) {
-	var p progressValue
-	if err := json.Unmarshal(v, &p); err != nil {
-		return "", fmt.Sprintf("is not JSON (%v)", err)
+func decodeProgress(v []byte) (p Progress, why string) {
+	var pv progressValue
+	if err := json.Unmarshal(v, &pv); err != nil {
+		return Progress{}, fmt.Sprintf("is not JSON (%v)", err)
 	}
-	if p.Format != progressFormat {
-		return "", fmt.Sprintf("has format %q, which this build does not read (it reads %q)", p.Format, progressFormat)
+	if pv.Format != progressFormat {
+		return Progress{}, fmt.Sprintf("has format %q, which this build does not read (it reads %q)", pv.Format, progressFormat)
 	}
-	pos = outboxcdc.Position(p.Position)
+	pos := outboxcdc.Position(pv.Position)
 	if pos.Kind() == "" {
-		return "", fmt.Sprintf("holds position %q, which has no source kind prefix", p.Position)
+		return Progress{}, fmt.Sprintf("holds position %q, which has no source kind prefix", pv.Position)
 	}
-	return pos, ""
+	saved, _ := time.Parse(time.RFC3339Nano, pv.SavedAt)
+	return Progress{Position: pos, SavedAt: saved, TransactionalID: pv.TransactionalID}, ""
 }
 
 // Write sends records in one transaction without a progress record. The
@@ -330,14 +352,24 @@ func (t *Transactional) Write(ctx context.Context, records []outboxcdc.Record) e
 	if len(records) == 0 {
 		return nil
 	}
-	return t.WriteAtomic(ctx, records, "")
+	t.writing.Lock()
+	defer t.writing.Unlock()
+	if t.open != nil {
+		return &Error{Index: -1, Partition: -1, Err: errors.New("Write while a transaction is open for WriteAtomic"), Permanent: true}
+	}
+	return t.write(ctx, records, "", true)
 }
 
-// WriteAtomic writes records and a progress record for end (none when end
-// is zero) in one Kafka transaction. See the type's documentation for
-// retries, fencing and the transaction time budget. It returns nil once
-// the transaction is committed, a *FencedError when another instance took
-// over, a permanent *Error, or ctx's error.
+// WriteAtomic writes records and a progress record for end in one Kafka
+// transaction and commits it. With a zero end it writes records into the
+// transaction and leaves it open (see outboxcdc.AtomicSink): the next
+// calls add to it, and the first call with an end commits it with that
+// progress record. See the type's documentation for retries, fencing and
+// the transaction time budget. It returns nil once the records are
+// acknowledged (and, with an end, committed), a *FencedError when another
+// instance took over, a permanent *Error, or ctx's error; once records of
+// earlier zero-end calls were aborted, the error wraps
+// outboxcdc.ErrOpenWriteAborted.
 func (t *Transactional) WriteAtomic(ctx context.Context, records []outboxcdc.Record, end outboxcdc.Position) error {
 	t.writing.Lock()
 	defer t.writing.Unlock()
@@ -346,12 +378,32 @@ func (t *Transactional) WriteAtomic(ctx context.Context, records []outboxcdc.Rec
 			return &Error{Index: -1, Partition: -1, Err: err, Permanent: true}
 		}
 	}
+	return t.write(ctx, records, end, !end.IsZero())
+}
+
+// write is WriteAtomic and Write: commit says whether the transaction ends
+// with this call.
+func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
 	start := time.Now()
 	msgs := t.messages(records, end)
+	// A record the producer would refuse for its size is refused here,
+	// before it can spoil an open transaction (Kafka transactions do not
+	// survive a failed record).
+	if err := t.tooLarge(msgs); err != nil {
+		t.m.permanent.Inc()
+		t.log.Error().Err(err).Msg("record too large for sink.max_message_bytes")
+		return err
+	}
+	if t.open != nil {
+		return t.continueOpen(ctx, msgs, records, end, commit)
+	}
 	var lastErr error
 	for n := 1; ; n++ {
-		err := t.attempt(ctx, msgs, records, end)
+		err := t.attempt(ctx, msgs, records, end, commit)
 		if err == nil {
+			if !commit {
+				return nil // open: counted when it commits
+			}
 			t.m.commits.Inc()
 			t.m.txnSeconds.Observe(time.Since(start).Seconds())
 			t.reached()
@@ -386,6 +438,99 @@ func (t *Transactional) WriteAtomic(ctx context.Context, records []outboxcdc.Rec
 				len(records), n, lastErr, err)
 		}
 	}
+}
+
+// openTxn is a Kafka transaction kept open across WriteAtomic calls for a
+// fragmented source transaction.
+type openTxn struct {
+	p        *txnProducer
+	started  time.Time
+	deadline time.Time // started + 80% of transaction_timeout
+	records  int       // records of the earlier calls
+}
+
+// continueOpen adds msgs to the open transaction and, with commit, commits
+// it. Any failure aborts the whole transaction, records of the earlier
+// calls included, which cannot be sent again from here: the error wraps
+// outboxcdc.ErrOpenWriteAborted.
+func (t *Transactional) continueOpen(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
+	o := t.open
+	if err := t.precheckTopics(ctx, o.p, msgs, o.deadline, len(records), o.records, end); err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Index >= 0 || !errors.Is(err, errTxnBudget) {
+			// The transaction stays open: the caller may replace those
+			// records, or stop (Close aborts it).
+			return err
+		}
+		t.open = nil
+		t.m.openRecords.Set(0)
+		t.m.aborts.Inc()
+		return fmt.Errorf("%w (%d records written into it by earlier batches): %w", outboxcdc.ErrOpenWriteAborted, o.records, err)
+	}
+	t.open = nil
+	err := t.produce(ctx, o.p, msgs, records, end, o.started, o.deadline, o.records)
+	if err == nil && !commit {
+		o.records += len(records)
+		t.open = o
+		t.m.openRecords.Set(float64(o.records))
+		return nil
+	}
+	if err == nil {
+		err = t.commit(ctx, o.p, records, end, o.started, o.deadline, o.records)
+		if err == nil {
+			t.m.openRecords.Set(0)
+			t.m.commits.Inc()
+			t.m.txnSeconds.Observe(time.Since(o.started).Seconds())
+			t.reached()
+			return nil
+		}
+	}
+	t.m.openRecords.Set(0)
+	t.m.aborts.Inc()
+	t.failed(err)
+	err = fmt.Errorf("%w (%d records written into it by earlier batches): %w", outboxcdc.ErrOpenWriteAborted, o.records, err)
+	t.log.Error().Err(err).Msg("kafka transaction of a large source transaction aborted; nothing of it is visible, a restart reads it again")
+	return err
+}
+
+// abortOpen aborts a transaction left open by WriteAtomic (on Close).
+func (t *Transactional) abortOpen() {
+	o := t.open
+	t.open = nil
+	if o == nil {
+		return
+	}
+	t.m.openRecords.Set(0)
+	done := make(chan struct{})
+	go func() {
+		_ = t.abort(o.p)
+		close(done)
+	}()
+	if !waitUntil(done, time.Now().Add(closeWait)) {
+		t.log.Warn().Msg("aborting the open kafka transaction did not finish in time; the next start (or the transaction timeout) aborts it")
+		return
+	}
+	t.log.Info().Int("records", o.records).Msg("aborted the open kafka transaction of an unfinished source transaction; none of its records is visible")
+}
+
+// tooLarge returns a permanent *Error for the first message the producer
+// would refuse as larger than max_message_bytes.
+func (t *Transactional) tooLarge(msgs []txnMsg) error {
+	for i := range msgs {
+		m := &msgs[i]
+		pm := sarama.ProducerMessage{Headers: m.headers}
+		if m.key != nil {
+			pm.Key = m.key
+		}
+		if m.value != nil {
+			pm.Value = m.value
+		}
+		if size := pm.ByteSize(2); size > t.cfg.MaxMessageBytes {
+			return &Error{Index: m.index, Topic: m.topic, Partition: -1, Permanent: true,
+				Err: sarama.ConfigurationError(fmt.Sprintf("record of %d bytes is larger than sink.max_message_bytes (%d)", size, t.cfg.MaxMessageBytes))}
+		}
+	}
+	return nil
 }
 
 // txnMsg is one message of a batch, built once per WriteAtomic; every
@@ -439,12 +584,16 @@ var errTxnBudget = errors.New("kafka transaction would outlive sink.transaction_
 
 // txnAttempt collects the answers to one attempt's messages.
 type txnAttempt struct {
+	last  atomic.Int64 // unix nanos of the last answer (or the start)
 	left  atomic.Int64
 	done  chan struct{}
 	mu    sync.Mutex
 	first *txnFailure // first failure answered
 	fence error
 	perm  *txnFailure
+	// blocked are the failures of records whose topic is unknown or
+	// not authorized.
+	blocked []*txnFailure
 }
 
 // txnRef is a sent message's Metadata: which attempt and record it is.
@@ -461,6 +610,7 @@ type txnFailure struct {
 }
 
 func (a *txnAttempt) answer(r *txnRef, m *sarama.ProducerMessage, err error) {
+	a.last.Store(time.Now().UnixNano())
 	if err != nil {
 		a.mu.Lock()
 		f := &txnFailure{index: r.index, topic: m.Topic, partition: m.Partition, err: err}
@@ -470,8 +620,11 @@ func (a *txnAttempt) answer(r *txnRef, m *sarama.ProducerMessage, err error) {
 		if a.fence == nil && fencedCode(err) {
 			a.fence = err
 		}
-		if a.perm == nil && permanent(err) && !fencedCode(err) && !errors.Is(err, sarama.ErrTransactionNotReady) {
+		if a.perm == nil && permanent(err) && !fencedCode(err) && !blockedCode(err) && !errors.Is(err, sarama.ErrTransactionNotReady) {
 			a.perm = f
+		}
+		if blockedCode(err) {
+			a.blocked = append(a.blocked, f)
 		}
 		a.mu.Unlock()
 	}
@@ -481,28 +634,66 @@ func (a *txnAttempt) answer(r *txnRef, m *sarama.ProducerMessage, err error) {
 }
 
 // attempt runs one transaction: begin, produce every message, wait for
-// every answer, then commit, or abort on any failure.
-func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position) error {
+// every answer, then commit (or, without commit, leave it open in t.open),
+// or abort on any failure.
+func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
 	p, err := t.producer(ctx)
 	if err != nil {
 		return err
 	}
-	budget := t.tcfg.TransactionTimeout * 8 / 10
-	started := time.Now()
-	deadline := time.NewTimer(budget)
-	defer deadline.Stop()
-	overBudget := func() error {
-		t.discard(p) // leaves the transaction to be aborted by the next InitProducerId
-		return fmt.Errorf("%w: a batch of %d records (ending at source position %s) was not written and committed within %s (80%% of sink.transaction_timeout %s); the attempt was aborted. A single source transaction is never split across Kafka transactions: raise sink.transaction_timeout (and the broker's transaction.max.timeout.ms), or lower pipeline.max_batch_records if the batch held many source transactions",
-			errTxnBudget, len(records), end, budget, t.tcfg.TransactionTimeout)
+	// A record for a topic that does not exist would fail the transaction:
+	// wait for such topics (up to sink.unwritable_topic_timeout) before it
+	// begins.
+	if err := t.precheckTopics(ctx, p, msgs, time.Time{}, len(records), 0, end); err != nil {
+		return err
 	}
-
+	started := time.Now()
+	deadline := started.Add(t.tcfg.TransactionTimeout * 8 / 10)
 	if err := p.producer.BeginTxn(); err != nil {
 		t.discard(p)
 		return t.classify(err, "begin transaction")
 	}
+	if err := t.produce(ctx, p, msgs, records, end, started, deadline, 0); err != nil {
+		return err
+	}
+	if !commit {
+		t.open = &openTxn{p: p, started: started, deadline: deadline, records: len(records)}
+		t.m.openRecords.Set(float64(len(records)))
+		return nil
+	}
+	return t.commit(ctx, p, records, end, started, deadline, 0)
+}
+
+// overBudget ends a transaction that would outlive the transaction
+// timeout: the producer is dropped, which leaves the transaction to be
+// aborted by the next InitProducerId.
+func (t *Transactional) overBudget(p *txnProducer, records, earlier int, end outboxcdc.Position) error {
+	t.discard(p)
+	budget := t.tcfg.TransactionTimeout * 8 / 10
+	if earlier > 0 || end.IsZero() {
+		return fmt.Errorf("%w: a source transaction of more than %d records was not written and committed within %s (80%% of sink.transaction_timeout %s); the Kafka transaction was aborted. A source transaction is one Kafka transaction: raise sink.transaction_timeout to fit it (and the broker's transaction.max.timeout.ms, 15m by default)",
+			errTxnBudget, earlier+records, budget, t.tcfg.TransactionTimeout)
+	}
+	return fmt.Errorf("%w: a batch of %d records (ending at source position %s) was not written and committed within %s (80%% of sink.transaction_timeout %s); the attempt was aborted. A source transaction is never split across Kafka transactions: raise sink.transaction_timeout (and the broker's transaction.max.timeout.ms), or lower pipeline.max_batch_records if the batch held many source transactions",
+		errTxnBudget, records, end, budget, t.tcfg.TransactionTimeout)
+}
+
+// produce sends msgs into p's open transaction and waits for every answer.
+// On a failure the transaction is aborted (or p discarded) and the error
+// says which record failed and whether that is permanent.
+func (t *Transactional) produce(ctx context.Context, p *txnProducer, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, started, deadline time.Time, earlier int) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return t.overBudget(p, len(records), earlier, end)
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
 	a := &txnAttempt{done: make(chan struct{})}
 	a.left.Store(int64(len(msgs)))
+	a.last.Store(time.Now().UnixNano())
 	input := p.producer.Input()
 	refs := make([]txnRef, len(msgs))
 	for i := range msgs {
@@ -515,6 +706,7 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 		if m.value != nil {
 			pm.Value = m.value
 		}
+		var err error
 		select {
 		case input <- pm:
 			continue
@@ -522,28 +714,38 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 			err = ctx.Err()
 		case <-t.stop:
 			err = &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
-		case <-deadline.C:
-			return overBudget()
+		case <-timer.C:
+			return t.overBudget(p, len(records), earlier, end)
 		}
 		// Abandoned mid-send: the open transaction is aborted by the next
 		// InitProducerId (ours or another instance's).
 		t.discard(p)
 		return err
 	}
-	select {
-	case <-a.done:
-	case <-ctx.Done():
-		t.discard(p)
-		return ctx.Err()
-	case <-t.stop:
-		t.discard(p)
-		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
-	case <-deadline.C:
-		return overBudget()
+	watch := newStallWatch(t.cfg.stallAfter(), &a.last)
+	defer watch.stop()
+wait:
+	for {
+		select {
+		case <-a.done:
+			break wait
+		case <-ctx.Done():
+			t.discard(p)
+			return ctx.Err()
+		case <-t.stop:
+			t.discard(p)
+			return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+		case <-timer.C:
+			return t.overBudget(p, len(records), earlier, end)
+		case <-watch.tick():
+			if err := watch.check(); err != nil {
+				t.failed(err)
+			}
+		}
 	}
 
 	a.mu.Lock()
-	first, fence, perm := a.first, a.fence, a.perm
+	first, fence, perm, blocked := a.first, a.fence, a.perm, a.blocked
 	a.mu.Unlock()
 	if fence != nil {
 		t.discard(p)
@@ -557,15 +759,133 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 			t.m.permanent.Inc()
 			return &Error{Index: perm.index, Topic: perm.topic, Partition: perm.partition, Err: perm.err, Permanent: true}
 		}
+		if blockedCode(first.err) {
+			// Once one record fails, sarama fails the rest of the
+			// transaction with the same cause: only the first failure's
+			// topic is known to be blocked.
+			var same []*txnFailure
+			for _, f := range blocked {
+				if f.topic == first.topic {
+					same = append(same, f)
+				}
+			}
+			if err := t.checkBlocked(same); err != nil {
+				return err
+			}
+		}
 		return &Error{Index: first.index, Topic: first.topic, Partition: first.partition, Err: first.err}
 	}
+	if t.blocked.any() {
+		for i := range msgs {
+			t.blocked.ok(msgs[i].topic)
+		}
+		t.blocked.ok(clusterWide)
+	}
+	return nil
+}
 
-	// Every record is acknowledged; commit within what is left of the budget.
+// checkBlocked notes failures of records whose topic is unknown or not
+// authorized; once a topic has been blocked for UnwritableTopicTimeout it
+// returns a permanent *Error naming its records.
+func (t *Transactional) checkBlocked(failures []*txnFailure) error {
+	sort.Slice(failures, func(i, j int) bool { return failures[i].index < failures[j].index })
+	var expired *Error
+	seen := map[string]bool{}
+	for _, f := range failures {
+		if f.index < 0 {
+			continue
+		}
+		if expired != nil {
+			if f.topic == expired.Topic {
+				expired.Others = append(expired.Others, f.index)
+			}
+			continue
+		}
+		if seen[f.topic] {
+			continue
+		}
+		seen[f.topic] = true
+		if waited, over := t.blocked.fail(f.topic, f.err); over {
+			expired = &Error{Index: f.index, Topic: f.topic, Partition: f.partition, Permanent: true,
+				Err: &TopicBlockedError{Topic: f.topic, Waited: waited, Err: f.err}}
+		}
+	}
+	if expired == nil {
+		return nil
+	}
+	t.m.permanent.Add(float64(1 + len(expired.Others)))
+	return expired
+}
+
+// precheckTopics makes sure, before records go into a transaction, that
+// their topics exist and may be described: a record for a missing topic
+// would fail the whole transaction, and one kept open across calls could
+// not be sent again. It waits for a blocked topic (bounded by
+// UnwritableTopicTimeout and, when deadline is set, the open transaction's
+// budget) and then returns a permanent *Error naming its records, leaving
+// an open transaction open. Topics already known cost a map lookup.
+func (t *Transactional) precheckTopics(ctx context.Context, p *txnProducer, msgs []txnMsg, deadline time.Time, records, earlier int, end outboxcdc.Position) error {
+	for n := 1; ; n++ {
+		var failures []*txnFailure
+		bad := map[string]error{}
+		for i := range msgs {
+			m := &msgs[i]
+			err, checked := bad[m.topic]
+			if !checked {
+				_, err = p.client.Partitions(m.topic)
+				if err != nil && !blockedCode(err) {
+					err = nil // anything else is the produce's to find
+				}
+				bad[m.topic] = err
+			}
+			if err != nil {
+				failures = append(failures, &txnFailure{index: m.index, topic: m.topic, partition: -1, err: err})
+			}
+		}
+		if len(failures) == 0 {
+			return nil
+		}
+		if err := t.checkBlocked(failures); err != nil {
+			return err
+		}
+		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
+		if !deadline.IsZero() && time.Until(deadline) < wait {
+			return t.overBudget(p, records, earlier, end)
+		}
+		t.log.Warn().Err(failures[0].err).Str("topic", failures[0].topic).Dur("backoff", wait).
+			Msg("a topic of the open transaction cannot be written yet; waiting (sink.unwritable_topic_timeout)")
+		if err := t.sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// Ready returns nil while the transactional producer works and no topic is
+// blocked.
+func (t *Transactional) Ready() error {
+	if err := t.blocked.ready(); err != nil {
+		return err
+	}
+	return t.health.Ready()
+}
+
+// commit commits p's transaction within what is left of the budget. When
+// the outcome is unknown it restarts the producer, which makes the
+// coordinator finish the transaction one way or the other, and reads the
+// progress back.
+func (t *Transactional) commit(ctx context.Context, p *txnProducer, records []outboxcdc.Record, end outboxcdc.Position, started, deadline time.Time, earlier int) error {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return t.overBudget(p, len(records), earlier, end)
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
 	commitDone := make(chan error, 1)
 	go func() { commitDone <- p.producer.CommitTxn() }()
+	var err error
 	select {
 	case err = <-commitDone:
-	case <-deadline.C:
+	case <-timer.C:
 		// The commit may still complete; the restart below settles it.
 		err = errTxnBudget
 	case <-t.stop:
@@ -579,9 +899,6 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 		t.discard(p)
 		return t.fenced(err, started)
 	}
-	// The outcome is unknown: restart the producer, which makes the
-	// coordinator finish the transaction one way or the other, then read
-	// the progress back.
 	t.discard(p)
 	if end.IsZero() {
 		return t.classify(err, "commit")
@@ -598,8 +915,8 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 		return nil
 	}
 	if errors.Is(err, errTxnBudget) {
-		return fmt.Errorf("%w: committing a batch of %d records (ending at %s) did not finish within 80%% of sink.transaction_timeout %s",
-			errTxnBudget, len(records), end, t.tcfg.TransactionTimeout)
+		return fmt.Errorf("%w: committing %d records (ending at %s) did not finish within 80%% of sink.transaction_timeout %s; raise sink.transaction_timeout",
+			errTxnBudget, earlier+len(records), end, t.tcfg.TransactionTimeout)
 	}
 	return t.classify(err, "commit")
 }
@@ -656,8 +973,9 @@ func (t *Transactional) abort(p *txnProducer) error {
 }
 
 // Close stops the sink. A WriteAtomic in progress returns a permanent
-// error; an open transaction is left to be aborted by the next instance's
-// InitProducerId (or the transaction timeout).
+// error; a transaction left open by WriteAtomic (a source transaction
+// whose end did not come) is aborted, or, if the broker does not answer,
+// left to the next instance's InitProducerId or the transaction timeout.
 func (t *Transactional) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -671,6 +989,7 @@ func (t *Transactional) Close() error {
 	go func() {
 		t.writing.Lock()
 		defer t.writing.Unlock()
+		t.abortOpen()
 		close(done)
 	}()
 	if !waitUntil(done, time.Now().Add(closeWait)) {
@@ -816,13 +1135,14 @@ func (t *Transactional) discard(p *txnProducer) {
 }
 
 type txnMetrics struct {
-	commits    prometheus.Counter
-	aborts     prometheus.Counter
-	fenced     prometheus.Counter
-	inits      prometheus.Counter
-	permanent  prometheus.Counter
-	connected  prometheus.Gauge
-	txnSeconds prometheus.Histogram
+	commits     prometheus.Counter
+	aborts      prometheus.Counter
+	fenced      prometheus.Counter
+	inits       prometheus.Counter
+	permanent   prometheus.Counter
+	connected   prometheus.Gauge
+	txnSeconds  prometheus.Histogram
+	openRecords prometheus.Gauge
 }
 
 func newTxnMetrics(reg prometheus.Registerer) *txnMetrics {
@@ -856,9 +1176,13 @@ func newTxnMetrics(reg prometheus.Registerer) *txnMetrics {
 			Help:    "Time from the first attempt of a batch to its commit.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		openRecords: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_cdc_kafka_transaction_open_records",
+			Help: "Records in the Kafka transaction kept open for a large source transaction whose end has not arrived yet.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.commits, m.aborts, m.fenced, m.inits, m.permanent, m.connected, m.txnSeconds)
+		reg.MustRegister(m.commits, m.aborts, m.fenced, m.inits, m.permanent, m.connected, m.txnSeconds, m.openRecords)
 	}
 	return m
 }

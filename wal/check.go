@@ -169,6 +169,9 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 	if si == nil {
 		switch {
 		case ckpt != 0:
+			if err := s.nameChanged(ctx, db, true, ckpt); err != nil {
+				return []outboxcdc.CheckResult{outboxcdc.Fail(name, errors.Unwrap(err).Error(), "pin source.slot (and source.publication) to the old names if that slot is this connector's")}
+			}
 			return []outboxcdc.CheckResult{outboxcdc.Fail(name, fmt.Sprintf("replication slot %q does not exist, but the checkpoint (LSN %s) says the connector streamed from it: the changes after the checkpoint are gone", slot, ckpt),
 				"the connector will not recreate it: delete the checkpoint deliberately and restart (streaming starts at the new slot's creation), and republish the rows committed in between")}
 		case !s.cfg.Create:
@@ -208,6 +211,11 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 		if current != 0 && ckpt > current {
 			out = append(out, outboxcdc.Fail("postgres.position", fmt.Sprintf("the checkpoint (LSN %s) is ahead of this server's WAL (%s): written against another server", ckpt, current),
 				"point source.dsn at the right server, or delete the checkpoint deliberately"))
+		} else if ckpt < si.confirmed {
+			var he *hintError
+			if errors.As(behindSlot(slot, ckpt, si.confirmed), &he) {
+				out = append(out, outboxcdc.Fail("postgres.position", he.cause.Error()+": the connector refuses to start, the transactions in between cannot be streamed again", he.hint))
+			}
 		} else {
 			out = append(out, outboxcdc.Pass("postgres.position", fmt.Sprintf("the checkpoint (LSN %s) can be resumed from the slot (confirmed %s)", ckpt, si.confirmed)))
 		}
@@ -220,4 +228,37 @@ func orNone(s string) string {
 		return "unknown"
 	}
 	return s
+}
+
+// CheckResume tells whether Run could resume from pos on the configured
+// slot, for the commands that write a checkpoint by hand (`position set`,
+// `position import-debezium`). It returns an error wrapping ErrBehindSlot
+// when pos is behind the slot's confirmed_flush_lsn (Run would refuse it:
+// a logical slot cannot be rewound), another error when the slot could not
+// be looked up, and nil otherwise, also when the slot does not exist (Run
+// reports that itself). name is the connector name, as for New.
+func CheckResume(ctx context.Context, cfg Config, name string, pos outboxcdc.Position) error {
+	lsn, err := ackLSN(pos)
+	if err != nil {
+		return err
+	}
+	s, err := New(cfg, name, outboxcdc.Columns{}, zerolog.Nop(), nil, nil)
+	if err != nil {
+		return err
+	}
+	db, err := s.connectMeta(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeMeta(db)
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	si, err := querySlot(qctx, db, s.cfg.Slot)
+	if err != nil || si == nil {
+		return err
+	}
+	if lsn < si.confirmed {
+		return behindSlot(s.cfg.Slot, lsn, si.confirmed)
+	}
+	return nil
 }

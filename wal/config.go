@@ -1,6 +1,8 @@
 package wal
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -56,9 +58,32 @@ type Config struct {
 	// checkpoint exists.
 	Create bool `yaml:"create"`
 	// StatusInterval is the period of standby status updates (the flush
-	// position confirmed to the slot). Must stay well below the server's
-	// wal_sender_timeout.
+	// position confirmed to the slot). Must stay well below
+	// WalSenderTimeout. An update sent after nothing arrived for a whole
+	// interval asks the server to answer at once (a ping).
 	StatusInterval time.Duration `yaml:"status_interval"`
+	// WalSenderTimeout is set as wal_sender_timeout on the replication
+	// connection (a per-connection setting since PostgreSQL 12): the
+	// walsender ends a connection it has not heard from for this long,
+	// which frees the slot for a reconnect after a network cut. 0 leaves
+	// the server's setting (default 60s).
+	WalSenderTimeout time.Duration `yaml:"wal_sender_timeout"`
+	// ReceiveTimeout: a replication connection on which nothing arrived for
+	// this long while the source was reading is presumed dead (a silent
+	// network path); it is closed and the source reconnects from the last
+	// transaction it sent. 0 derives it: half the effective
+	// wal_sender_timeout (the longest the server may take to answer a ping
+	// while it decodes a large transaction) plus max(5s, 2 status
+	// intervals).
+	ReceiveTimeout time.Duration `yaml:"receive_timeout"`
+	// ConnectTimeout bounds connecting (TCP, TLS, authentication) and the
+	// server's answer to START_REPLICATION.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// QueryTimeout bounds each metadata step (server settings, publication
+	// and slot checks, the lag query, a heartbeat, one pending-backfill
+	// read). Creating a slot may wait for transactions open at that moment
+	// and is bounded by slotCreateTimeout (5 minutes) instead.
+	QueryTimeout time.Duration `yaml:"query_timeout"`
 	// BufferBytes bounds the decoded transactions held between the
 	// replication connection and the pipeline. When it is full the source
 	// stops reading the stream (the server holds the WAL) but keeps sending
@@ -105,14 +130,17 @@ type BackoffConfig struct {
 // DefaultConfig returns the defaults; DSN must still be set.
 func DefaultConfig() Config {
 	return Config{
-		Table:          "public.outbox_message",
-		Start:          StartEarliest,
-		Pending:        backfill.DefaultConfig(),
-		Create:         true,
-		StatusInterval: 2 * time.Second,
-		BufferBytes:    8 << 20,
-		Reconnect:      BackoffConfig{Min: 500 * time.Millisecond, Max: 30 * time.Second},
-		LagInterval:    10 * time.Second,
+		Table:            "public.outbox_message",
+		Start:            StartEarliest,
+		Pending:          backfill.DefaultConfig(),
+		Create:           true,
+		StatusInterval:   2 * time.Second,
+		WalSenderTimeout: 20 * time.Second,
+		ConnectTimeout:   10 * time.Second,
+		QueryTimeout:     30 * time.Second,
+		BufferBytes:      8 << 20,
+		Reconnect:        BackoffConfig{Min: 500 * time.Millisecond, Max: 30 * time.Second},
+		LagInterval:      10 * time.Second,
 	}
 }
 
@@ -153,6 +181,27 @@ func (c *Config) Validate() error {
 	}
 	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
 		bad("source.status_interval: %s must be > 0 and at most 30s (below wal_sender_timeout)", c.StatusInterval)
+	}
+	if c.WalSenderTimeout != 0 && c.WalSenderTimeout < 3*c.StatusInterval {
+		bad("source.wal_sender_timeout: %s must be 0 (the server's) or at least 3 status intervals (%s)", c.WalSenderTimeout, 3*c.StatusInterval)
+	}
+	if c.ReceiveTimeout < 0 {
+		bad("source.receive_timeout: must be >= 0 (0 = derived from wal_sender_timeout)")
+	} else if c.ReceiveTimeout > 0 {
+		if c.ReceiveTimeout < 2*c.StatusInterval {
+			bad("source.receive_timeout: %s must be at least 2 status intervals (%s)", c.ReceiveTimeout, 2*c.StatusInterval)
+		}
+		if c.WalSenderTimeout > 0 && c.ReceiveTimeout <= c.WalSenderTimeout/2+c.StatusInterval {
+			bad("source.receive_timeout: %s must exceed half of source.wal_sender_timeout plus source.status_interval (%s): "+
+				"while it decodes a large transaction the server answers a ping only every wal_sender_timeout/2",
+				c.ReceiveTimeout, c.WalSenderTimeout/2+c.StatusInterval)
+		}
+	}
+	if c.ConnectTimeout <= 0 {
+		bad("source.connect_timeout: must be > 0")
+	}
+	if c.QueryTimeout <= 0 {
+		bad("source.query_timeout: must be > 0")
 	}
 	if c.BufferBytes <= 0 {
 		bad("source.buffer_bytes: must be > 0")
@@ -199,23 +248,56 @@ func legalName(s string) bool {
 	return true
 }
 
-// DeriveName turns a connector name into a legal slot/publication name:
-// "outbox_cdc_" + the name lower-cased, every other character replaced by
-// '_', truncated to 63 bytes. An empty name gives "outbox_cdc".
+// DeriveName turns a connector name into a legal slot/publication name.
+// A name that is legal as it stands (lower-case letters, digits and
+// underscores, at most 52 of them) gives "outbox_cdc_" + name, as it always
+// did, so deployed slots keep their names. Any other name has to be
+// altered to fit (lower-cased, other characters replaced by '_', cut to
+// length), and altering can map two connector names to one slot
+// ("orders-outbox" and "orders_outbox", or two long names that share a
+// prefix); such a name therefore ends in "_" and 8 hex digits of the
+// SHA-256 of the connector name as given. An empty name gives "outbox_cdc".
 func DeriveName(connector string) string {
-	b := []byte("outbox_cdc")
-	if connector != "" {
-		b = append(b, '_')
-		for _, r := range strings.ToLower(connector) {
-			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
-				b = append(b, byte(r))
-			} else {
-				b = append(b, '_')
-			}
-		}
+	const prefix = "outbox_cdc"
+	if connector == "" {
+		return prefix
 	}
+	if clean := prefix + "_" + connector; legalName(clean) {
+		return clean
+	}
+	sum := sha256.Sum256([]byte(connector))
+	suffix := "_" + hex.EncodeToString(sum[:4])
+	b := alterName(prefix + "_" + connector)
+	if len(b) > 63-len(suffix) {
+		b = b[:63-len(suffix)]
+	}
+	return string(b) + suffix
+}
+
+// legacyName is the name versions before the hash suffix derived from the
+// connector name: altered to fit without a suffix. It differs from
+// DeriveName only for names that had to be altered.
+func legacyName(connector string) string {
+	if connector == "" {
+		return "outbox_cdc"
+	}
+	b := alterName("outbox_cdc_" + connector)
 	if len(b) > 63 {
 		b = b[:63]
 	}
 	return string(b)
+}
+
+// alterName lower-cases s and replaces every character that is not a
+// letter, digit or underscore by '_'.
+func alterName(s string) []byte {
+	b := make([]byte, 0, len(s))
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' {
+			b = append(b, byte(r))
+		} else {
+			b = append(b, '_')
+		}
+	}
+	return b
 }

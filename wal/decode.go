@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -85,9 +86,22 @@ type decoder struct {
 	refs    []colRef
 
 	inTx       bool
+	final      pglogrepl.LSN // the open transaction's commit LSN (Begin)
 	commitTime time.Time
 	events     []outboxcdc.Event
 	txBytes    int
+	pieces     int // fragments of the open transaction handed on
+
+	// skipBelow: a transaction whose commit LSN is below it was handed on
+	// before (the stream's start position); skipTx marks the open one so.
+	skipBelow pglogrepl.LSN
+	skipTx    bool
+	// resumeFinal and resumeSent: a transaction of which resumeSent events
+	// were handed on as fragments before the connection was lost; the
+	// server sends it again from its start, and those events are dropped.
+	resumeFinal pglogrepl.LSN
+	resumeSent  int
+	skipEvents  int
 }
 
 func newDecoder(schema, table, prefix string, cols outboxcdc.Columns, m *outboxcdc.SourceMetrics) *decoder {
@@ -97,18 +111,49 @@ func newDecoder(schema, table, prefix string, cols outboxcdc.Columns, m *outboxc
 	}
 }
 
-// committed is the result of a Commit message.
-type committed struct {
-	end        pglogrepl.LSN
+// txOut is what the decoder hands on: a whole transaction at its Commit
+// (more false), or the events decoded so far when the open transaction
+// reached the fragment bounds (more true, end zero). pgoutput without
+// streaming sends a transaction only after it committed, so a fragment is
+// never undone.
+type txOut struct {
+	final      pglogrepl.LSN // the transaction's commit LSN
+	end        pglogrepl.LSN // TransactionEndLSN; zero on a fragment
 	commitTime time.Time
 	events     []outboxcdc.Event
 	bytes      int
+	more       bool
+	// pieces is how many fragments of this transaction were handed on
+	// before this one (in this connection).
+	pieces int
+}
+
+// resume makes the decoder drop what an earlier connection already handed
+// on: transactions that commit before from, and the first sent events of
+// the transaction committing at final (0: none).
+func (d *decoder) resume(from, final pglogrepl.LSN, sent int) {
+	d.skipBelow, d.resumeFinal, d.resumeSent = from, final, sent
+}
+
+// full reports whether the open transaction reached a fragment bound.
+func (d *decoder) full() bool {
+	return len(d.events) >= outboxcdc.MaxFragmentEvents || d.txBytes >= outboxcdc.MaxFragmentBytes
+}
+
+// fragment hands on the events of the open transaction decoded so far.
+func (d *decoder) fragment() *txOut {
+	out := &txOut{final: d.final, commitTime: d.commitTime, events: d.events, bytes: d.txBytes, more: true, pieces: d.pieces}
+	d.events = make([]outboxcdc.Event, 0, len(out.events))
+	d.txBytes = 0
+	d.pieces++
+	return out
 }
 
 // handle decodes one pgoutput message whose WAL position is lsn. It returns
-// a non-nil *committed at a Commit. Errors are permanent (bad input or a
-// role column gone), except errProtocol ones which the caller may retry.
-func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*committed, error) {
+// a non-nil *txOut at a Commit, or when the open transaction fills a
+// fragment. Errors are permanent (bad input or a role column gone), except
+// errProtocol ones which the caller may retry.
+func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty message at LSN %s", errProtocol, lsn)
 	}
@@ -122,9 +167,21 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*committed, error) {
 			return nil, fmt.Errorf("%w: Begin inside a transaction at LSN %s", errProtocol, lsn)
 		}
 		d.inTx = true
+		d.final = pglogrepl.LSN(binary.BigEndian.Uint64(body[0:8]))
 		d.commitTime = pgTime(body[8:16])
 		d.events = nil
 		d.txBytes = 0
+		d.pieces = 0
+		d.skipTx = d.final < d.skipBelow
+		d.skipEvents = 0
+		if d.resumeFinal != 0 && !d.skipTx {
+			if d.final != d.resumeFinal {
+				return nil, fmt.Errorf("transaction committed at LSN %s was partly handed on before the connection was lost, "+
+					"but the server resumed with the transaction committed at LSN %s instead: the slot was moved by something else "+
+					"(pg_replication_slot_advance, another connector on the same slot)", d.resumeFinal, d.final)
+			}
+			d.skipEvents, d.resumeFinal = d.resumeSent, 0
+		}
 	case msgCommit:
 		if len(body) < 25 {
 			return nil, fmt.Errorf("%w: short Commit at LSN %s", errProtocol, lsn)
@@ -132,13 +189,19 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*committed, error) {
 		if !d.inTx {
 			return nil, fmt.Errorf("%w: Commit outside a transaction at LSN %s", errProtocol, lsn)
 		}
-		c := &committed{
+		skip := d.skipTx
+		c := &txOut{
+			final:      d.final,
 			end:        pglogrepl.LSN(binary.BigEndian.Uint64(body[9:17])),
 			commitTime: pgTime(body[17:25]),
 			events:     d.events,
 			bytes:      d.txBytes,
+			pieces:     d.pieces,
 		}
-		d.inTx, d.events, d.txBytes = false, nil, 0
+		d.inTx, d.events, d.txBytes, d.pieces, d.skipTx = false, nil, 0, 0, false
+		if skip {
+			return nil, nil // sent before this connection started
+		}
 		return c, nil
 	case msgRelation:
 		var rm pglogrepl.RelationMessage
@@ -147,7 +210,12 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*committed, error) {
 		}
 		d.relation(&rm)
 	case msgInsert:
-		return nil, d.insert(body, lsn)
+		if err := d.insert(body, lsn); err != nil {
+			return nil, err
+		}
+		if d.inTx && d.full() {
+			return d.fragment(), nil
+		}
 	case msgUpdate, msgDelete:
 		if len(body) < 4 {
 			return nil, fmt.Errorf("%w: short change at LSN %s", errProtocol, lsn)
@@ -172,7 +240,12 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*committed, error) {
 			}
 		}
 	case msgMessage:
-		return nil, d.message(body, lsn)
+		if err := d.message(body, lsn); err != nil {
+			return nil, err
+		}
+		if d.inTx && d.full() {
+			return d.fragment(), nil
+		}
 	case msgOrigin, msgType:
 	default:
 		// Stream start/stop/commit/abort and two-phase messages only come
@@ -262,6 +335,13 @@ func (d *decoder) insert(body []byte, lsn pglogrepl.LSN) error {
 	}
 	if !d.inTx {
 		return fmt.Errorf("%w: Insert outside a transaction at LSN %s", errProtocol, lsn)
+	}
+	if d.skipTx {
+		return nil
+	}
+	if d.skipEvents > 0 {
+		d.skipEvents--
+		return nil
 	}
 	if body[4] != 'N' {
 		return fmt.Errorf("%w: Insert tuple type %q at LSN %s", errProtocol, body[4], lsn)
@@ -378,8 +458,10 @@ const eventOverhead = int(unsafe.Sizeof(outboxcdc.Event{}))
 //     anything else as its JSON text.
 //
 // The keys are fixed whatever the route's preset. Content that is not a
-// JSON object stops the source with an outboxcdc.BadRowError naming the
-// LSN. Non-transactional messages with the prefix are not atomic with any
+// JSON object, or whose role members are not strings, becomes an event
+// with Invalid set and the content as its payload: the router rejects it
+// as a bad row naming the LSN, and pipeline.on_error decides (halt, or the
+// dead-letter topic). Non-transactional messages with the prefix are not atomic with any
 // transaction; they are counted in
 // outbox_cdc_source_skipped_operations_total{op="nontransactional_message"},
 // logged and skipped.
@@ -422,13 +504,23 @@ func (d *decoder) message(body []byte, lsn pglogrepl.LSN) error {
 		}
 		return nil
 	}
+	if d.skipTx {
+		return nil
+	}
+	if d.skipEvents > 0 {
+		d.skipEvents--
+		return nil
+	}
 	ev, err := DecodeMessage(content, d.cols.Extra)
-	origin := "LSN " + string(appendLSN(nil, msgLSN)) + " (logical message)"
 	if err != nil {
-		return &outboxcdc.BadRowError{Origin: origin, MessageID: ev.MessageID, Reason: err.Error()}
+		// Handed on for the router to reject (pipeline.on_error decides:
+		// halt naming the LSN, or dead-letter it), carrying the content as
+		// emitted; never a reason to stop the stream itself.
+		ev.Invalid = err.Error()
+		ev.Payload = bytes.Clone(content)
 	}
 	ev.CommitTime = d.commitTime
-	ev.Origin = origin
+	ev.Origin = "LSN " + string(appendLSN(nil, msgLSN)) + " (logical message)"
 	d.events = append(d.events, ev)
 	d.txBytes += len(content) + eventOverhead
 	return nil

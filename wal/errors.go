@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-cdc/outbox-cdc/tlsconf"
@@ -67,4 +68,47 @@ func pgCode(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// Errors about a slot the source cannot use as the checkpoint says wrap
+// one of these (errors.Is); they are permanent, and the message carries
+// the remedy.
+var (
+	// ErrBehindSlot: the checkpoint is behind the slot's
+	// confirmed_flush_lsn. Logical decoding cannot go back, so starting
+	// would skip the transactions in between.
+	ErrBehindSlot = errors.New("checkpoint behind the replication slot")
+	// ErrNameChanged: a checkpoint exists, the derived slot or publication
+	// does not, and the one of the name earlier versions derived does (see
+	// DeriveName).
+	ErrNameChanged = errors.New("slot or publication not found under its derived name")
+	// errSilent: nothing arrived on the replication connection for the
+	// receive timeout. Transient: the source reconnects.
+	errSilent = errors.New("replication connection silent")
+)
+
+// hintError carries a sentinel, the cause and the remedy.
+type hintError struct {
+	sentinel error
+	cause    error
+	hint     string
+}
+
+func (e *hintError) Error() string {
+	return e.sentinel.Error() + ": " + e.cause.Error() + " (" + e.hint + ")"
+}
+func (e *hintError) Unwrap() []error { return []error{e.sentinel, e.cause} }
+
+func withHint(sentinel, cause error, hint string) error {
+	return &hintError{sentinel: sentinel, cause: cause, hint: hint}
+}
+
+// behindSlot is the error for a checkpoint at from while the slot has
+// confirmed everything before confirmed.
+func behindSlot(slot string, from, confirmed pglogrepl.LSN) error {
+	return withHint(ErrBehindSlot,
+		fmt.Errorf("the checkpoint (LSN %s) is behind replication slot %q's confirmed_flush_lsn %s", from, slot, confirmed),
+		fmt.Sprintf("PostgreSQL streams a slot only from its confirmed position, so the transactions in between cannot be read "+
+			"from it again and starting would skip them; to re-publish rows, read them from the outbox table (README: Positions and replay); "+
+			"to accept the skip, run: outbox-cdc position set --to %s --force", MakePosition(confirmed)))
 }

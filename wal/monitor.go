@@ -54,7 +54,7 @@ func (s *Source) monitor(ctx context.Context) {
 			if c == nil {
 				continue
 			}
-			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 			var lag float64
 			var status string
 			err := c.QueryRow(qctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::float8, 0), coalesce(wal_status, '')
@@ -80,7 +80,7 @@ func (s *Source) monitor(ctx context.Context) {
 			if c == nil {
 				continue
 			}
-			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 			_, err := c.Exec(qctx, `SELECT pg_logical_emit_message(false, '`+heartbeatPrefix+`', '')`)
 			cancel()
 			if err != nil && ctx.Err() == nil {

@@ -106,16 +106,23 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 		return err
 	}
 	defer closeMeta(meta)
-	if _, err := s.preflight(ctx, meta); err != nil {
-		return err
+	setup, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	if _, err := s.preflight(setup, meta); err != nil {
+		return s.timedOut(setup, "read the server settings", err)
 	}
-	if err := s.ensurePublication(ctx, meta); err != nil {
-		return err
+	if err := s.ensurePublication(setup, meta, *rs != nil); err != nil {
+		return s.timedOut(setup, "check the publication", err)
 	}
-	si, err := querySlot(ctx, meta, s.cfg.Slot)
+	si, err := querySlot(setup, meta, s.cfg.Slot)
 	if err != nil {
-		return err
+		return s.timedOut(setup, "look up the replication slot", err)
 	}
+	extra, err := s.pendingExtra(setup, meta)
+	if err != nil {
+		return s.timedOut(setup, "look up the extra columns", err)
+	}
+	cancel()
 	conn, err := s.connectReplication(ctx) // a walsender connection also runs SQL; text output as pgoutput's
 	if err != nil {
 		return err
@@ -123,7 +130,9 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 	defer closeRepl(conn)
 	cfg := s.cfg.Pending
 	exec := func(q string) ([]*pgconn.Result, error) {
-		res, err := conn.Exec(ctx, q).ReadAll()
+		qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+		defer cancel()
+		res, err := conn.Exec(qctx, q).ReadAll()
 		if err == nil {
 			for _, r := range res {
 				if r.Err != nil {
@@ -135,7 +144,7 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 			if pgCode(err) == "42601" || pgCode(err) == "42703" || pgCode(err) == "42883" {
 				return nil, permanent(fmt.Errorf("source.pending.where %q or source.pending.key %q does not work on %s: %w", cfg.Where, cfg.Key, s.cfg.Table, err))
 			}
-			return nil, classify(err)
+			return nil, s.timedOut(qctx, "pending backfill query", classify(err))
 		}
 		return res, nil
 	}
@@ -149,7 +158,9 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 		if !s.cfg.Create {
 			return permanent(fmt.Errorf("replication slot %q does not exist and source.create is false; source.start: pending creates it to read the pending rows at its consistent point", s.cfg.Slot))
 		}
-		res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+pgx.Identifier{s.cfg.Slot}.Sanitize()+" LOGICAL pgoutput USE_SNAPSHOT"))
+		cctx, ccancel := context.WithTimeout(ctx, slotCreateTimeout)
+		res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(cctx, "CREATE_REPLICATION_SLOT "+pgx.Identifier{s.cfg.Slot}.Sanitize()+" LOGICAL pgoutput USE_SNAPSHOT"))
+		ccancel()
 		if err != nil {
 			return classify(fmt.Errorf("create replication slot %q with a snapshot: %w", s.cfg.Slot, err))
 		}
@@ -192,10 +203,6 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 	cols := []string{key}
 	for _, n := range []string{s.cols.MessageID, s.cols.AggregateType, s.cols.AggregateID, s.cols.EventType, s.cols.Payload} {
 		cols = append(cols, pgx.Identifier{n}.Sanitize())
-	}
-	extra, err := s.pendingExtra(ctx, meta)
-	if err != nil {
-		return err
 	}
 	for _, n := range extra {
 		cols = append(cols, pgx.Identifier{n}.Sanitize())
@@ -318,19 +325,24 @@ func (s *Source) pendingRows(res *pgconn.Result, extra []string) ([]backfill.Row
 }
 
 // dedupe drops streamed events that the backfill already published: those
-// of transactions ending at or before upTo whose message id was read.
-// Used by the forwarding goroutine only.
+// of transactions committing before upTo whose message id was read. (A
+// transaction visible in the snapshot ended at or before upTo; one whose
+// commit record merely starts before it was not visible, and its ids were
+// not read, so filtering it drops nothing.) Fragments carry no end, so the
+// commit LSN decides. Used by the forwarding goroutine only.
 type dedupe struct {
 	upTo    pglogrepl.LSN
 	ids     map[string]struct{}
 	skipped int
 }
 
-func (d *dedupe) filter(tx outboxcdc.Tx) outboxcdc.Tx {
-	if d == nil || d.ids == nil {
+// filter drops the already published events of tx, whose source
+// transaction commits at final (0 for an idle-advance Tx, which has none).
+func (d *dedupe) filter(tx outboxcdc.Tx, final pglogrepl.LSN) outboxcdc.Tx {
+	if d == nil || d.ids == nil || len(tx.Events) == 0 {
 		return tx
 	}
-	if lsn, err := ParsePosition(tx.End); err != nil || lsn > d.upTo {
+	if final >= d.upTo {
 		d.ids = nil // past the overlap: free the set
 		return tx
 	}

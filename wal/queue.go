@@ -4,16 +4,18 @@ import (
 	"context"
 	"sync"
 
+	"github.com/jackc/pglogrepl"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
-// queue holds whole decoded transactions between the goroutine that reads
-// the replication stream and the one that sends to the pipeline's channel.
-// push never blocks: the reader checks full() before reading more and,
-// while it is full, only services the connection (status updates), so the
-// walsender is never timed out however long the pipeline blocks. Memory is
-// bounded by limit plus one transaction (the one being decoded when the
-// limit is crossed; a Tx is delivered whole, so it cannot be split).
+// queue holds decoded transactions and fragments between the goroutine
+// that reads the replication stream and the one that sends to the
+// pipeline's channel. push never blocks: the reader checks full() before
+// reading more and, while it is full, only services the connection (status
+// updates), so the walsender is never timed out however long the pipeline
+// blocks. Memory is bounded by limit plus one fragment (the one being
+// decoded when the limit is crossed; at most MaxFragmentEvents events or
+// about MaxFragmentBytes).
 type queue struct {
 	limit int
 
@@ -30,6 +32,7 @@ type queue struct {
 type queued struct {
 	tx    outboxcdc.Tx
 	bytes int
+	final pglogrepl.LSN // commit LSN of tx's source transaction (0: none)
 }
 
 func newQueue(limit int) *queue {
@@ -43,15 +46,15 @@ func signal(c chan struct{}) {
 	}
 }
 
-func (q *queue) push(tx outboxcdc.Tx, bytes int) {
+func (q *queue) push(it queued) {
 	q.mu.Lock()
 	if q.head > 0 && (q.head == len(q.items) || q.head >= 1024 && q.head*2 >= len(q.items)) {
 		n := copy(q.items, q.items[q.head:])
 		clear(q.items[n:])
 		q.items, q.head = q.items[:n], 0
 	}
-	q.items = append(q.items, queued{tx: tx, bytes: bytes})
-	q.bytes += bytes
+	q.items = append(q.items, it)
+	q.bytes += it.bytes
 	q.mu.Unlock()
 	signal(q.ready)
 }
@@ -76,9 +79,9 @@ func (q *queue) close() {
 	signal(q.ready)
 }
 
-// pop waits for the next transaction; false when ctx is done or the queue
-// is closed and empty.
-func (q *queue) pop(ctx context.Context) (outboxcdc.Tx, bool) {
+// pop waits for the next item; false when ctx is done or the queue is
+// closed and empty.
+func (q *queue) pop(ctx context.Context) (queued, bool) {
 	for {
 		q.mu.Lock()
 		if q.head < len(q.items) {
@@ -88,17 +91,17 @@ func (q *queue) pop(ctx context.Context) (outboxcdc.Tx, bool) {
 			q.bytes -= it.bytes
 			q.mu.Unlock()
 			signal(q.space)
-			return it.tx, true
+			return it, true
 		}
 		closed := q.closed
 		q.mu.Unlock()
 		if closed {
-			return outboxcdc.Tx{}, false
+			return queued{}, false
 		}
 		select {
 		case <-q.ready:
 		case <-ctx.Done():
-			return outboxcdc.Tx{}, false
+			return queued{}, false
 		}
 	}
 }

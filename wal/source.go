@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,21 +32,45 @@ import (
 // called once.
 //
 // Flow control and the slot. One goroutine owns the replication connection:
-// it reads pgoutput messages, decodes whole transactions into a bounded
-// queue and answers the server. Another goroutine moves queued transactions
-// to the pipeline's channel and may block there as long as the sink does.
-// When the queue holds BufferBytes the reader stops reading (the server
-// keeps the WAL; TCP pushes back on the walsender) but keeps sending standby
-// status updates every StatusInterval, which is all wal_sender_timeout
-// needs: a stalled sink never gets the walsender killed.
+// it reads pgoutput messages, decodes transactions into a bounded queue and
+// answers the server. Another goroutine moves queued transactions to the
+// pipeline's channel and may block there as long as the sink does. When the
+// queue holds BufferBytes the reader stops reading (the server keeps the
+// WAL; TCP pushes back on the walsender) but keeps sending standby status
+// updates every StatusInterval, which is all wal_sender_timeout needs: a
+// stalled sink never gets the walsender killed.
 //
-// Every status update reports as flushed (and applied) only the last
-// position passed to Ack, never what was received, so confirmed_flush_lsn
-// never passes the durable checkpoint. The single exception is the idle
-// advance: when a keepalive arrives outside a transaction and every
-// transaction queued so far has been Acked, nothing is in flight, so the
-// keepalive's WAL end (everything before it was decoded and sent to us) is
-// confirmed too. That keeps an idle outbox from pinning WAL.
+// Transactions of any size. pgoutput without streaming sends a transaction
+// only after it committed, so nothing of it can be undone: once the open
+// transaction holds outboxcdc.MaxFragmentEvents events or
+// MaxFragmentBytes, what was decoded so far is queued as a fragment
+// (Tx.More), and memory does not grow with the transaction. If the
+// connection is lost in the middle, the server sends the transaction again
+// from its start and the events already queued are dropped, so the
+// pipeline sees every event once.
+//
+// What is confirmed. Every status update reports as flushed (and applied)
+// only the last position passed to Ack, i.e. the TransactionEndLSN of a
+// durably checkpointed transaction, never what was received, so
+// confirmed_flush_lsn never passes the checkpoint. An idle outbox must not
+// pin WAL either: when a keepalive arrives between transactions with a WAL
+// end past the last queued position (everything before it was decoded and
+// sent to us) and the queue is empty, an empty Tx ending there is queued
+// (at most once a second); the pipeline checkpoints it like any other and
+// Acks it, and only then is it confirmed. The checkpoint is therefore never
+// behind the slot, and a checkpoint that is (moved back by hand, or a slot
+// advanced by something else) is refused (ErrBehindSlot) rather than
+// silently skipped ahead.
+//
+// A silent peer. A network path can go quiet in both directions without a
+// FIN or RST; writes then still "succeed" into the kernel's buffer. A
+// status update sent after nothing arrived for a whole StatusInterval asks
+// the server to answer at once, and a connection on which nothing arrived
+// for the receive timeout (Config.ReceiveTimeout, derived from
+// wal_sender_timeout by default) is closed and the source reconnects,
+// exactly as after a killed walsender. Every connection also has TCP
+// keepalives and a user timeout (netconf.go), and every setup step a
+// deadline.
 type Source struct {
 	cfg           Config
 	schema, table string
@@ -54,6 +79,10 @@ type Source struct {
 	m             *outboxcdc.SourceMetrics
 	lagBytes      prometheus.Gauge
 	walStatus     *prometheus.GaugeVec
+
+	// legacySlot and legacyPub are the names earlier versions derived, when
+	// they differ from the derived ones in use (see DeriveName).
+	legacySlot, legacyPub string
 
 	ack     atomic.Uint64 // last Acked LSN
 	ready   atomic.Pointer[readyState]
@@ -69,20 +98,29 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var legacySlot, legacyPub string
 	if cfg.Slot == "" {
 		cfg.Slot = DeriveName(name)
+		if l := legacyName(name); l != cfg.Slot {
+			legacySlot = l
+		}
 	}
 	if cfg.Publication == "" {
 		cfg.Publication = DeriveName(name)
+		if l := legacyName(name); l != cfg.Publication {
+			legacyPub = l
+		}
 	}
 	if m == nil {
 		m = outboxcdc.NewSourceMetrics(nil)
 	}
 	s := &Source{
-		cfg:  cfg,
-		cols: cols,
-		log:  log.With().Str("component", "wal").Str("slot", cfg.Slot).Logger(),
-		m:    m,
+		cfg:        cfg,
+		cols:       cols,
+		legacySlot: legacySlot,
+		legacyPub:  legacyPub,
+		log:        log.With().Str("component", "wal").Str("slot", cfg.Slot).Logger(),
+		m:          m,
 		lagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_cdc_postgres_slot_lag_bytes",
 			Help: "Bytes of WAL between the server's current position and the slot's confirmed_flush_lsn.",
@@ -138,10 +176,13 @@ func (s *Source) setReady(err error) { s.ready.Store(&readyState{err: err}) }
 type runState struct {
 	checkpoint bool          // Run was given a position
 	haveSlot   bool          // the slot was found or created during this Run
-	resume     pglogrepl.LSN // end of the last Tx queued, else the start position
-	idle       pglogrepl.LSN // highest WAL end confirmed by the idle advance
-	q          *queue
-	dedupe     *dedupe // after a pending backfill read in a fresh snapshot (pending.go)
+	resume     pglogrepl.LSN // end of the last whole Tx queued, else the start position
+	// partialFinal and partialSent: the transaction (by commit LSN) of
+	// which partialSent events were queued as fragments, but not its end.
+	partialFinal pglogrepl.LSN
+	partialSent  int
+	q            *queue
+	dedupe       *dedupe // after a pending backfill read in a fresh snapshot (pending.go)
 }
 
 // Run streams from just after from (or, without a checkpoint, from where
@@ -172,12 +213,12 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	go func() {
 		defer close(fwdDone)
 		for {
-			tx, ok := st.q.pop(ctx)
+			it, ok := st.q.pop(ctx)
 			if !ok {
 				return
 			}
 			select {
-			case out <- st.dedupe.filter(tx):
+			case out <- st.dedupe.filter(it.tx, it.final):
 			case <-ctx.Done():
 				return
 			}
@@ -243,13 +284,16 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 	}
 	defer closeMeta(meta)
 
-	version, err := s.preflight(ctx, meta)
+	setup, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	version, err := s.preflight(setup, meta)
 	if err != nil {
-		return false, err
+		return false, s.timedOut(setup, "read the server settings", err)
 	}
-	if err := s.ensurePublication(ctx, meta); err != nil {
-		return false, err
+	if err := s.ensurePublication(setup, meta, st.checkpoint); err != nil {
+		return false, s.timedOut(setup, "check the publication", err)
 	}
+	cancel()
 	if err := s.ensureSlot(ctx, meta, st); err != nil {
 		return false, err
 	}
@@ -257,6 +301,16 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 	conn, err := s.connectReplication(ctx)
 	if err != nil {
 		return false, err
+	}
+	wst, err := s.walSenderTimeout(ctx, conn)
+	if err != nil {
+		closeRepl(conn)
+		return false, err
+	}
+	rt := s.cfg.receiveTimeout(wst)
+	if s.cfg.ReceiveTimeout > 0 && wst > 0 && rt <= wst/2+s.cfg.StatusInterval {
+		s.log.Warn().Dur("receive_timeout", rt).Dur("wal_sender_timeout", wst).
+			Msg("source.receive_timeout is at most half the server's wal_sender_timeout plus a status interval: while the server decodes a large transaction a healthy connection may be taken for dead; raise it or set source.wal_sender_timeout")
 	}
 	args := []string{"publication_names '" + s.cfg.Publication + "'"}
 	if version >= 140000 {
@@ -268,17 +322,27 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 		args = append(args, "proto_version '1'")
 	}
 	start := st.resume
-	if err := pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	err = pglogrepl.StartReplication(sctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
+	cancel()
+	if err != nil {
 		closeRepl(conn)
 		if pgCode(err) == codeObjectInUse {
 			return false, s.slotBusy(ctx, meta, err)
+		}
+		if ctx.Err() == nil && sctx.Err() != nil {
+			return false, fmt.Errorf("START_REPLICATION slot %s at %s: no answer within %s (source.connect_timeout): %w", s.cfg.Slot, start, s.cfg.ConnectTimeout, err)
 		}
 		return false, classify(fmt.Errorf("START_REPLICATION slot %s at %s: %w", s.cfg.Slot, start, err))
 	}
 	closeMeta(meta)
 	meta = nil
 
-	ev := s.log.Info().Str("start_lsn", start.String()).Str("publication", s.cfg.Publication).Int("server_version", version)
+	ev := s.log.Info().Str("start_lsn", start.String()).Str("publication", s.cfg.Publication).Int("server_version", version).
+		Dur("wal_sender_timeout", wst).Dur("receive_timeout", rt)
+	if st.partialFinal != 0 {
+		ev = ev.Str("partial_commit_lsn", st.partialFinal.String()).Int("partial_events_sent", st.partialSent)
+	}
 	if first {
 		ev.Msg("streaming started")
 	} else {
@@ -286,11 +350,44 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 	}
 	s.m.Connected.Set(1)
 	s.setReady(nil)
-	return true, s.stream(ctx, conn, st, start)
+	return true, s.stream(ctx, conn, st, rt)
 }
 
-// stream runs the read loop on a started replication connection.
-func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, skipBelow pglogrepl.LSN) error {
+// timedOut names the step and the query timeout when err is the setup
+// deadline's doing; the error stays transient.
+func (s *Source) timedOut(ctx context.Context, step string, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !isPermanent(err) {
+		return fmt.Errorf("%s: no answer within %s (source.query_timeout): %w", step, s.cfg.QueryTimeout, err)
+	}
+	return err
+}
+
+// walSenderTimeout returns the wal_sender_timeout the server applies to
+// the replication connection: the configured one, which the connection
+// set, or the server's own (read from it).
+func (s *Source) walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
+	if s.cfg.WalSenderTimeout > 0 {
+		return s.cfg.WalSenderTimeout, nil
+	}
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	res, err := conn.Exec(qctx, "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'").ReadAll()
+	if err == nil && (len(res) != 1 || res[0].Err != nil || len(res[0].Rows) != 1) {
+		err = errors.New("unexpected answer")
+	}
+	if err != nil {
+		return 0, classify(fmt.Errorf("read wal_sender_timeout: %w", err))
+	}
+	ms, err := strconv.ParseInt(string(res[0].Rows[0][0]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read wal_sender_timeout: %q is not milliseconds", res[0].Rows[0][0])
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// stream runs the read loop on a started replication connection until an
+// error; rt is the receive timeout.
+func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, rt time.Duration) error {
 	raw := conn.Conn()
 	stop := make(chan struct{})
 	watcherDone := make(chan struct{})
@@ -316,25 +413,27 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 		s.log.Warn().Str("lsn", lsn.String()).Str("prefix", s.cfg.Messages.Prefix).
 			Msg("skipping a non-transactional logical message with the outbox prefix: emit it with pg_logical_emit_message(true, ...)")
 	}
+	// Transactions that end at or before the start were queued before;
+	// of a transaction queued in part, its queued events.
+	dec.resume(st.resume, st.partialFinal, st.partialSent)
 	var received pglogrepl.LSN
 	var lastEmpty time.Time
 	interval := s.cfg.StatusInterval
+	// lastRecv is when the last message arrived, or when reading (re)started:
+	// the silence that counts is the time spent waiting to read.
+	lastRecv := time.Now()
 
-	status := func() error {
+	status := func(ping bool) error {
 		// Only a durable checkpoint is confirmed: the last Ack, clamped
-		// defensively to the last transaction handed out, or the idle
-		// advance when nothing is in flight.
+		// defensively to the last whole transaction queued.
 		flush := min(pglogrepl.LSN(s.ack.Load()), st.resume)
-		if st.idle > flush {
-			flush = st.idle
-		}
 		write := max(received, flush)
 		if flush == 0 {
 			write = 0 // pglogrepl would report write as flush
 		}
 		_ = raw.SetWriteDeadline(time.Now().Add(10 * time.Second))
 		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: write, WALFlushPosition: flush, WALApplyPosition: flush,
+			WALWritePosition: write, WALFlushPosition: flush, WALApplyPosition: flush, ReplyRequested: ping,
 		})
 		if err != nil {
 			return fmt.Errorf("send standby status update: %w", err)
@@ -343,11 +442,14 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 	}
 	next := time.Now().Add(interval)
 	arm := func() error {
-		next = time.Now().Add(interval)
-		_ = raw.SetReadDeadline(next)
+		deadline := next
+		if d := lastRecv.Add(rt); d.Before(deadline) {
+			deadline = d
+		}
+		_ = raw.SetReadDeadline(deadline)
 		return ctx.Err()
 	}
-	if err := status(); err != nil {
+	if err := status(false); err != nil {
 		return err
 	}
 	if err := arm(); err != nil {
@@ -356,7 +458,11 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 
 	for {
 		if st.q.full() {
-			if err := s.paused(ctx, st.q, &next, status, arm); err != nil {
+			if err := s.paused(ctx, st.q, &next, status); err != nil {
+				return err
+			}
+			lastRecv = time.Now() // not reading was not the server's silence
+			if err := arm(); err != nil {
 				return err
 			}
 			continue
@@ -367,8 +473,18 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
-				if err := status(); err != nil {
-					return err
+				now := time.Now()
+				if silent := now.Sub(lastRecv); silent >= rt {
+					return fmt.Errorf("%w: nothing received for %s (receive timeout, source.receive_timeout) although pings were sent; "+
+						"the network path or the server is presumed gone, reconnecting", errSilent, silent.Round(time.Millisecond))
+				}
+				if !now.Before(next) {
+					// Ask for an answer when the server said nothing for a
+					// whole interval: its reply proves the path alive.
+					if err := status(now.Sub(lastRecv) >= interval); err != nil {
+						return err
+					}
+					next = now.Add(interval)
 				}
 				if err := arm(); err != nil {
 					return err
@@ -377,6 +493,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 			}
 			return fmt.Errorf("replication stream: %w", classify(err))
 		}
+		lastRecv = time.Now()
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
@@ -389,13 +506,19 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 					return fmt.Errorf("keepalive: %w", err)
 				}
 				received = max(received, pkm.ServerWALEnd)
-				// Idle advance: nothing decoded-but-unacked exists when we
-				// are between transactions and the last queued one is Acked.
-				if !dec.inTx && pglogrepl.LSN(s.ack.Load()) >= st.resume && pkm.ServerWALEnd > st.idle {
-					st.idle = pkm.ServerWALEnd
+				// Idle advance: between transactions, everything before the
+				// keepalive's WAL end was decoded and sent to us; queue an
+				// empty Tx ending there so the checkpoint (and then the
+				// slot) follows the server's WAL on an idle outbox.
+				if !dec.inTx && st.partialFinal == 0 && pkm.ServerWALEnd > st.resume {
+					if now := time.Now(); now.Sub(lastEmpty) >= time.Second && st.q.empty() {
+						lastEmpty = now
+						st.q.push(queued{tx: outboxcdc.Tx{End: MakePosition(pkm.ServerWALEnd)}, bytes: txOverhead})
+						st.resume = pkm.ServerWALEnd
+					}
 				}
 				if pkm.ReplyRequested {
-					if err := status(); err != nil {
+					if err := status(false); err != nil {
 						return err
 					}
 				}
@@ -412,24 +535,10 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 					}
 					return permanent(err)
 				}
-				if c == nil || c.end <= skipBelow {
-					continue // not a commit, or one Postgres resent
+				if c == nil {
+					continue // not a commit, or one sent before this connection
 				}
-				s.m.TransactionsRead.Inc()
-				s.m.LagSeconds.Set(time.Since(c.commitTime).Seconds())
-				if len(c.events) == 0 {
-					// Empty transactions only keep the checkpoint moving on
-					// a busy server; once a second is plenty.
-					now := time.Now()
-					if now.Sub(lastEmpty) < time.Second || !st.q.empty() {
-						continue
-					}
-					lastEmpty = now
-				} else {
-					s.m.EventsRead.Add(float64(len(c.events)))
-				}
-				st.q.push(outboxcdc.Tx{Events: c.events, End: MakePosition(c.end), CommitTime: c.commitTime}, c.bytes+txOverhead)
-				st.resume = c.end
+				s.queueTx(st, c, &lastEmpty)
 			}
 		case *pgproto3.ErrorResponse:
 			return classify(fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m)))
@@ -439,11 +548,40 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 	}
 }
 
+// queueTx queues a decoded transaction or fragment and moves the resume
+// state past it.
+func (s *Source) queueTx(st *runState, c *txOut, lastEmpty *time.Time) {
+	s.m.EventsRead.Add(float64(len(c.events)))
+	if c.more {
+		st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, CommitTime: c.commitTime, More: true}, bytes: c.bytes + txOverhead, final: c.final})
+		if st.partialFinal != c.final {
+			st.partialFinal, st.partialSent = c.final, 0
+		}
+		st.partialSent += len(c.events)
+		return
+	}
+	s.m.TransactionsRead.Inc()
+	s.m.LagSeconds.Set(time.Since(c.commitTime).Seconds())
+	fragmented := c.pieces > 0 || st.partialFinal == c.final
+	if len(c.events) == 0 && !fragmented {
+		// Empty transactions only keep the checkpoint moving on a busy
+		// server; once a second is plenty.
+		now := time.Now()
+		if now.Sub(*lastEmpty) < time.Second || !st.q.empty() {
+			return
+		}
+		*lastEmpty = now
+	}
+	st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, End: MakePosition(c.end), CommitTime: c.commitTime}, bytes: c.bytes + txOverhead, final: c.final})
+	st.resume = c.end
+	st.partialFinal, st.partialSent = 0, 0
+}
+
 const txOverhead = 128
 
 // paused waits while the queue is full, sending status updates on time, so
 // the connection stays healthy however long the pipeline blocks.
-func (s *Source) paused(ctx context.Context, q *queue, next *time.Time, status, arm func() error) error {
+func (s *Source) paused(ctx context.Context, q *queue, next *time.Time, status func(ping bool) error) error {
 	for q.full() {
 		t := time.NewTimer(time.Until(*next))
 		select {
@@ -453,12 +591,10 @@ func (s *Source) paused(ctx context.Context, q *queue, next *time.Time, status, 
 		case <-q.space:
 			t.Stop()
 		case <-t.C:
-			if err := status(); err != nil {
+			if err := status(false); err != nil {
 				return err
 			}
-			if err := arm(); err != nil {
-				return err
-			}
+			*next = time.Now().Add(s.cfg.StatusInterval)
 		}
 	}
 	return nil
@@ -471,7 +607,8 @@ func (s *Source) connectMeta(ctx context.Context) (*pgx.Conn, error) {
 	}
 	delete(cfg.RuntimeParams, "replication")
 	cfg.RuntimeParams["application_name"] = "outbox-cdc"
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	s.netConfig(&cfg.Config, false)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
@@ -501,7 +638,8 @@ func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error)
 	cfg.RuntimeParams["bytea_output"] = "hex"
 	cfg.RuntimeParams["DateStyle"] = "ISO, YMD"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	s.netConfig(cfg, true)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
 	conn, err := pgconn.ConnectConfig(cctx, cfg)
 	if err != nil {
@@ -546,7 +684,9 @@ func checkWalLevel(level string) error {
 	return nil
 }
 
-func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn) error {
+// ensurePublication verifies (or creates) the publication. checkpoint
+// says the connector streamed before.
+func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn, checkpoint bool) error {
 	pub := s.cfg.Publication
 	tableIdent := pgx.Identifier{s.schema, s.table}.Sanitize()
 	if s.table != "" {
@@ -570,6 +710,13 @@ func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn) error {
 					create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert, update')"
 				} else {
 					create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert')"
+				}
+			}
+			if checkpoint {
+				// A publication created now would not exist at the slot's
+				// position: pgoutput would fail on the first transaction.
+				if err := s.nameChanged(ctx, db, false, 0); err != nil {
+					return err
 				}
 			}
 			if !s.cfg.Create {
@@ -639,16 +786,26 @@ func querySlot(ctx context.Context, db *pgx.Conn, name string) (*slotInfo, error
 	return &si, nil
 }
 
+// slotCreateTimeout bounds creating a slot: the server waits for the
+// transactions open at that moment to end before the slot is consistent.
+const slotCreateTimeout = 5 * time.Minute
+
 // ensureSlot verifies (or creates) the slot and fixes the start position.
+// Every query is bounded by QueryTimeout, the creation by slotCreateTimeout.
 func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) error {
 	slot := s.cfg.Slot
-	si, err := querySlot(ctx, db, slot)
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	si, err := querySlot(qctx, db, slot)
 	if err != nil {
-		return err
+		return s.timedOut(qctx, "look up the replication slot", err)
 	}
 	if si == nil {
 		switch {
 		case st.checkpoint:
+			if err := s.nameChanged(qctx, db, true, st.resume); err != nil {
+				return err
+			}
 			return permanent(fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed from it: "+
 				"the slot was dropped and the changes after the checkpoint are gone from the server. It was NOT recreated. "+
 				"To start over knowingly, delete the checkpoint and restart (the slot is then created and streaming starts at its creation point); "+
@@ -658,16 +815,32 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 		case !s.cfg.Create:
 			return permanent(fmt.Errorf("replication slot %q does not exist and source.create is false: run SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.create: true", slot, slot))
 		}
+		if s.legacySlot != "" {
+			if old, err := querySlot(qctx, db, s.legacySlot); err == nil && old != nil {
+				s.log.Warn().Str("legacy_slot", s.legacySlot).
+					Msg("a slot exists under the name earlier versions derived from this connector name; this connector now uses its own (hash-suffixed) slot. If the old slot is this connector's, stop, pin source.slot/source.publication to the old names and move the checkpoint back; otherwise drop it when unused, it pins WAL")
+			}
+		}
+		cctx, ccancel := context.WithTimeout(ctx, slotCreateTimeout)
 		var lsn string
-		err := db.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&lsn)
+		err := db.QueryRow(cctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&lsn)
+		ccancel()
 		if err != nil && pgCode(err) != codeDuplicateObject {
+			if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("create replication slot %q: not done within %s: the server waits for every transaction open when the slot was requested to end; "+
+					"look for long-running transactions (pg_stat_activity.xact_start): %w", slot, slotCreateTimeout, err)
+			}
 			return classify(fmt.Errorf("create replication slot %q: %w (the role needs the REPLICATION attribute)", slot, err))
 		}
 		if err == nil {
 			s.log.Info().Str("consistent_lsn", lsn).Msg("created replication slot (pgoutput)")
 		}
-		if si, err = querySlot(ctx, db, slot); err != nil {
-			return err
+		// A fresh bound for the rest: the creation may have taken long.
+		after, cancelAfter := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+		defer cancelAfter()
+		qctx = after
+		if si, err = querySlot(qctx, db, slot); err != nil {
+			return s.timedOut(qctx, "look up the replication slot", err)
 		}
 		if si == nil {
 			return fmt.Errorf("replication slot %q vanished right after creation", slot)
@@ -677,8 +850,8 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 		return permanent(fmt.Errorf("replication slot %q is a %s slot with plugin %q, not a logical pgoutput slot: choose another source.slot, or drop it if it is unused", slot, si.slotType, si.plugin))
 	}
 	var dbName string
-	if err := db.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName); err != nil {
-		return classify(err)
+	if err := db.QueryRow(qctx, `SELECT current_database()`).Scan(&dbName); err != nil {
+		return s.timedOut(qctx, "read the database name", classify(err))
 	}
 	if si.database != dbName {
 		return permanent(fmt.Errorf("replication slot %q belongs to database %q, but source.dsn connects to %q: choose another source.slot or fix the DSN", slot, si.database, dbName))
@@ -695,10 +868,9 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 	}
 
 	if !st.haveSlot {
-		st.haveSlot = true
 		var current pglogrepl.LSN
 		var currentText string
-		if err := db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&currentText); err == nil {
+		if err := db.QueryRow(qctx, `SELECT pg_current_wal_lsn()::text`).Scan(&currentText); err == nil {
 			current, _ = pglogrepl.ParseLSN(currentText)
 		}
 		switch {
@@ -707,14 +879,16 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 				return permanent(fmt.Errorf("the checkpoint (LSN %s) is ahead of this server's WAL (%s): it was written against another server or cluster; point source.dsn at the right server or delete the checkpoint knowingly", st.resume, current))
 			}
 			if st.resume < si.confirmed {
-				s.log.Info().Str("checkpoint_lsn", st.resume.String()).Str("confirmed_flush_lsn", si.confirmed.String()).
-					Msg("checkpoint is behind the slot's confirmed position; the server resumes at the slot's position")
+				// The server would start at the slot's position, skipping
+				// whatever committed in between: never do that silently.
+				return permanent(behindSlot(slot, st.resume, si.confirmed))
 			}
 		case s.cfg.Start == StartLatest && current > si.confirmed:
 			st.resume = current
 		default:
 			st.resume = si.confirmed
 		}
+		st.haveSlot = true
 		if !st.checkpoint {
 			s.ack.Store(uint64(st.resume))
 			s.log.Info().Str("start", s.cfg.Start).Str("start_lsn", st.resume.String()).
@@ -722,6 +896,42 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 		}
 	}
 	return nil
+}
+
+// nameChanged returns ErrNameChanged when the derived slot (slot true)
+// or publication, which does not exist although the checkpoint (at from,
+// for the message) says the connector streamed, exists under the name
+// earlier versions derived (DeriveName), else nil. The error names every
+// old name to pin.
+func (s *Source) nameChanged(ctx context.Context, db *pgx.Conn, slot bool, from pglogrepl.LSN) error {
+	exists := func(q, name string) bool {
+		var n int
+		return name != "" && db.QueryRow(ctx, q, name).Scan(&n) == nil && n > 0
+	}
+	oldSlot := exists(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, s.legacySlot)
+	oldPub := exists(`SELECT count(*) FROM pg_publication WHERE pubname = $1`, s.legacyPub)
+	var cause error
+	switch {
+	case slot && oldSlot:
+		cause = fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed, and slot %q exists: the name earlier versions derived from the connector name",
+			s.cfg.Slot, from, s.legacySlot)
+	case !slot && oldPub:
+		cause = fmt.Errorf("publication %q does not exist, but a checkpoint exists, and publication %q does: the name earlier versions derived from the connector name",
+			s.cfg.Publication, s.legacyPub)
+	default:
+		return nil
+	}
+	var pins []string
+	if oldSlot {
+		pins = append(pins, "source.slot: "+s.legacySlot)
+	}
+	if oldPub {
+		pins = append(pins, "source.publication: "+s.legacyPub)
+	}
+	return permanent(withHint(ErrNameChanged, cause,
+		"a connector name that is not already a legal slot name (upper case, '-', other characters, more than 52 characters) "+
+			"now derives a hash-suffixed name, because altered names made connectors such as orders-outbox and orders_outbox share one slot; "+
+			"if the old objects are this connector's and no other connector uses them, pin the old names in the configuration: "+strings.Join(pins, " and ")))
 }
 
 // slotBusy logs who holds the slot and returns a retryable error.
@@ -732,6 +942,8 @@ func (s *Source) slotBusy(ctx context.Context, db *pgx.Conn, cause error) error 
 	var pid int32
 	var app, addr string
 	if db != nil {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+		defer cancel()
 		_ = db.QueryRow(ctx, `SELECT coalesce(r.active_pid, 0), coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local')
 			FROM pg_replication_slots r LEFT JOIN pg_stat_activity a ON a.pid = r.active_pid WHERE r.slot_name = $1`, s.cfg.Slot).
 			Scan(&pid, &app, &addr)

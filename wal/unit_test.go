@@ -1,7 +1,10 @@
 package wal
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +33,12 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Heartbeat.Interval = -1 }, "source.heartbeat.interval"},
 		{func(c *Config) { c.Reconnect.Max = time.Millisecond }, "source.reconnect"},
 		{func(c *Config) { c.BufferBytes = 0 }, "source.buffer_bytes"},
+		{func(c *Config) { c.WalSenderTimeout = 3 * time.Second }, "source.wal_sender_timeout"},
+		{func(c *Config) { c.ReceiveTimeout = 3 * time.Second }, "source.receive_timeout"},
+		{func(c *Config) { c.ReceiveTimeout = 11 * time.Second }, "half of source.wal_sender_timeout"},
+		{func(c *Config) { c.ReceiveTimeout = -1 }, "source.receive_timeout"},
+		{func(c *Config) { c.ConnectTimeout = 0 }, "source.connect_timeout"},
+		{func(c *Config) { c.QueryTimeout = 0 }, "source.query_timeout"},
 	}
 	for _, b := range bad {
 		c := DefaultConfig()
@@ -53,15 +62,47 @@ func TestValidate(t *testing.T) {
 }
 
 func TestDeriveName(t *testing.T) {
+	hash := func(name string) string {
+		sum := sha256.Sum256([]byte(name))
+		return "_" + hex.EncodeToString(sum[:4])
+	}
+	long := strings.Repeat("x", 80)
 	for in, want := range map[string]string{
+		// Names that are legal as they stand keep the name they always had.
 		"":                      "outbox_cdc",
-		"Orders-Prod":           "outbox_cdc_orders_prod",
-		"a.b c":                 "outbox_cdc_a_b_c",
-		strings.Repeat("x", 80): "outbox_cdc_" + strings.Repeat("x", 52),
+		"orders_outbox":         "outbox_cdc_orders_outbox",
+		"billing2":              "outbox_cdc_billing2",
+		strings.Repeat("y", 52): "outbox_cdc_" + strings.Repeat("y", 52),
+		// Altered names get a hash of the name as given.
+		"orders-outbox": "outbox_cdc_orders_outbox" + hash("orders-outbox"),
+		"Orders-Prod":   "outbox_cdc_orders_prod" + hash("Orders-Prod"),
+		"a.b c":         "outbox_cdc_a_b_c" + hash("a.b c"),
+		long:            "outbox_cdc_" + strings.Repeat("x", 43) + hash(long),
 	} {
 		got := DeriveName(in)
 		if got != want || !legalName(got) {
 			t.Errorf("DeriveName(%q) = %q, want %q", in, got, want)
+		}
+	}
+	// The collisions of the old derivation are gone.
+	seen := map[string]string{}
+	for _, in := range []string{"orders-outbox", "orders_outbox", "Orders_Outbox", "orders.outbox",
+		strings.Repeat("a", 52) + "1", strings.Repeat("a", 52) + "2", strings.Repeat("a", 52), "", "outbox_cdc"} {
+		got := DeriveName(in)
+		if prev, ok := seen[got]; ok {
+			t.Errorf("%q and %q both derive %q", prev, in, got)
+		}
+		seen[got] = in
+	}
+	// legacyName is the old derivation, for the upgrade check.
+	for in, want := range map[string]string{
+		"orders-outbox": "outbox_cdc_orders_outbox",
+		"Orders-Prod":   "outbox_cdc_orders_prod",
+		long:            "outbox_cdc_" + strings.Repeat("x", 52),
+		"orders_outbox": "outbox_cdc_orders_outbox",
+	} {
+		if got := legacyName(in); got != want {
+			t.Errorf("legacyName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -180,9 +221,13 @@ func insertMsg(id uint32, vals []*string) []byte {
 	return b
 }
 
-func beginMsg() []byte {
+func beginMsg() []byte { return beginAt(0) }
+
+// beginAt is a Begin of the transaction committing at final.
+func beginAt(final pglogrepl.LSN) []byte {
 	b := make([]byte, 21)
 	b[0] = 'B'
+	binary.BigEndian.PutUint64(b[1:], uint64(final))
 	return b
 }
 
@@ -191,6 +236,15 @@ func commitMsg(end pglogrepl.LSN) []byte {
 	b[0] = 'C'
 	binary.BigEndian.PutUint64(b[10:], uint64(end))
 	return b
+}
+
+// messageMsg is a transactional logical decoding message.
+func messageMsg(lsn pglogrepl.LSN, prefix, content string) []byte {
+	b := []byte{'M', 1}
+	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
+	b = append(append(b, prefix...), 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
+	return append(b, content...)
 }
 
 func sp(s string) *string { return &s }
@@ -205,7 +259,7 @@ func TestDecoderInsert(t *testing.T) {
 	d := newDecoder("public", "outbox", "", seed, m)
 	cols := []string{"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload", "blob"}
 	types := []uint32{20, 1043, 1043, 1043, 1043, 114, byteaOID}
-	must := func(c *committed, err error) *committed {
+	must := func(c *txOut, err error) *txOut {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -290,5 +344,183 @@ func TestCheckWalLevel(t *testing.T) {
 	err := checkWalLevel("replica")
 	if err == nil || !isPermanent(err) || !strings.Contains(err.Error(), "ALTER SYSTEM SET wal_level = logical") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// fragmentDecoder is a decoder for the outbox table "public.outbox" with
+// the seed columns, its Relation already seen.
+func fragmentDecoder(t *testing.T) *decoder {
+	t.Helper()
+	d := newDecoder("public", "outbox", "ob", seed, outboxcdc.NewSourceMetrics(nil))
+	cols := []string{"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload"}
+	types := []uint32{20, 1043, 1043, 1043, 1043, 114}
+	if _, err := d.handle(relationMsg(7, "public", "outbox", cols, types), 1); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func rowMsg(i int, payload string) []byte {
+	id := fmt.Sprintf("m%d", i)
+	return insertMsg(7, []*string{sp(fmt.Sprint(i)), sp(id), sp("ORDER"), sp("a"), sp("E"), &payload})
+}
+
+// feed decodes one transaction (committing at final, ending at end) of n
+// rows with the payload and returns what the decoder handed on.
+func feed(t *testing.T, d *decoder, final, end pglogrepl.LSN, n int, payload string) []*txOut {
+	t.Helper()
+	var out []*txOut
+	take := func(o *txOut, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+	take(d.handle(beginAt(final), final))
+	for i := 0; i < n; i++ {
+		take(d.handle(rowMsg(i, payload), final))
+	}
+	take(d.handle(commitMsg(end), final))
+	return out
+}
+
+// A transaction larger than the fragment bounds is handed on in
+// fragments: each within the bounds, in order, the last one carrying the
+// end, together exactly the transaction's rows.
+func TestDecoderFragments(t *testing.T) {
+	check := func(t *testing.T, outs []*txOut, n int, end pglogrepl.LSN) {
+		t.Helper()
+		next := 0
+		for i, o := range outs {
+			last := i == len(outs)-1
+			if o.more == last || (o.end != 0) != last || (last && o.end != end) {
+				t.Fatalf("piece %d of %d: more %v end %s", i, len(outs), o.more, o.end)
+			}
+			if len(o.events) > outboxcdc.MaxFragmentEvents || o.bytes > outboxcdc.MaxFragmentBytes+64<<10 {
+				t.Fatalf("piece %d: %d events, %d bytes: over the bounds", i, len(o.events), o.bytes)
+			}
+			if o.pieces != i || o.final != 0x1000 {
+				t.Fatalf("piece %d: pieces %d final %s", i, o.pieces, o.final)
+			}
+			for _, ev := range o.events {
+				if ev.MessageID != fmt.Sprintf("m%d", next) {
+					t.Fatalf("piece %d: %s, want m%d", i, ev.MessageID, next)
+				}
+				next++
+			}
+		}
+		if next != n {
+			t.Fatalf("%d events handed on, want %d", next, n)
+		}
+	}
+	t.Run("by count", func(t *testing.T) {
+		outs := feed(t, fragmentDecoder(t), 0x1000, 0x2000, 10000, `{}`)
+		if len(outs) != 3 {
+			t.Fatalf("%d pieces, want 3", len(outs))
+		}
+		check(t, outs, 10000, 0x2000)
+	})
+	t.Run("by bytes", func(t *testing.T) {
+		big := `"` + strings.Repeat("x", 50<<10) + `"`
+		outs := feed(t, fragmentDecoder(t), 0x1000, 0x2000, 300, big)
+		if len(outs) < 3 {
+			t.Fatalf("%d pieces, want at least 3 for 15 MB", len(outs))
+		}
+		check(t, outs, 300, 0x2000)
+	})
+	t.Run("exact multiple", func(t *testing.T) {
+		outs := feed(t, fragmentDecoder(t), 0x1000, 0x2000, 2*outboxcdc.MaxFragmentEvents, `{}`)
+		if len(outs) != 3 || len(outs[2].events) != 0 {
+			t.Fatalf("%d pieces; the last, empty, one carries the end", len(outs))
+		}
+		check(t, outs, 2*outboxcdc.MaxFragmentEvents, 0x2000)
+	})
+	t.Run("small stays whole", func(t *testing.T) {
+		outs := feed(t, fragmentDecoder(t), 0x1000, 0x2000, 10, `{}`)
+		if len(outs) != 1 || outs[0].more || outs[0].pieces != 0 {
+			t.Fatalf("%+v", outs)
+		}
+	})
+}
+
+// After a reconnect the server sends a partly handed-on transaction again
+// from its start: the events already handed on are dropped, and
+// transactions that committed before the start are dropped whole.
+func TestDecoderResume(t *testing.T) {
+	d := fragmentDecoder(t)
+	d.resume(0x1000, 0x3000, 5000)
+	if outs := feed(t, d, 0x0800, 0x0900, 100, `{}`); len(outs) != 0 {
+		t.Fatalf("a transaction before the start was handed on: %d pieces", len(outs))
+	}
+	outs := feed(t, d, 0x3000, 0x4000, 10000, `{}`)
+	var ids []string
+	for _, o := range outs {
+		for _, ev := range o.events {
+			ids = append(ids, ev.MessageID)
+		}
+	}
+	if len(ids) != 5000 || ids[0] != "m5000" || ids[4999] != "m9999" || outs[len(outs)-1].end != 0x4000 {
+		t.Fatalf("resumed: %d events from %v", len(ids), ids[:1])
+	}
+	// The next transaction is whole again.
+	if outs := feed(t, d, 0x5000, 0x6000, 3, `{}`); len(outs) != 1 || len(outs[0].events) != 3 {
+		t.Fatalf("after: %+v", outs)
+	}
+
+	// A server that resumes with another transaction than the partial one.
+	d = fragmentDecoder(t)
+	d.resume(0x1000, 0x3000, 10)
+	if _, err := d.handle(beginAt(0x3500), 0x3500); err == nil || !strings.Contains(err.Error(), "partly handed on") {
+		t.Fatalf("want an error about the partial transaction, got %v", err)
+	}
+}
+
+// A logical message whose content cannot be decoded is handed on as an
+// event the router rejects, with its content, not as a stream error.
+func TestDecoderInvalidMessage(t *testing.T) {
+	d := fragmentDecoder(t)
+	if _, err := d.handle(beginAt(0x10), 0x10); err != nil {
+		t.Fatal(err)
+	}
+	for i, content := range []string{`not json`, `[1,2]`, `{"message_id":"m9","aggregate_id":{"x":1}}`, `{"message_id":"ok","aggregate_id":"1"}`} {
+		if _, err := d.handle(messageMsg(pglogrepl.LSN(0x20+i), "ob", content), 0x20); err != nil {
+			t.Fatalf("%s: %v", content, err)
+		}
+	}
+	c, err := d.handle(commitMsg(0x100), 0x30)
+	if err != nil || c == nil || len(c.events) != 4 {
+		t.Fatalf("commit %+v %v", c, err)
+	}
+	for i, ev := range c.events[:3] {
+		if ev.Invalid == "" || !strings.Contains(ev.Origin, "logical message") || ev.Payload == nil {
+			t.Errorf("event %d: %+v", i, ev)
+		}
+	}
+	if string(c.events[0].Payload) != "not json" || c.events[2].MessageID != "m9" || !strings.Contains(c.events[2].Invalid, "aggregate_id") {
+		t.Errorf("invalid events: %+v", c.events[:3])
+	}
+	if c.events[3].Invalid != "" || c.events[3].MessageID != "ok" {
+		t.Errorf("valid event: %+v", c.events[3])
+	}
+}
+
+func TestReceiveTimeout(t *testing.T) {
+	c := DefaultConfig()
+	if got := c.receiveTimeout(20 * time.Second); got != 15*time.Second {
+		t.Errorf("defaults: %s, want 15s", got)
+	}
+	if got := c.receiveTimeout(60 * time.Second); got != 35*time.Second {
+		t.Errorf("server's 60s: %s, want 35s", got)
+	}
+	c.StatusInterval = 10 * time.Second
+	if got := c.receiveTimeout(60 * time.Second); got != 50*time.Second {
+		t.Errorf("slow status: %s, want 50s", got)
+	}
+	c.ReceiveTimeout = 40 * time.Second
+	if got := c.receiveTimeout(60 * time.Second); got != 40*time.Second {
+		t.Errorf("set: %s", got)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -118,14 +119,14 @@ func checkRouteTable(ctx context.Context, cfg Config) outboxcdc.CheckResult {
 // foreign one fails (run refuses it too) and yields no position.
 func checkCheckpoint(ctx context.Context, cfg Config, kind string) (outboxcdc.Position, outboxcdc.CheckResult) {
 	const name = "checkpoint"
-	cp, closeCP, err := newCheckpoint(cfg, kind, zerolog.Nop())
+	cp, witness, closeCP, err := newCheckpoint(cfg, kind, zerolog.Nop())
 	if err != nil {
 		return "", outboxcdc.Fail(name, err.Error(), "fix the checkpoint section")
 	}
-	if cp == nil {
-		return "", outboxcdc.Pass(name, "delivery exactly-once: the position is stored with the records in Kafka; check does not read it")
-	}
 	defer closeCP()
+	if cp == nil {
+		return checkProgress(ctx, cfg, kind, witness)
+	}
 	pos, err := cp.Load(ctx)
 	if err != nil {
 		return "", outboxcdc.Fail(name, err.Error(),
@@ -135,6 +136,40 @@ func checkCheckpoint(ctx context.Context, cfg Config, kind string) (outboxcdc.Po
 		return "", outboxcdc.Pass(name, fmt.Sprint(cp)+": none yet (a first run starts where source.start says)")
 	}
 	return pos, outboxcdc.Pass(name, fmt.Sprint(cp)+": "+string(pos))
+}
+
+// checkProgress reads, in exactly-once mode, the committed progress (without
+// fencing a running connector) and its witness, as run would.
+func checkProgress(ctx context.Context, cfg Config, kind string, witness outboxcdc.Checkpointer) (outboxcdc.Position, outboxcdc.CheckResult) {
+	const name = "checkpoint"
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	seen, werr := witness.Load(ctx)
+	p, err := sink.ReadProgress(ctx, cfg.Sink.KafkaConfig, cfg.Sink.ProgressTopic, cfg.Name, kind)
+	switch {
+	case err != nil && !errors.Is(err, sink.ErrProgressUntrusted) && !errors.Is(err, outboxcdc.ErrForeignPosition):
+		return "", outboxcdc.Pass(name, fmt.Sprintf("progress topic %s not readable here (%v); witness %s: %s", cfg.Sink.ProgressTopic, err, fmt.Sprint(witness), orNone(seen)))
+	case err != nil:
+		return "", outboxcdc.Fail(name, err.Error(), "write a valid progress record with `outbox-cdc position set`, or a tombstone for the connector's key deliberately")
+	case !p.Position.IsZero():
+		return p.Position, outboxcdc.Pass(name, fmt.Sprintf("progress topic %s: %s (witness in %s: %s)", cfg.Sink.ProgressTopic, p.Position, fmt.Sprint(witness), orNone(seen)))
+	case werr != nil || !seen.IsZero():
+		why := string(seen)
+		if werr != nil {
+			why = "unreadable: " + werr.Error()
+		}
+		return "", outboxcdc.Fail(name, fmt.Sprintf("progress topic %s has no record for %q, but the witness in %s shows the connector ran before (%s): run refuses to start",
+			cfg.Sink.ProgressTopic, cfg.Name, fmt.Sprint(witness), why),
+			"resume from the witness with `outbox-cdc position set --to <position>`, or start fresh deliberately with `outbox-cdc run --fresh-start`")
+	}
+	return "", outboxcdc.Pass(name, fmt.Sprintf("progress topic %s: no progress yet, and no witness (a first run starts where source.start says)", cfg.Sink.ProgressTopic))
+}
+
+func orNone(p outboxcdc.Position) string {
+	if p.IsZero() {
+		return "none"
+	}
+	return string(p)
 }
 
 // topicNeeds lists the topic families the route (and the dead-letter

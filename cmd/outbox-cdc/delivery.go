@@ -23,8 +23,12 @@ import (
 //     crash the last batch may be sent again.
 //   - exactly-once: each batch and its position go into one Kafka
 //     transaction (sink.Transactional); the position lives in
-//     sink.progress_topic and checkpoint.path is not used. Consumers must
-//     read with isolation.level=read_committed.
+//     sink.progress_topic. The checkpoint store (checkpoint.type file, the
+//     default, or table; kafka means file) holds a witness of it: a copy
+//     written after the commits that is never read to resume, only to
+//     notice at start that the progress record is missing although the
+//     connector ran before (see outboxcdc.Pipeline.Witness). Consumers
+//     must read with isolation.level=read_committed.
 const (
 	deliveryAtLeastOnce = "at-least-once"
 	deliveryExactlyOnce = "exactly-once"
@@ -42,17 +46,19 @@ func (c Config) validateDelivery() error {
 		if c.Sink.Type != "kafka" {
 			return configErrorf("delivery: exactly-once needs sink.type kafka, not %q", c.Sink.Type)
 		}
-		if c.Checkpoint.Type == "table" {
-			return configErrorf("checkpoint.type: table cannot be used with delivery: exactly-once, which stores the position in Kafka (sink.progress_topic); set checkpoint.type to kafka")
-		}
 		if err := c.Sink.TxnConfig.Validate(); err != nil {
 			return configErrorf("%v", err)
 		}
 	default:
 		return configErrorf("delivery: %q is not at-least-once or exactly-once", c.Delivery)
 	}
-	if c.Checkpoint.Type == "table" {
+	switch c.Checkpoint.Type {
+	case "table":
 		if err := c.Checkpoint.TableConfig.Validate(); err != nil {
+			return configErrorf("%v", err)
+		}
+	case "kafka":
+		if err := c.Checkpoint.FileConfig.Validate(); err != nil { // the witness file
 			return configErrorf("%v", err)
 		}
 	}
@@ -93,19 +99,31 @@ func newKafkaSink(cfg Config, kind string, log zerolog.Logger, reg prometheus.Re
 }
 
 // newCheckpoint returns the checkpoint store (nil in exactly-once mode,
-// where the sink stores the position) and a function that closes it.
-func newCheckpoint(cfg Config, kind string, log zerolog.Logger) (outboxcdc.Checkpointer, func(), error) {
-	cp, _, closeCP, err := openCheckpoint(cfg, kind, log)
-	return cp, closeCP, err
+// where the sink stores the position), the witness store (exactly-once
+// mode only) and a function that closes them.
+func newCheckpoint(cfg Config, kind string, log zerolog.Logger) (cp, witness outboxcdc.Checkpointer, closeFn func(), err error) {
+	cp, witness, _, closeFn, err = openCheckpoint(cfg, kind, log)
+	return cp, witness, closeFn, err
 }
 
 // openCheckpoint is newCheckpoint that also returns the table store when
 // checkpoint.type is table (for HA fencing), else nil.
-func openCheckpoint(cfg Config, kind string, log zerolog.Logger) (outboxcdc.Checkpointer, *checkpoint.Table, func(), error) {
-	nop := func() {}
-	if cfg.Delivery == deliveryExactlyOnce {
-		return nil, nil, nop, nil
+func openCheckpoint(cfg Config, kind string, log zerolog.Logger) (cp, witness outboxcdc.Checkpointer, table *checkpoint.Table, closeFn func(), err error) {
+	store, table, closeFn, err := openStore(cfg, kind, log)
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
+	if cfg.Delivery == deliveryExactlyOnce {
+		return nil, store, table, closeFn, nil
+	}
+	return store, nil, table, closeFn, nil
+}
+
+// openStore opens the file or table store of checkpoint.type (kafka: the
+// file, which holds the witness in exactly-once mode), checking the
+// position kind; table is the table store, else nil.
+func openStore(cfg Config, kind string, log zerolog.Logger) (store outboxcdc.Checkpointer, table *checkpoint.Table, closeFn func(), err error) {
+	nop := func() {}
 	if cfg.Checkpoint.Type == "table" {
 		dsn, err := cfg.sourceDSN()
 		if err != nil {
@@ -118,7 +136,7 @@ func openCheckpoint(cfg Config, kind string, log zerolog.Logger) (outboxcdc.Chec
 		return checkpoint.Expect(kind, t), t, func() { t.Close() }, nil
 	}
 	if cfg.HA.Enabled {
-		log.Warn().Str("path", cfg.Checkpoint.Path).Msg("ha.enabled with a file checkpoint: every instance must see the same file (shared volume), or a standby resumes from a stale position; prefer checkpoint.type table or delivery exactly-once")
+		log.Warn().Str("path", cfg.Checkpoint.Path).Msg("ha.enabled with a file checkpoint: every instance must see the same file (shared volume), or a standby resumes from a stale position (in exactly-once mode: misses the evidence that a progress record went missing); prefer checkpoint.type table")
 	}
 	file, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, log)
 	if err != nil {

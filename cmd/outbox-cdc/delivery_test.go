@@ -30,15 +30,19 @@ func TestDeliveryConfig(t *testing.T) {
 	if err != nil || cfg.Checkpoint.Table != "mydb.cp" || cfg.Delivery != "at-least-once" {
 		t.Fatalf("table: %+v %v", cfg.Checkpoint, err)
 	}
+	// Exactly-once keeps the witness of its progress in the table.
+	cfg, err = load("delivery: exactly-once\ncheckpoint:\n  type: table\n  table: mydb.cp\n", nil)
+	if err != nil || cfg.Checkpoint.Type != "table" {
+		t.Fatalf("exactly-once with a table witness: %+v %v", cfg.Checkpoint, err)
+	}
 	for extra, want := range map[string]string{
-		"delivery: twice\n":                                    "delivery:",
-		"checkpoint:\n  type: kafka\n":                         "needs delivery: exactly-once",
-		"delivery: exactly-once\ncheckpoint:\n  type: table\n": "checkpoint.type: table cannot be used",
-		"delivery: exactly-once\nsink:\n  type: stdout\n":      "", // duplicate key: any error
-		"checkpoint:\n  type: table\n  table: \"a;b\"\n":       "checkpoint.table",
-		"ha:\n  enabled: true\n  check_interval: 1ms\n":        "ha.check_interval",
-		"ha:\n  enabled: true\n  session_timeout: 1s\n":        "ha.session_timeout",
-		"ha:\n  enabled: true\n  check_interval: 5s\n":         "3 × ha.check_interval",
+		"delivery: twice\n":                               "delivery:",
+		"checkpoint:\n  type: kafka\n":                    "needs delivery: exactly-once",
+		"delivery: exactly-once\nsink:\n  type: stdout\n": "", // duplicate key: any error
+		"checkpoint:\n  type: table\n  table: \"a;b\"\n":  "checkpoint.table",
+		"ha:\n  enabled: true\n  check_interval: 1ms\n":   "ha.check_interval",
+		"ha:\n  enabled: true\n  session_timeout: 1s\n":   "ha.session_timeout",
+		"ha:\n  enabled: true\n  check_interval: 5s\n":    "3 × ha.check_interval",
 	} {
 		_, err := load(extra, nil)
 		if err == nil || !strings.Contains(err.Error(), want) {

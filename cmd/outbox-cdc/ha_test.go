@@ -168,7 +168,7 @@ log:
 	defer cancel()
 	done := make(chan error, 1)
 	finished := make(chan struct{})
-	go func() { done <- runConnector(ctx, cfg, logs); close(finished) }()
+	go func() { done <- runConnector(ctx, cfg, runOptions{}, logs); close(finished) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

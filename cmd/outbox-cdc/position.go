@@ -21,26 +21,39 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/ha"
 	"github.com/outbox-cdc/outbox-cdc/migrate"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
-// The position commands read and replace the checkpoint offline. They
-// cannot tell whether a connector is running with the same checkpoint (or,
-// with several replicas, which one holds the lock): stop every instance
-// first, or the running one overwrites the new position at its next
-// checkpoint, or worse, resumes from it after the change.
+// The position commands act on the store run uses: the checkpoint file or
+// table in at-least-once mode (also with HA on), the progress topic in
+// exactly-once mode (with the file or table as its witness, see
+// delivery.go). A running connector would overwrite a new position at its
+// next checkpoint, or resume from it mid-stream, so:
+//
+//   - exactly-once: the progress record is written in a Kafka transaction
+//     with the connector's own transactional id, which fences a running
+//     instance (it exits; restarted, it resumes from the new position);
+//   - ha.enabled: the command takes the HA lock first, and refuses while an
+//     instance holds it;
+//   - otherwise a running instance cannot be detected: stop it first.
 const positionUsage = `usage:
   outbox-cdc position show --config FILE [--json]
   outbox-cdc position set --config FILE --to POS|latest [--force] [--dry-run]
   outbox-cdc position import-debezium --config FILE --offset FILE|- [--connector NAME] [--force] [--dry-run]
+
+The commands act on the position store run uses: the checkpoint file or
+table (delivery at-least-once), or the progress topic (delivery
+exactly-once; writing it fences a running instance of the connector).
 
 POS is a full position (mysql:file:mysql-bin.000003:4, postgres:0/16B3748) or
 a short form for the configured source: mysql-bin.000003:4, a MySQL GTID set
 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5, a MariaDB GTID list 0-1-42,1-7-9,
 an LSN 0/16B3748. latest asks the database for its current position.
 
-Replacing an existing checkpoint needs --force; stop the connector first.
+Replacing an existing position needs --force; stop the connector first.
 `
 
 // runPosition implements `outbox-cdc position ...`; args start after
@@ -73,7 +86,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if sub != "show" {
-		force = fset.Bool("force", false, "replace an existing checkpoint")
+		force = fset.Bool("force", false, "replace an existing position")
 		dryRun = fset.Bool("dry-run", false, "print what would be written, write nothing")
 	}
 	if err := fset.Parse(args[1:]); err != nil {
@@ -93,16 +106,22 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		kind = wal.Kind
 	}
 	log := newLogger(cfg.Log, stderr)
-	store, err := openPositionStore(cfg, log)
+	store, err := openPositionStore(cfg, kind, log)
 	if err != nil {
+		var ce *configError
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
-		return 2
+		if errors.As(err, &ce) {
+			return 2
+		}
+		return 1
 	}
-	ctx := context.Background()
+	defer store.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 
 	switch sub {
 	case "show":
-		return positionShow(store, kind, *asJSON, stdout, stderr)
+		return positionShow(ctx, store, kind, *asJSON, stdout, stderr)
 	case "set":
 		if strings.TrimSpace(*to) == "" {
 			fmt.Fprintf(stderr, "outbox-cdc position set: --to is required\n")
@@ -111,8 +130,8 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		var pos outboxcdc.Position
 		if strings.EqualFold(strings.TrimSpace(*to), "latest") {
 			form := ""
-			if s, err := checkpoint.ReadFile(store.Path()); err == nil {
-				form = migrate.Form(s.Position)
+			if old, err := store.read(ctx); err == nil && old.exists {
+				form = migrate.Form(old.pos)
 			}
 			qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			pos, err = latestPosition(qctx, cfg, form)
@@ -129,7 +148,10 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 				return 2
 			}
 		}
-		return writePosition(ctx, store, kind, pos, *force, *dryRun, "position set", stdout, stderr, log)
+		if code := refuseBehindSlot(ctx, cfg, kind, pos, "position set", stdout, stderr); code != 0 {
+			return code
+		}
+		return writePosition(ctx, cfg, store, pos, *force, *dryRun, "position set", stdout, stderr, log)
 	default: // import-debezium
 		if *offset == "" {
 			fmt.Fprintf(stderr, "outbox-cdc position import-debezium: --offset is required (a file, or - for stdin)\n")
@@ -168,22 +190,162 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info().Str("debezium_key", notes.Key).Str("debezium_offset", notes.Offset).
 			Str("position", string(pos)).Bool("resend_transaction", notes.Resend).Msg("Debezium offset converted")
-		return writePosition(ctx, store, kind, pos, *force, *dryRun, "position import-debezium", stdout, stderr, log)
+		if code := refuseBehindSlot(ctx, cfg, kind, pos, "position import-debezium", stdout, stderr); code != 0 {
+			return code
+		}
+		return writePosition(ctx, cfg, store, pos, *force, *dryRun, "position import-debezium", stdout, stderr, log)
 	}
 }
 
-// openPositionStore opens the configured checkpoint store. Only the file
-// store can be read and replaced offline so far.
-func openPositionStore(cfg Config, log zerolog.Logger) (*checkpoint.File, error) {
-	if cfg.Checkpoint.Type != "file" {
-		return nil, fmt.Errorf("checkpoint.type %q: the position commands do not support this checkpoint store yet (only file)", cfg.Checkpoint.Type)
-	}
-	return checkpoint.NewFile(cfg.Checkpoint.FileConfig, log)
+// saved is what a position store holds.
+type saved struct {
+	pos     outboxcdc.Position
+	savedAt time.Time
+	exists  bool
 }
+
+// positionStore is the store run resumes from.
+type positionStore interface {
+	// String names it for people ("checkpoint file /x", "progress topic t
+	// (connector n)").
+	String() string
+	// read returns what the store holds; an error means it exists but
+	// cannot be trusted (damaged) or cannot be reached.
+	read(ctx context.Context) (saved, error)
+	// write replaces the position.
+	write(ctx context.Context, pos outboxcdc.Position) error
+	// witness returns the store that mirrors this one (exactly-once:
+	// the file or table), or nil.
+	witness() positionStore
+	close()
+}
+
+// openPositionStore opens the store run would use with cfg.
+func openPositionStore(cfg Config, kind string, log zerolog.Logger) (positionStore, error) {
+	local, err := openLocalStore(cfg, kind, log)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Delivery != deliveryExactlyOnce {
+		return local, nil
+	}
+	if cfg.Sink.Type != "kafka" {
+		local.close()
+		return nil, configErrorf("delivery: exactly-once needs sink.type kafka")
+	}
+	return &progressStore{cfg: cfg, kind: kind, log: log, mirror: local}, nil
+}
+
+// openLocalStore opens the file or table store of checkpoint.type (kafka:
+// the file, the witness of exactly-once mode).
+func openLocalStore(cfg Config, kind string, log zerolog.Logger) (positionStore, error) {
+	if cfg.Checkpoint.Type == "table" {
+		dsn, err := cfg.sourceDSN()
+		if err != nil {
+			return nil, err
+		}
+		t, err := checkpoint.NewTable(cfg.Source.Type, dsn, cfg.Checkpoint.TableConfig, cfg.Name, log)
+		if err != nil {
+			return nil, &configError{msg: err.Error()}
+		}
+		return &tableStore{t: t, cp: checkpoint.Expect(kind, t), claim: cfg.HA.Enabled}, nil
+	}
+	f, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, log)
+	if err != nil {
+		return nil, &configError{msg: err.Error()}
+	}
+	return &fileStore{f: f, cp: checkpoint.Expect(kind, f)}, nil
+}
+
+type fileStore struct {
+	f  *checkpoint.File
+	cp outboxcdc.Checkpointer
+}
+
+func (s *fileStore) String() string { return "checkpoint file " + s.f.Path() }
+func (s *fileStore) read(context.Context) (saved, error) {
+	st, err := checkpoint.ReadFile(s.f.Path())
+	if errors.Is(err, fs.ErrNotExist) {
+		return saved{}, nil
+	}
+	if err != nil {
+		return saved{}, err
+	}
+	return saved{pos: st.Position, savedAt: st.SavedAt, exists: true}, nil
+}
+func (s *fileStore) write(ctx context.Context, pos outboxcdc.Position) error {
+	return s.cp.Save(ctx, pos)
+}
+func (s *fileStore) witness() positionStore { return nil }
+func (s *fileStore) close()                 {}
+
+type tableStore struct {
+	t  *checkpoint.Table
+	cp outboxcdc.Checkpointer
+	// claim: with HA the command claims the row before writing (the HA
+	// lock is held then), so an instance that lost the lock without
+	// noticing yet cannot overwrite the new position (checkpoint.ErrFenced).
+	claim bool
+}
+
+func (s *tableStore) String() string { return s.t.String() }
+func (s *tableStore) read(ctx context.Context) (saved, error) {
+	pos, at, found, err := s.t.Peek(ctx)
+	if err != nil {
+		return saved{}, err
+	}
+	return saved{pos: pos, savedAt: at, exists: found}, nil
+}
+func (s *tableStore) write(ctx context.Context, pos outboxcdc.Position) error {
+	if s.claim {
+		if _, err := s.t.Claim(ctx); err != nil {
+			return err
+		}
+	}
+	return s.cp.Save(ctx, pos)
+}
+func (s *tableStore) witness() positionStore { return nil }
+func (s *tableStore) close()                 { s.t.Close() }
+
+// progressStore is the exactly-once position: the connector's record in
+// the progress topic, mirrored to the witness store.
+type progressStore struct {
+	cfg    Config
+	kind   string
+	log    zerolog.Logger
+	mirror positionStore
+}
+
+func (s *progressStore) String() string {
+	return fmt.Sprintf("progress topic %s (connector %q)", s.cfg.Sink.ProgressTopic, s.cfg.Name)
+}
+func (s *progressStore) read(ctx context.Context) (saved, error) {
+	p, err := sink.ReadProgress(ctx, s.cfg.Sink.KafkaConfig, s.cfg.Sink.ProgressTopic, s.cfg.Name, "")
+	if err != nil {
+		return saved{}, err
+	}
+	if p.Position.IsZero() {
+		return saved{}, nil
+	}
+	return saved{pos: p.Position, savedAt: p.SavedAt, exists: true}, nil
+}
+func (s *progressStore) write(ctx context.Context, pos outboxcdc.Position) error {
+	if err := sink.WriteProgress(ctx, s.cfg.Sink.KafkaConfig, s.cfg.Sink.TxnConfig, s.cfg.Name, s.kind, pos, s.log); err != nil {
+		return fmt.Errorf("writing the progress record: %w", err)
+	}
+	// The witness follows, so that it never claims more than the progress.
+	if err := s.mirror.write(ctx, pos); err != nil {
+		return fmt.Errorf("the progress record was written, but not its witness in %s: %w", s.mirror, err)
+	}
+	return nil
+}
+func (s *progressStore) witness() positionStore { return s.mirror }
+func (s *progressStore) close()                 { s.mirror.close() }
 
 type showJSON struct {
 	Store       string `json:"store"`
-	Path        string `json:"path"`
+	Path        string `json:"path,omitempty"`
+	Where       string `json:"where"`
 	Exists      bool   `json:"exists"`
 	Position    string `json:"position,omitempty"`
 	Kind        string `json:"kind,omitempty"`
@@ -191,65 +353,115 @@ type showJSON struct {
 	Description string `json:"description,omitempty"`
 	SavedAt     string `json:"saved_at,omitempty"`
 	Error       string `json:"error,omitempty"`
+	// Witness is the exactly-once witness (file or table).
+	Witness *showJSON `json:"witness,omitempty"`
 }
 
-func positionShow(store *checkpoint.File, kind string, asJSON bool, stdout, stderr io.Writer) int {
-	out := showJSON{Store: "file", Path: store.Path()}
-	s, err := checkpoint.ReadFile(store.Path())
-	code := 0
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
-		if !asJSON {
-			return 1
-		}
-		out.Error, code = err.Error(), 1
+func storeKind(s positionStore) (kind, path string) {
+	switch st := s.(type) {
+	case *fileStore:
+		return "file", st.f.Path()
+	case *tableStore:
+		return "table", ""
 	default:
-		out.Exists = true
-		out.Position = string(s.Position)
-		out.Kind = s.Position.Kind()
-		out.Form = migrate.Form(s.Position)
-		out.Description = migrate.Describe(s.Position)
-		out.SavedAt = s.SavedAt.UTC().Format(time.RFC3339Nano)
-		if err := s.Position.CheckKind(kind); err != nil {
-			out.Error, code = err.Error()+"; the connector refuses to start with it", 1
+		return "kafka", ""
+	}
+}
+
+// describeSaved fills a showJSON from a store read; code is 1 when the
+// store cannot be trusted or holds another source's position.
+func describeSaved(ctx context.Context, s positionStore, kind string) (showJSON, int) {
+	k, path := storeKind(s)
+	out := showJSON{Store: k, Path: path, Where: s.String()}
+	st, err := s.read(ctx)
+	switch {
+	case err != nil:
+		out.Error = err.Error()
+		return out, 1
+	case !st.exists:
+		return out, 0
+	}
+	out.Exists = true
+	out.Position = string(st.pos)
+	out.Kind = st.pos.Kind()
+	out.Form = migrate.Form(st.pos)
+	out.Description = migrate.Describe(st.pos)
+	if !st.savedAt.IsZero() {
+		out.SavedAt = st.savedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if err := st.pos.CheckKind(kind); err != nil {
+		out.Error = err.Error() + "; the connector refuses to start with it"
+		return out, 1
+	}
+	return out, 0
+}
+
+func positionShow(ctx context.Context, store positionStore, kind string, asJSON bool, stdout, stderr io.Writer) int {
+	out, code := describeSaved(ctx, store, kind)
+	var w showJSON
+	wcode := 0
+	if ws := store.witness(); ws != nil {
+		w, wcode = describeSaved(ctx, ws, kind)
+		out.Witness = &w
+		if !out.Exists && out.Error == "" && (w.Exists || w.Error != "") {
+			out.Error = "no progress record, but the witness shows the connector ran before: run refuses to start (resume with `position set --to <position>`, or start fresh deliberately with `run --fresh-start`)"
+			code = 1
 		}
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(out)
-		return code
+		return max(code, wcode)
 	}
-	if !out.Exists {
-		fmt.Fprintf(stdout, "no checkpoint (%s does not exist): the connector starts where source.start says\n", out.Path)
-		return 0
+	if !out.Exists && out.Error == "" {
+		fmt.Fprintf(stdout, "no checkpoint in %s: the connector starts where source.start says\n", out.Where)
+	} else if out.Exists {
+		saved := out.SavedAt
+		if saved == "" {
+			saved = "unknown"
+		}
+		fmt.Fprintf(stdout, "position: %s\nmeaning:  %s\nsaved at: %s\nstore:    %s\n", out.Position, out.Description, saved, out.Where)
 	}
-	fmt.Fprintf(stdout, "position: %s\nmeaning:  %s\nsaved at: %s\nstore:    checkpoint file %s\n",
-		out.Position, out.Description, out.SavedAt, out.Path)
+	if out.Witness != nil {
+		switch {
+		case w.Exists:
+			fmt.Fprintf(stdout, "witness:  %s in %s (saved %s)\n", w.Position, w.Where, w.SavedAt)
+		case w.Error != "":
+			fmt.Fprintf(stdout, "witness:  %s: unreadable\n", w.Where)
+		default:
+			fmt.Fprintf(stdout, "witness:  none in %s\n", w.Where)
+		}
+	}
 	if out.Error != "" {
 		fmt.Fprintf(stderr, "outbox-cdc: %s\n", out.Error)
 	}
-	return code
+	if w.Error != "" {
+		fmt.Fprintf(stderr, "outbox-cdc: witness: %s\n", w.Error)
+	}
+	return max(code, wcode)
 }
 
-// writePosition replaces the checkpoint with pos, guarded: an existing (or
-// damaged) checkpoint is only replaced with force, after saying which way
-// the move goes.
-func writePosition(ctx context.Context, store *checkpoint.File, kind string, pos outboxcdc.Position, force, dryRun bool,
+// writePosition replaces the position with pos, guarded: an existing (or
+// damaged) one is only replaced with force, after saying which way the
+// move goes. With HA on it holds the HA lock while it writes.
+func writePosition(ctx context.Context, cfg Config, store positionStore, pos outboxcdc.Position, force, dryRun bool,
 	what string, stdout, stderr io.Writer, log zerolog.Logger) int {
-	old, err := checkpoint.ReadFile(store.Path())
-	exists := err == nil
-	damaged := err != nil && !errors.Is(err, fs.ErrNotExist)
-	fmt.Fprintf(stdout, "checkpoint file %s\n", store.Path())
+	old, err := store.read(ctx)
+	exists := err == nil && old.exists
+	damaged := err != nil
+	fmt.Fprintf(stdout, "%s\n", store)
 	dir, why := migrate.Direction(0), ""
 	switch {
 	case damaged:
 		fmt.Fprintf(stdout, "  old: unreadable: %v\n", err)
 	case exists:
-		fmt.Fprintf(stdout, "  old: %s (%s, saved %s)\n", old.Position, migrate.Describe(old.Position), old.SavedAt.UTC().Format(time.RFC3339))
-		dir, why = migrate.Compare(old.Position, pos)
+		at := "unknown"
+		if !old.savedAt.IsZero() {
+			at = old.savedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(stdout, "  old: %s (%s, saved %s)\n", old.pos, migrate.Describe(old.pos), at)
+		dir, why = migrate.Compare(old.pos, pos)
 	default:
 		fmt.Fprintf(stdout, "  old: none\n")
 	}
@@ -257,7 +469,7 @@ func writePosition(ctx context.Context, store *checkpoint.File, kind string, pos
 	if exists {
 		switch dir {
 		case migrate.Same:
-			fmt.Fprintf(stdout, "the checkpoint is already at this position; nothing to do\n")
+			fmt.Fprintf(stdout, "the position is already this one; nothing to do\n")
 			return 0
 		case migrate.Backward:
 			fmt.Fprintf(stdout, "  direction: BACKWARD: transactions between the new and the old position are published again\n")
@@ -268,14 +480,25 @@ func writePosition(ctx context.Context, store *checkpoint.File, kind string, pos
 		}
 	}
 	if (exists || damaged) && !force {
-		fmt.Fprintf(stderr, "outbox-cdc %s: refusing to replace the existing checkpoint without --force. Stop the connector first (every replica, whichever holds the lock): a running connector overwrites the checkpoint at its next commit.\n", what)
+		fmt.Fprintf(stderr, "outbox-cdc %s: refusing to replace the existing position without --force. Stop the connector first (every replica, whichever holds the lock): a running connector overwrites the position at its next commit.\n", what)
 		return 1
 	}
 	if dryRun {
-		fmt.Fprintf(stdout, "dry run: the checkpoint was not written\n")
+		fmt.Fprintf(stdout, "dry run: nothing was written\n")
 		return 0
 	}
-	if err := checkpoint.Expect(kind, store).Save(ctx, pos); err != nil {
+	if cfg.HA.Enabled {
+		release, err := holdHALock(ctx, cfg, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "outbox-cdc %s: %v\n", what, err)
+			return 1
+		}
+		defer release()
+	}
+	if _, ok := store.(*progressStore); ok {
+		fmt.Fprintf(stdout, "writing the progress record with transactional id %s: a running instance of the connector is fenced and exits\n", cfg.Sink.TxnConfig.WithName(cfg.Name).TransactionalID)
+	}
+	if err := store.write(ctx, pos); err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
 		return 1
 	}
@@ -283,13 +506,36 @@ func writePosition(ctx context.Context, store *checkpoint.File, kind string, pos
 	if !exists && !damaged {
 		ev = log.Info()
 	}
-	ev = ev.Str("command", what).Str("position", string(pos)).Str("path", store.Path())
+	ev = ev.Str("command", what).Str("position", string(pos)).Str("store", store.String())
 	if exists {
-		ev = ev.Str("old_position", string(old.Position)).Str("direction", dir.String())
+		ev = ev.Str("old_position", string(old.pos)).Str("direction", dir.String())
 	}
-	ev.Msg("checkpoint set by hand")
-	fmt.Fprintf(stdout, "checkpoint written: the connector resumes from %s at its next start\n", pos)
+	ev.Msg("position set by hand")
+	fmt.Fprintf(stdout, "checkpoint written to %s: the connector resumes from %s at its next start\n", store, pos)
 	return 0
+}
+
+// holdHALock takes the connector's HA lock, so that no instance streams
+// while the position changes; it refuses when an instance holds it.
+func holdHALock(ctx context.Context, cfg Config, log zerolog.Logger) (func(), error) {
+	dsn, err := cfg.sourceDSN()
+	if err != nil {
+		return nil, err
+	}
+	l, err := ha.New(cfg.Source.Type, dsn, cfg.Name, cfg.HA, log.With().Str("component", "ha").Logger())
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*cfg.HA.CheckInterval+3*time.Second)
+	defer cancel()
+	_, release, err := l.Lock(lctx)
+	if err != nil {
+		if lctx.Err() != nil {
+			return nil, fmt.Errorf("an instance of connector %q holds the HA lock %q (it is running): stop every instance first", cfg.Name, ha.LockName(cfg.Name))
+		}
+		return nil, fmt.Errorf("taking the HA lock: %w", err)
+	}
+	return release, nil
 }
 
 // latestPosition asks the database for its current position, in the form

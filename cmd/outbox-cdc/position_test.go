@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -307,4 +310,49 @@ func TestPositionSetLatest(t *testing.T) {
 			t.Fatalf("code %d out %q err %q", code, out, errs)
 		}
 	})
+}
+
+// TestPositionSetTableFencesEarlierOwnerWithHA: with HA on, position set
+// claims the checkpoint row before writing it, so an instance that claimed
+// it earlier (one that lost the HA lock without noticing yet) cannot
+// overwrite the position set by hand.
+func TestPositionSetTableFencesEarlierOwnerWithHA(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	db := testenv.MySQL(t)
+	table := fmt.Sprintf("outbox_cdc_checkpoint_posha_%08x", rand.Uint32())
+	t.Cleanup(func() { db.Exec("DROP TABLE IF EXISTS " + table) })
+	name := "posha-" + table[len(table)-8:]
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	body := fmt.Sprintf("name: %s\nsource:\n  type: mysql\n  dsn: %q\nsink:\n  type: stdout\ncheckpoint:\n  type: table\n  table: %s\nha:\n  enabled: true\nlog:\n  format: json\n", name, dsn, table)
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	zombie, err := checkpoint.NewTable("mysql", dsn, checkpoint.TableConfig{Table: table}, name, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Close()
+	if _, err := zombie.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := zombie.Save(ctx, "mysql:mariadb-gtid:0-1-10"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCmd(t, "position", "set", "--config", cfg, "--to", "0-1-5", "--force")
+	if code != 0 {
+		t.Fatalf("position set: code %d out %q err %q", code, out, errs)
+	}
+	if err := zombie.Save(ctx, "mysql:mariadb-gtid:0-1-11"); !errors.Is(err, checkpoint.ErrFenced) {
+		t.Fatalf("the earlier owner's save after position set = %v, want checkpoint.ErrFenced", err)
+	}
+	fresh, err := checkpoint.NewTable("mysql", dsn, checkpoint.TableConfig{Table: table}, name, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if pos, err := fresh.Load(ctx); err != nil || pos != "mysql:mariadb-gtid:0-1-5" {
+		t.Fatalf("table holds %q, %v; want the position set by hand", pos, err)
+	}
 }

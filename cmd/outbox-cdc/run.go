@@ -37,9 +37,17 @@ func newLogger(cfg LogConfig, w io.Writer) zerolog.Logger {
 	return zerolog.New(out).Level(level).With().Timestamp().Logger()
 }
 
+// runOptions are the run command's flags.
+type runOptions struct {
+	// freshStart: in exactly-once mode, start where source.start says even
+	// though the witness shows the connector ran before and the progress
+	// record is missing.
+	freshStart bool
+}
+
 // runConnector builds the parts from cfg and runs the pipeline until ctx is
 // done. It logs its own failures.
-func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
+func runConnector(ctx context.Context, cfg Config, opts runOptions, logOut io.Writer) error {
 	log := newLogger(cfg.Log, logOut)
 	routeLibraryLogs(log)
 	reg := prometheus.NewRegistry()
@@ -71,7 +79,7 @@ func runConnector(ctx context.Context, cfg Config, logOut io.Writer) error {
 	}
 	defer role.releaseLock()
 
-	b, err := build(ctx, cfg, role, log, reg, os.Stdout)
+	b, err := build(ctx, cfg, opts, role, log, reg, os.Stdout)
 	if err != nil {
 		log.Error().Err(err).Msg("cannot start")
 		return err
@@ -146,8 +154,8 @@ type parts struct {
 }
 
 // build constructs the pipeline and what closes or aborts what it opened.
-// role fences the checkpoint store (see haState).
-func build(ctx context.Context, cfg Config, role *haState, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*parts, error) {
+// role fences the checkpoint store and the witness (see haState).
+func build(ctx context.Context, cfg Config, opts runOptions, role *haState, log zerolog.Logger, reg prometheus.Registerer, stdout io.Writer) (*parts, error) {
 	rt, err := newRouter(ctx, cfg, log) // table.go
 	if err != nil {
 		return nil, err
@@ -182,18 +190,21 @@ func build(ctx context.Context, cfg Config, role *haState, log zerolog.Logger, r
 		return nil, err
 	}
 
-	cp, table, closeCP, err := openCheckpoint(cfg, kind, log) // nil in exactly-once mode: the sink stores it
+	cp, witness, table, closeCP, err := openCheckpoint(cfg, kind, log) // cp nil in exactly-once mode: the sink stores it
 	if err != nil {
 		snk.Close()
 		return nil, err
 	}
-	cp = role.fence(cp, table)
+	cp, witness = role.fence(cp, table), role.fence(witness, table)
 
 	p, err := outboxcdc.NewPipeline(cfg.Pipeline, src, rt, snk, cp, log, reg)
 	if err != nil {
 		snk.Close()
 		closeCP()
 		return nil, err
+	}
+	if witness != nil {
+		p.Witness(witness, opts.freshStart)
 	}
 	lc, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
 	if err != nil {

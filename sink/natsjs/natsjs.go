@@ -393,9 +393,11 @@ func (c *conn) message(m *broker.Msg) (*nats.Msg, error) {
 		}
 		h[HeaderKey] = []string{string(r.Key)}
 	}
-	if !r.Timestamp.IsZero() {
-		h[HeaderTimestamp] = []string{r.Timestamp.UTC().Format(time.RFC3339Nano)}
+	ts := r.Timestamp
+	if ts.IsZero() { // route.timestamp produce: the time of production
+		ts = time.Now()
 	}
+	h[HeaderTimestamp] = []string{ts.UTC().Format(time.RFC3339Nano)}
 	if r.Value == nil {
 		h[HeaderTombstone] = []string{"true"}
 	}

@@ -117,6 +117,8 @@ func TestPublishAckedInOrderAndDeduped(t *testing.T) {
 	f := newFixture(t, 0)
 	s := newSink(t, testConfig(f.url, f.stream))
 	recs := records(f.prefix, 3000, 7)
+	recs[3].Timestamp = time.Time{} // route.timestamp produce
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Write(ctx, recs); err != nil {
@@ -128,6 +130,9 @@ func TestPublishAckedInOrderAndDeduped(t *testing.T) {
 	got := f.read(t)
 	if len(got) != len(recs) {
 		t.Fatalf("stream holds %d messages, want %d (the second write must be dropped as duplicates)", len(got), len(recs))
+	}
+	if ts, err := time.Parse(time.RFC3339Nano, got[3].Header.Get(HeaderTimestamp)); err != nil || ts.Before(began) || ts.After(time.Now()) {
+		t.Fatalf("a record without a timestamp has %s %q (%v), want the time of production (after %v)", HeaderTimestamp, got[3].Header.Get(HeaderTimestamp), err, began)
 	}
 	for i, m := range got {
 		if m.Header.Get(nats.MsgIdHdr) != fmt.Sprintf("m-%d", i) {

@@ -439,8 +439,9 @@ func (c *conn) publishing(m *broker.Msg) amqp.Publishing {
 		AppId:        c.cfg.AppID,
 		Body:         r.Value,
 	}
-	if !r.Timestamp.IsZero() {
-		p.Timestamp = r.Timestamp
+	p.Timestamp = r.Timestamp
+	if p.Timestamp.IsZero() { // route.timestamp produce: the time of production
+		p.Timestamp = time.Now()
 	}
 	h := make(amqp.Table, len(r.Headers)+2)
 	for _, hd := range r.Headers {

@@ -118,12 +118,17 @@ func TestPublishConfirmedInOrder(t *testing.T) {
 	f := newFixture(t, "#")
 	s := newSink(t, testConfig(f.url, f.exchange))
 	recs := records(3000, 7)
+	recs[3].Timestamp = time.Time{} // route.timestamp produce
+	began := time.Now().Truncate(time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Write(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
 	got := f.consume(t, len(recs), 20*time.Second)
+	if ts := got[3].Timestamp; ts.Before(began) || ts.After(time.Now()) {
+		t.Fatalf("a record without a timestamp has AMQP timestamp %v, want the time of production (after %v)", ts, began)
+	}
 	for i, d := range got {
 		if d.MessageId != fmt.Sprintf("m-%d", i) {
 			t.Fatalf("message %d is %s: order broken", i, d.MessageId)

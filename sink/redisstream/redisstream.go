@@ -232,9 +232,11 @@ func (c *conn) args(r *outboxcdc.Record, minID string) *redis.XAddArgs {
 	if r.Value != nil {
 		v = append(v, FieldValue, r.Value)
 	}
-	if !r.Timestamp.IsZero() {
-		v = append(v, FieldTimestamp, strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+	ts := r.Timestamp
+	if ts.IsZero() { // route.timestamp produce: the time of production
+		ts = time.Now()
 	}
+	v = append(v, FieldTimestamp, strconv.FormatInt(ts.UnixMilli(), 10))
 	for _, h := range r.Headers {
 		if h.Value != nil {
 			v = append(v, FieldHeaderPrefix+h.Key, h.Value)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -92,7 +93,9 @@ func TestXAddInOrder(t *testing.T) {
 	f := newFixture(t)
 	s := newSink(t, testConfig(f.url))
 	recs := records(f.prefix, 3000, 7)
-	recs[2].Value = nil // a tombstone
+	recs[2].Value = nil             // a tombstone
+	recs[3].Timestamp = time.Time{} // route.timestamp produce
+	began := time.Now().UnixMilli()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Write(ctx, recs); err != nil {
@@ -101,6 +104,9 @@ func TestXAddInOrder(t *testing.T) {
 	got := f.read(t, f.prefix+"ORDER")
 	if len(got) != len(recs) {
 		t.Fatalf("%d entries, want %d", len(got), len(recs))
+	}
+	if ms, err := strconv.ParseInt(fmt.Sprint(got[3].Values[FieldTimestamp]), 10, 64); err != nil || ms < began || ms > time.Now().UnixMilli() {
+		t.Fatalf("a record without a timestamp has field %s %v, want the time of production (after %d)", FieldTimestamp, got[3].Values[FieldTimestamp], began)
 	}
 	for i, m := range got {
 		if m.Values[FieldMessageID] != fmt.Sprintf("m-%d", i) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ func (b *backend) modeConfig(t *testing.T, name string, brokers []string, haOn b
 			table = testObjectName(t) + "." + table
 		}
 		cp = "table\n  table: " + table
+	} else {
+		// The witness of the progress (exactly-once) or the checkpoint.
+		cp += fmt.Sprintf("\n  path: %q", filepath.Join(t.TempDir(), "checkpoint"))
 	}
 	return writeConfig(t, fmt.Sprintf(`
 name: %s

@@ -1,0 +1,261 @@
+package e2e
+
+// Postgres source faults through the real binary: a silent network path
+// to the server, a logical decoding message that is not JSON, and a
+// checkpoint moved behind the replication slot (with the replay the README
+// offers instead).
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+)
+
+// TestFaultPostgresSilentPeer: the connector reaches PostgreSQL through a
+// proxy that goes silent in both directions (no FIN, no RST) for longer
+// than the detection bound, with the defaults (wal_sender_timeout 20s on
+// the replication connection, receive timeout 15s), while rows are
+// committed directly. The connector notices within the bound
+// (outbox_cdc_source_connected 0, /readyz 503, /healthz 200), keeps
+// retrying without exiting, and once the path heals delivers every row
+// exactly once. Detection and catch-up times are logged.
+func TestFaultPostgresSilentPeer(t *testing.T) {
+	b := postgresBackend(t)
+	_, brokers := testenv.Kafka(t)
+	u, err := url.Parse(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	cfg := b.config(t, "e2e-silent-pg", brokers)
+	c := start(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+u.String(), "OUTBOX_CDC_SOURCE_RECONNECT_MAX=2s")
+	cons := newConsumer(t, brokers, `outbox\.event\..*`)
+	b.insertTx(t, []row{{"sil-0", "ORDER", "agg-0", "E", `{"seq": 0}`}}, true)
+	cons.waitFor(t, 1, 20*time.Second)
+
+	const bound = 15 * time.Second // the derived receive timeout with the defaults
+	silenced := time.Now()
+	proxy.Silence()
+	w := startWriter(t, b, "sil", 120, 100*time.Millisecond)
+	var detected time.Duration
+	srcWaitUntil(t, "the connector to notice the silent path", bound+20*time.Second, func() bool {
+		if c.metric("outbox_cdc_source_connected") == 0 {
+			detected = time.Since(silenced)
+			return true
+		}
+		return false
+	})
+	if h, r := c.status("/healthz"), c.status("/readyz"); h != 200 || r != 503 {
+		t.Fatalf("while reconnecting: /healthz %d /readyz %d, want 200 and 503", h, r)
+	}
+	mustContain(t, c.log.String(), "nothing received for", "replication stream lost; reconnecting")
+	want := append([]string{"sil-0"}, w.wait()...)
+	for time.Since(silenced) < bound+10*time.Second {
+		time.Sleep(200 * time.Millisecond) // well past the bound: retrying, not exiting
+	}
+	select {
+	case <-c.done:
+		t.Fatalf("the connector exited while the path was silent: %v", c.exitErr)
+	default:
+	}
+	if got := len(cons.quiet(t, 100*time.Millisecond)); got != 1 {
+		t.Fatalf("%d records arrived through a silent path", got-1)
+	}
+
+	healed := time.Now()
+	proxy.Heal()
+	got := cons.waitFor(t, len(want), 90*time.Second)
+	catchUp := time.Since(healed)
+	got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
+	checkDelivery(t, got, want, 3, true)
+	srcWaitUntil(t, "connected again", 10*time.Second, func() bool { return c.metric("outbox_cdc_source_connected") == 1 })
+	t.Logf("detection bound %s: silence noticed after %s; %d rows committed while silent, all delivered %s after the path healed",
+		bound, detected.Round(100*time.Millisecond), len(want)-1, catchUp.Round(100*time.Millisecond))
+	if detected > bound+5*time.Second {
+		t.Fatalf("detection took %s, bound %s", detected, bound)
+	}
+	if err := c.stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM exit: %v", err)
+	}
+}
+
+// TestFaultPostgresBadLogicalMessage: a transactional logical decoding
+// message with the outbox prefix whose content is not JSON. With
+// on_error: halt the connector exits 1 naming its LSN, after delivering
+// what came before, and without logging the content. Restarted with
+// on_error: dlq it sends the message to the dead-letter topic (the content
+// as the value, the error headers) and delivers what follows.
+func TestFaultPostgresBadLogicalMessage(t *testing.T) {
+	b := postgresBackend(t)
+	_, brokers := testenv.Kafka(t)
+	name := "e2e-badmsg-pg"
+	prefix := "ob_" + testObjectName(t)
+	cfg := b.config(t, name, brokers)
+	env := []string{"OUTBOX_CDC_SOURCE_MESSAGES_PREFIX=" + prefix}
+	c := start(t, cfg, env...)
+	emit := func(content string) {
+		t.Helper()
+		if _, err := b.db.Exec("SELECT pg_logical_emit_message(true, $1, $2)", prefix, content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	emit(`{"message_id":"msg-ok-1","aggregate_type":"ORDER","aggregate_id":"A-1","event_type":"E","payload":{"n":1}}`)
+	emit(`secret-ish content, not JSON`)
+	emit(`{"message_id":"msg-ok-2","aggregate_type":"ORDER","aggregate_id":"A-1","event_type":"E","payload":{"n":2}}`)
+
+	code := c.waitExit(30 * time.Second)
+	log := c.log.String()
+	if code != 1 || !regexp.MustCompile(`bad outbox row at LSN [0-9A-F]+/[0-9A-F]+ \(logical message\)`).MatchString(log) ||
+		!strings.Contains(log, "not a JSON object") || !strings.Contains(log, "on_error is halt") {
+		t.Fatalf("exit %d, want 1 naming the message's LSN:\n%s", code, log)
+	}
+	if strings.Contains(log, "secret-ish") {
+		t.Fatal("the message content was logged")
+	}
+	main := byID(rawRecords(t, brokers, `outbox\.event\..*`, 1, 10*time.Second))
+	if main["msg-ok-1"] == nil || main["msg-ok-2"] != nil || len(main) != 1 {
+		t.Fatalf("after the halt the topic holds %v", keys(main))
+	}
+
+	c = start(t, cfg, append(env, "OUTBOX_CDC_PIPELINE_ON_ERROR=dlq")...)
+	cons := newConsumer(t, brokers, `outbox\.event\..*`)
+	got := cons.waitFor(t, 2, 20*time.Second)
+	got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
+	checkDelivery(t, got, []string{"msg-ok-1", "msg-ok-2"}, 3, false)
+	dlq := rawRecords(t, brokers, name+`\.dlq`, 1, 10*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dlq))
+	}
+	r := dlq[0]
+	class, _ := header(r, "outbox_cdc.error.class")
+	msg, _ := header(r, "outbox_cdc.error")
+	origin, _ := header(r, "outbox_cdc.origin")
+	if string(r.Value) != "secret-ish content, not JSON" || class != "bad_row" || !strings.Contains(msg, "not a JSON object") ||
+		!strings.Contains(origin, "logical message") || r.Key != nil {
+		t.Fatalf("dead letter: value %q class %q error %q origin %q key %q", r.Value, class, msg, origin, r.Key)
+	}
+	if v := c.metric(`outbox_cdc_dlq_records_total{class="bad_row"}`); v != 1 {
+		t.Fatalf(`outbox_cdc_dlq_records_total{class="bad_row"} = %v, want 1`, v)
+	}
+	if err := c.stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM exit: %v", err)
+	}
+}
+
+var checkpointPath = regexp.MustCompile(`(?m)^  path: "(.*)"$`)
+
+// TestPostgresBackwardPosition: after rows were delivered and the slot
+// confirmed them, moving the checkpoint back is refused by `position set`
+// (even with --force), a checkpoint behind the slot written anyway makes
+// `run` exit 1 instead of silently starting at the slot's position, and
+// `check` fails postgres.position. The replay the README gives instead
+// (no checkpoint, source.start: pending with a pending.where selecting the
+// rows) publishes the rows again from the table, then streams on.
+func TestPostgresBackwardPosition(t *testing.T) {
+	b := postgresBackend(t)
+	_, brokers := testenv.Kafka(t)
+	cfg := b.config(t, "e2e-backward-pg", brokers)
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := checkpointPath.FindStringSubmatch(string(raw))[1]
+	c := start(t, cfg)
+	cons := newConsumer(t, brokers, `outbox\.event\..*`)
+	insert := func(id string) {
+		b.insertTx(t, []row{{id, "ORDER", "agg-1", "E", `{}`}}, true)
+	}
+	insert("bw-1")
+	cons.waitFor(t, 1, 20*time.Second)
+	var early outboxcdc.Position
+	srcWaitUntil(t, "a checkpoint after bw-1", 10*time.Second, func() bool {
+		s, err := checkpoint.ReadFile(cp)
+		early = s.Position
+		return err == nil
+	})
+	for _, id := range []string{"bw-2", "bw-3", "bw-4"} {
+		insert(id)
+	}
+	cons.waitFor(t, 4, 20*time.Second)
+	earlyLSN := strings.TrimPrefix(string(early), "postgres:")
+	srcWaitUntil(t, "the slot to confirm past "+earlyLSN, 20*time.Second, func() bool {
+		var past bool
+		err := b.db.QueryRow("SELECT confirmed_flush_lsn > $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", earlyLSN, srcSlot(t)).Scan(&past)
+		return err == nil && past
+	})
+	if err := c.stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM exit: %v", err)
+	}
+	saved, err := os.ReadFile(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{}
+
+	// position set refuses, --force or not, and leaves the checkpoint.
+	code, out := srcRunToExit(t, 60*time.Second, env, "position", "set", "--config", cfg, "--to", string(early), "--force")
+	if code != 1 || !strings.Contains(out, "refusing") || !strings.Contains(out, "confirmed_flush_lsn") || !strings.Contains(out, "Positions and replay") {
+		t.Fatalf("position set behind the slot: exit %d:\n%s", code, out)
+	}
+	if now, _ := os.ReadFile(cp); string(now) != string(saved) {
+		t.Fatal("the refused position set changed the checkpoint")
+	}
+
+	// A checkpoint behind the slot written anyway: run refuses, check fails.
+	f, err := checkpoint.NewFile(checkpoint.FileConfig{Path: cp}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Save(context.Background(), early); err != nil {
+		t.Fatal(err)
+	}
+	c = srcLaunch(t, cfg)
+	if code := c.waitExit(60 * time.Second); code != 1 {
+		t.Fatalf("run from a checkpoint behind the slot: exit %d:\n%s", code, c.log.String())
+	}
+	mustContain(t, c.log.String(), "checkpoint behind the replication slot", "position set --to postgres:")
+	if got := len(cons.quiet(t, time.Second)); got != 4 {
+		t.Fatalf("%d records after the refused start, want the 4 of before", got)
+	}
+	code, out = srcRunToExit(t, 60*time.Second, env, "check", "--config", cfg)
+	if code != 1 || !regexp.MustCompile(`FAIL\s+postgres\.position\s+the checkpoint \(LSN [0-9A-F/]+\) is behind replication slot`).MatchString(out) {
+		t.Fatalf("check: exit %d, want FAIL postgres.position:\n%s", code, out)
+	}
+
+	// The replay from the table: no checkpoint, start: pending selecting the
+	// rows from bw-2 on; then streaming goes on from the slot.
+	if err := os.Remove(cp); err != nil {
+		t.Fatal(err)
+	}
+	var from int64
+	if err := b.db.QueryRow("SELECT id FROM " + b.table() + " WHERE message_id = 'bw-2'").Scan(&from); err != nil {
+		t.Fatal(err)
+	}
+	c = start(t, cfg, "OUTBOX_CDC_SOURCE_START=pending", fmt.Sprintf("OUTBOX_CDC_SOURCE_PENDING_WHERE=id >= %d", from))
+	insert("bw-5")
+	got := cons.waitFor(t, 4+3+1, 30*time.Second)
+	got = append(got, cons.quiet(t, time.Second)[len(got):]...)
+	checkDelivery(t, got, []string{"bw-1", "bw-2", "bw-3", "bw-4", "bw-5"}, 3, false)
+	counts := map[string]int{}
+	for _, r := range got {
+		counts[r.Headers["id"]]++
+	}
+	if counts["bw-1"] != 1 || counts["bw-2"] != 2 || counts["bw-3"] != 2 || counts["bw-4"] != 2 || counts["bw-5"] != 1 {
+		t.Fatalf("deliveries per row %v: want bw-2..bw-4 twice (the replay), the others once", counts)
+	}
+	if err := c.stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM exit: %v", err)
+	}
+}
