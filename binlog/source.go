@@ -211,6 +211,9 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			backoff = s.cfg.Reconnect.Min
 		}
 		s.setReady(fmt.Errorf("binlog stream lost, reconnecting: %w", err))
+		// Counted when the loss is seen, not after the backoff: a reader of
+		// the metric right after the stream broke sees it.
+		s.m.Reconnects.Inc()
 		s.log.Warn().Err(err).Str("position", string(resume)).Dur("backoff", backoff).Msg("binlog stream lost; reconnecting")
 		t := time.NewTimer(backoff)
 		select {
@@ -221,7 +224,6 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		case <-t.C:
 		}
 		backoff = min(2*backoff, s.cfg.Reconnect.Max)
-		s.m.Reconnects.Inc()
 	}
 }
 
