@@ -211,11 +211,21 @@ const (
 
 // ColumnNames names the outbox table column that plays each role.
 type ColumnNames struct {
-	MessageID     string `yaml:"message_id"`
+	// MessageID names the column of the event's unique id (the id header);
+	// empty: the preset's (message_id, or id for debezium).
+	MessageID string `yaml:"message_id"`
+	// AggregateType names the column that routes the record
+	// ({aggregate_type} in route.topic); empty: the preset's.
 	AggregateType string `yaml:"aggregate_type"`
-	AggregateID   string `yaml:"aggregate_id"`
-	EventType     string `yaml:"event_type"`
-	Payload       string `yaml:"payload"`
+	// AggregateID names the column whose value is the record key; empty:
+	// the preset's.
+	AggregateID string `yaml:"aggregate_id"`
+	// EventType names the column of the event type ({event_type}); empty:
+	// the preset's.
+	EventType string `yaml:"event_type"`
+	// Payload names the column whose bytes are the record value; empty:
+	// the preset's (payload).
+	Payload string `yaml:"payload"`
 	// Timestamp, when set, names the column whose value is the record
 	// timestamp (Debezium's table.field.event.timestamp): a DATETIME or
 	// TIMESTAMP column; a NULL value falls back to the commit time.

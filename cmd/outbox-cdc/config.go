@@ -27,7 +27,8 @@ import (
 // the package that uses them; this struct only assembles them.
 type Config struct {
 	// Name identifies the connector: it derives the MySQL server_id, the
-	// Postgres slot and publication names and (later) the transactional id.
+	// Postgres slot and publication, the transactional id and the
+	// dead-letter topic unless they are set.
 	Name       string                   `yaml:"name"`
 	Source     SourceConfig             `yaml:"source"`
 	Route      router.Config            `yaml:"route"`
@@ -39,13 +40,15 @@ type Config struct {
 	HA         ha.Config                `yaml:"ha"`
 	// Lifecycle marks delivered rows sent and cleans old ones up.
 	Lifecycle lifecycle.Config `yaml:"lifecycle"`
-	// Delivery is at-least-once (default) or exactly-once; see delivery.go.
+	// Delivery is at-least-once or exactly-once (Kafka transactions and
+	// read_committed consumers; see docs/delivery.md).
 	Delivery string `yaml:"delivery"`
 }
 
 // SourceConfig selects the source; only the chosen type's section is used.
 // In the file the type's keys sit directly under source: (source.dsn, ...).
 type SourceConfig struct {
+	// Type is the source database: mysql (MySQL or MariaDB) or postgres.
 	Type     string        `yaml:"type"`
 	MySQL    binlog.Config `yaml:"-"`
 	Postgres wal.Config    `yaml:"-"`
@@ -55,6 +58,8 @@ type SourceConfig struct {
 // for another type its own section's keys do (see sinkKinds), and only
 // the chosen type's are used.
 type SinkConfig struct {
+	// Type is the broker: kafka, rabbitmq, nats, redis, or stdout (one
+	// JSON line per record, for trying things out).
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
 	sink.TxnConfig   `yaml:",inline"`   // exactly-once only
@@ -65,6 +70,9 @@ type SinkConfig struct {
 
 // CheckpointConfig selects the checkpoint store.
 type CheckpointConfig struct {
+	// Type is the store: file, or table (a row in the source database,
+	// for HA); with exactly-once it holds the witness of the progress in
+	// Kafka, and kafka means file.
 	Type                   string `yaml:"type"`
 	checkpoint.FileConfig  `yaml:",inline"`
 	checkpoint.TableConfig `yaml:",inline"` // type: table
@@ -72,8 +80,8 @@ type CheckpointConfig struct {
 
 // HTTPConfig is the metrics and health endpoint.
 type HTTPConfig struct {
-	// Listen is host:port; empty turns the endpoint off. Loopback by default:
-	// expose it deliberately.
+	// Listen is the host:port of /metrics, /healthz and /readyz; empty
+	// turns the endpoint off. Loopback by default: expose it deliberately.
 	Listen string `yaml:"listen"`
 }
 

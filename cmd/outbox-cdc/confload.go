@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -32,34 +31,7 @@ func keysOf(t reflect.Type, prefix string, into keySet) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
-			continue
-		}
-		ft := f.Type
-		if strings.Contains(opts, "inline") {
-			keysOf(ft, prefix, into)
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		path := name
-		if prefix != "" {
-			path = prefix + "." + name
-		}
-		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Time{}) && ft != reflect.TypeOf(yaml.Node{}) {
-			into[path] = ft
-			keysOf(ft, path, into)
-			continue
-		}
-		into[path] = ft
-	}
+	walkConfig(reflect.New(t).Elem(), prefix, func(k configKey) { into[k.Path] = k.Field.Type })
 }
 
 // fileSuffix marks a key whose value is read from a file: source.dsn_file

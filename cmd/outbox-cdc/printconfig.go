@@ -62,20 +62,13 @@ func toNode(v reflect.Value) *yaml.Node {
 		m := &yaml.Node{Kind: yaml.MappingNode}
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if !f.IsExported() {
+			name, inline, skip := yamlKey(t.Field(i))
+			if skip {
 				continue
 			}
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name == "-" {
-				continue
-			}
-			if strings.Contains(opts, "inline") {
+			if inline {
 				m.Content = append(m.Content, toNode(v.Field(i)).Content...)
 				continue
-			}
-			if name == "" {
-				name = strings.ToLower(f.Name)
 			}
 			m.Content = append(m.Content, scalar(name), toNode(v.Field(i)))
 		}
