@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -187,8 +188,9 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 		return Config{}, err
 	}
 	if err := checkKeys(&root, "", keys); err != nil {
-		if path != "" {
-			return Config{}, configErrorf("%s: %v", path, err)
+		var ce *configError
+		if errors.As(err, &ce) {
+			ce.File = path
 		}
 		return Config{}, err
 	}
@@ -300,7 +302,7 @@ func (c Config) Validate() error {
 		if !strings.HasPrefix(msg, section+".") && !strings.HasPrefix(msg, section+":") {
 			msg = section + "." + msg
 		}
-		return &configError{msg: msg}
+		return &configError{Msg: msg}
 	}
 	if strings.TrimSpace(c.Name) == "" {
 		return configErrorf("name: must not be empty")

@@ -79,7 +79,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"unknown sink type", strings.Replace(minimal, "type: kafka", "type: pulsar", 1), nil, "sink.type"},
 		{"bad start", minimal, map[string]string{"OUTBOX_CDC_SOURCE_START": "yesterday"}, "source.start"},
 		{"no brokers", strings.Replace(minimal, `brokers: ["127.0.0.1:9092"]`, "brokers: []", 1), nil, "sink.brokers"},
-		{"bad type", minimal + "pipeline:\n  max_batch_records: lots\n", nil, "invalid configuration"},
+		{"bad type", minimal + "pipeline:\n  max_batch_records: lots\n", nil, "pipeline.max_batch_records"},
 		{"typo in env", minimal, map[string]string{"OUTBOX_CDC_SOURCE_DNS": "x"}, "OUTBOX_CDC_SOURCE_DSN"},
 		{"bad listen", minimal + "http:\n  listen: nope\n", nil, "http.listen"},
 	}
