@@ -739,3 +739,23 @@ func contains(list []string, s string) bool {
 
 // errTemplate is wrapped by every topic template error.
 var errTemplate = errors.New("invalid topic template")
+
+// PresetHeaders lists the headers route.preset adds to every record, in
+// order, as "header=column" with the column names in effect (route.columns
+// applied). `config print` shows them.
+func (c Config) PresetHeaders() ([]string, error) {
+	p, err := c.preset()
+	if err != nil {
+		return nil, err
+	}
+	cols := c.columnNames(p)
+	out := make([]string, 0, len(p.roleHeaders))
+	for _, h := range p.roleHeaders {
+		col := h.column
+		if h.role != roleNone {
+			col = cols.columnOf(h.role)
+		}
+		out = append(out, h.key+"="+col)
+	}
+	return out, nil
+}
