@@ -117,7 +117,7 @@ type fakeRun struct {
 	done   chan struct{}
 }
 
-func (f *fakeConnectors) Start(name string) {
+func (f *fakeConnectors) Start(name string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &fakeRun{cancel: cancel, done: make(chan struct{})}
 	f.mu.Lock()
@@ -128,19 +128,21 @@ func (f *fakeConnectors) Start(name string) {
 		defer close(r.done)
 		f.run(ctx, name)
 	}()
+	return nil
 }
 
-func (f *fakeConnectors) Stop(name string) {
+func (f *fakeConnectors) Stop(name string) error {
 	f.mu.Lock()
 	r := f.running[name]
 	delete(f.running, name)
 	f.mu.Unlock()
 	if r == nil {
-		return
+		return nil
 	}
 	r.cancel()
 	<-r.done
 	f.out.emit("stopped", name, 0)
+	return nil
 }
 
 func (f *fakeConnectors) run(ctx context.Context, name string) {

@@ -143,13 +143,15 @@ type Connectors interface {
 	// Start begins running the connector and returns without waiting: the
 	// connector takes its HA lock (waiting while another replica still
 	// holds it) and then streams, in goroutines of its own, until Stop.
-	// A connector that halts by itself stays stopped on this replica.
-	Start(name string)
+	// A connector that halts by itself stays stopped on this replica. An
+	// error (unknown name) is logged; the connector stays unstarted.
+	Start(name string) error
 	// Stop stops the connector gracefully (drain, checkpoint, release the
 	// lock) and returns once it has stopped, within
 	// placement.rebalance_timeout. It is called for every name Start was
-	// called for, also when the connector already stopped by itself.
-	Stop(name string)
+	// called for, also when the connector already stopped by itself. An
+	// error is logged.
+	Stop(name string) error
 }
 
 // Run joins the placement group and starts and stops connectors as the
@@ -270,7 +272,9 @@ func (m *member) assigned(_ context.Context, _ *kgo.Client, parts map[string][]i
 			continue
 		}
 		m.log.Info().Str("connector", n).Msg("assigned: starting the connector")
-		m.conns.Start(n)
+		if err := m.conns.Start(n); err != nil {
+			m.log.Error().Err(err).Str("connector", n).Msg("starting the assigned connector")
+		}
 	}
 }
 
@@ -298,7 +302,9 @@ func (m *member) stop(names []string, why string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.conns.Stop(n)
+			if err := m.conns.Stop(n); err != nil {
+				m.log.Error().Err(err).Str("connector", n).Msg("stopping the connector")
+			}
 		}()
 	}
 	wg.Wait()

@@ -61,8 +61,8 @@ func TestTopicNameIsTheSortedList(t *testing.T) {
 
 type nopConnectors struct{}
 
-func (nopConnectors) Start(string) {}
-func (nopConnectors) Stop(string)  {}
+func (nopConnectors) Start(string) error { return nil }
+func (nopConnectors) Stop(string) error  { return nil }
 
 // A placement topic with another partition count than connectors would
 // make partition numbers name the wrong connectors: Run refuses it.
