@@ -199,6 +199,11 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
 			return
 		}
 		n, err := src.Read(buf)
+		// A read that was under way when the proxy froze delivers nothing
+		// (and reports no error to the other side) until the thaw.
+		if !p.waitThawed() {
+			return
+		}
 		if n > 0 && !p.isSilent() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr
