@@ -16,8 +16,16 @@ import (
 // dumpWriteTimeout). A new instance of the same connector (the HA standby
 // that took over, same server_id) must stream within seconds all the same,
 // and the frozen instance's dump thread must be gone.
+// With TakeOver (HA) the old dump is ended at once, without it once it has
+// been stuck in a write for dumpStuckAfter.
 func TestTakeoverFromFrozenDump(t *testing.T) {
 	t.Parallel()
+	for _, takeOver := range []bool{true, false} {
+		t.Run(fmt.Sprintf("take_over=%v", takeOver), func(t *testing.T) { testTakeoverFromFrozenDump(t, takeOver) })
+	}
+}
+
+func testTakeoverFromFrozenDump(t *testing.T, takeOver bool) {
 	// A server of its own: the 30 MiB written below stay out of the other
 	// tests' binlog, and no other test's writes help or hinder the freeze.
 	f := newFixtureOn(t, testenv.PrivateMariaDB(t, testenv.MariaDBOptions{RowMetadata: "FULL", Instance: "takeover"}))
@@ -51,7 +59,7 @@ func TestTakeoverFromFrozenDump(t *testing.T) {
 	}
 
 	started := time.Now()
-	next := f.start(f.config(func(c *Config) { c.ServerID = id }), seedColumns, "")
+	next := f.start(f.config(func(c *Config) { c.ServerID = id; c.TakeOver = takeOver }), seedColumns, "")
 	next.waitReady()
 	f.insertTx("after")
 	expectIDs(t, next.next(), "after")
