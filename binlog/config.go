@@ -54,6 +54,11 @@ type Config struct {
 	Reconnect BackoffConfig `yaml:"reconnect"`
 	// TLS secures every connection to the server (see tls.go).
 	TLS TLSConfig `yaml:"tls"`
+	// TakeOver says this instance is entitled to the connector's binlog
+	// stream (it holds the HA lock, so any other instance is fenced): a
+	// previous binlog dump with the same server_id is ended at once (see
+	// dumplock.go). cmd/ sets it when ha.enabled; it has no YAML key.
+	TakeOver bool `yaml:"-"`
 }
 
 // BackoffConfig is a capped exponential backoff: the first wait is Min, each

@@ -32,7 +32,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
@@ -288,9 +287,9 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		UseDecimal:          false,
 		HeartbeatPeriod:     s.cfg.HeartbeatPeriod,
 		Dialer:              dial.DialContext,
-		Option:              dumpSession,
-		DisableRetrySync:    true, // one retry layer: ours
-		DiscardGTIDSet:      true, // positions are tracked here, once per transaction
+		Option:              s.dumpSession, // dumplock.go
+		DisableRetrySync:    true,          // one retry layer: ours
+		DiscardGTIDSet:      true,          // positions are tracked here, once per transaction
 		EventCacheCount:     1024,
 		Logger:              replicationLogger(s.baseLog),
 		RowsEventDecodeFunc: decoder.decode, // outbox rows only (decode.go)
@@ -354,14 +353,6 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 			return streamed, err
 		}
 	}
-}
-
-// dumpSession prepares the binlog dump connection before it registers as a
-// replica: the server keeps the session while the connector does not read
-// for up to dumpWriteTimeout (a stalled sink), instead of its default 60 s.
-func dumpSession(c *client.Conn) error {
-	_, err := c.Execute("SET @@SESSION.net_write_timeout = " + strconv.Itoa(int(dumpWriteTimeout/time.Second)))
-	return err
 }
 
 func (s *Source) hostPort() (string, uint16) {

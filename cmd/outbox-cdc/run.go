@@ -167,7 +167,12 @@ func build(ctx context.Context, cfg Config, opts runOptions, role *haState, log 
 	var kind string
 	switch cfg.Source.Type {
 	case "mysql":
-		s, err := binlog.New(cfg.Source.MySQL, cfg.Name, cols, log, srcMetrics)
+		mc := cfg.Source.MySQL
+		// Under HA this instance streams only while it holds the lock, so a
+		// previous binlog dump of this connector belongs to a fenced
+		// instance and is ended at once (binlog/dumplock.go).
+		mc.TakeOver = cfg.HA.Enabled
+		s, err := binlog.New(mc, cfg.Name, cols, log, srcMetrics)
 		if err != nil {
 			return nil, err
 		}
