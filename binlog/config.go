@@ -64,7 +64,10 @@ type Config struct {
 // BackoffConfig is a capped exponential backoff: the first wait is Min, each
 // further one doubles, up to Max.
 type BackoffConfig struct {
+	// Min is the wait before the first reconnection attempt; it doubles
+	// with each failed attempt.
 	Min time.Duration `yaml:"min"`
+	// Max caps the wait between reconnection attempts.
 	Max time.Duration `yaml:"max"`
 }
 

@@ -80,6 +80,7 @@ type Config struct {
 
 // CleanupConfig is lifecycle.cleanup.
 type CleanupConfig struct {
+	// Enabled turns the periodic deletion (or archiving) of delivered rows on.
 	Enabled bool `yaml:"enabled"`
 	// Retention: rows whose CreatedColumn is older than this are removed.
 	Retention time.Duration `yaml:"retention"`

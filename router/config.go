@@ -211,11 +211,21 @@ const (
 
 // ColumnNames names the outbox table column that plays each role.
 type ColumnNames struct {
-	MessageID     string `yaml:"message_id"`
+	// MessageID names the column of the event's unique id (the id header);
+	// empty: the preset's (message_id, or id for debezium).
+	MessageID string `yaml:"message_id"`
+	// AggregateType names the column that routes the record
+	// ({aggregate_type} in route.topic); empty: the preset's.
 	AggregateType string `yaml:"aggregate_type"`
-	AggregateID   string `yaml:"aggregate_id"`
-	EventType     string `yaml:"event_type"`
-	Payload       string `yaml:"payload"`
+	// AggregateID names the column whose value is the record key; empty:
+	// the preset's.
+	AggregateID string `yaml:"aggregate_id"`
+	// EventType names the column of the event type ({event_type}); empty:
+	// the preset's.
+	EventType string `yaml:"event_type"`
+	// Payload names the column whose bytes are the record value; empty:
+	// the preset's (payload).
+	Payload string `yaml:"payload"`
 	// Timestamp, when set, names the column whose value is the record
 	// timestamp (Debezium's table.field.event.timestamp): a DATETIME or
 	// TIMESTAMP column; a NULL value falls back to the commit time.
@@ -729,3 +739,23 @@ func contains(list []string, s string) bool {
 
 // errTemplate is wrapped by every topic template error.
 var errTemplate = errors.New("invalid topic template")
+
+// PresetHeaders lists the headers route.preset adds to every record, in
+// order, as "header=column" with the column names in effect (route.columns
+// applied). `config print` shows them.
+func (c Config) PresetHeaders() ([]string, error) {
+	p, err := c.preset()
+	if err != nil {
+		return nil, err
+	}
+	cols := c.columnNames(p)
+	out := make([]string, 0, len(p.roleHeaders))
+	for _, h := range p.roleHeaders {
+		col := h.column
+		if h.role != roleNone {
+			col = cols.columnOf(h.role)
+		}
+		out = append(out, h.key+"="+col)
+	}
+	return out, nil
+}

@@ -20,6 +20,7 @@ import (
 // TLSConfig is sink.tls: TLS to the brokers (Kafka's security.protocol SSL,
 // or SASL_SSL with sink.sasl).
 type TLSConfig struct {
+	// Enabled turns TLS to the brokers on.
 	Enabled       bool `yaml:"enabled"`
 	tlsconf.Files `yaml:",inline"`
 	// InsecureSkipVerify accepts any broker certificate: encryption without
@@ -39,7 +40,8 @@ type SASLConfig struct {
 	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty turns SASL
 	// off.
 	Mechanism string `yaml:"mechanism"`
-	Username  string `yaml:"username"`
+	// Username is the SASL user name.
+	Username string `yaml:"username"`
 	// Password: prefer password_file (OUTBOX_CDC_SINK_SASL_PASSWORD_FILE).
 	Password string `yaml:"password"`
 	// AllowPlaintext lets PLAIN send the password over a connection without

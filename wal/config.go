@@ -110,6 +110,8 @@ type Config struct {
 // moves and the slot's confirmed position can follow it even when the
 // outbox is idle (see the idle advance in Source).
 type HeartbeatConfig struct {
+	// Interval between pg_logical_emit_message heartbeats, which let the
+	// slot advance while the outbox is idle; 0 turns them off.
 	Interval time.Duration `yaml:"interval"`
 }
 
@@ -118,12 +120,17 @@ type HeartbeatConfig struct {
 // transaction become events of that transaction. See DecodeMessage for the
 // JSON format.
 type MessagesConfig struct {
+	// Prefix of the transactional pg_logical_emit_message messages that
+	// are events (a table-less outbox); empty reads none.
 	Prefix string `yaml:"prefix"`
 }
 
 // BackoffConfig is a capped exponential backoff.
 type BackoffConfig struct {
+	// Min is the wait before the first reconnection attempt; it doubles
+	// with each failed attempt.
 	Min time.Duration `yaml:"min"`
+	// Max caps the wait between reconnection attempts.
 	Max time.Duration `yaml:"max"`
 }
 
