@@ -14,7 +14,7 @@ import (
 
 func TestGlobMatch(t *testing.T) {
 	for _, tc := range []struct {
-		pat, name string
+		pat, name  string
 		fold, want bool
 	}{
 		{"tenant_%", "tenant_1", false, true},
