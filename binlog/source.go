@@ -56,14 +56,15 @@ type Source struct {
 	baseLog  zerolog.Logger // as passed to New, for the drivers' components
 	m        *outboxcdc.SourceMetrics
 
-	db, table       string // from the DSN and Config.Table, as configured (match.go)
-	qualifiedTable  string // "db.table", for messages
+	db, table       string         // from the DSN and Config.Table, as configured (match.go)
+	qualifiedTable  string         // "db.table", for messages
+	pats            []tablePattern // Config.Tables parsed; nil: the one table (tables.go)
 	running         atomic.Bool
-	connID          atomic.Uint32 // the binlog dump connection's id, 0 when none
-	prevDump        dumpConn      // the last dump connection; Run's goroutine only
-	plan            *txPlan       // see txn.go; Run's goroutine only
-	proven          *provenSchema // the last proven column list (schema.go); Run's goroutine only
-	schemaLoads     atomic.Int64  // column lists read and proven (schema.go)
+	connID          atomic.Uint32              // the binlog dump connection's id, 0 when none
+	prevDump        dumpConn                   // the last dump connection; Run's goroutine only
+	plan            *txPlan                    // see txn.go; Run's goroutine only
+	proven          map[tableKey]*provenSchema // the last proven column list per table (schema.go); Run's goroutine only
+	schemaLoads     atomic.Int64               // column lists read and proven (schema.go)
 	mu              sync.Mutex
 	notReady        error // nil while streaming
 	lastAck         atomic.Pointer[outboxcdc.Position]
@@ -127,6 +128,12 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		qualifiedTable:  dc.DBName + "." + cfg.Table,
 		notReady:        errors.New("binlog source not started"),
 		emptyTxInterval: emptyTxInterval,
+	}
+	if len(cfg.Tables) > 0 {
+		if s.pats, err = parseTables(cfg.Tables, dc.DBName); err != nil {
+			return nil, fmt.Errorf("mysql source config: %w", err)
+		}
+		s.qualifiedTable = s.patternsText()
 	}
 	return s, nil
 }
@@ -265,7 +272,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	}
 	s.killPreviousDump(ctx, db, boot)
 
-	match := info.table.matcher()
+	match := info.match
 	decoder := &rowDecoder{match: match}
 	// The dump connection's reads time out after read_timeout of silence
 	// from the server, counted only while waiting for it (netconn.go).

@@ -322,6 +322,9 @@ func (c Config) Validate() error {
 	if err := c.Route.Validate(); err != nil {
 		return wrap("route", err)
 	}
+	if err := c.validateTables(); err != nil {
+		return err
+	}
 	if err := c.validateSink(); err != nil {
 		return err
 	}
@@ -367,4 +370,34 @@ func (c Config) Validate() error {
 
 func (c Config) String() string {
 	return fmt.Sprintf("source=%s sink=%s checkpoint=%s", c.Source.Type, c.Sink.Type, c.Checkpoint.Type)
+}
+
+// sourceTables is source.tables of the chosen source type.
+func (c Config) sourceTables() []string {
+	switch c.Source.Type {
+	case "mysql":
+		return c.Source.MySQL.Tables
+	case "postgres":
+		return c.Source.Postgres.Tables
+	}
+	return nil
+}
+
+// validateTables refuses what works on one outbox table only when
+// source.tables names several.
+func (c Config) validateTables() error {
+	if len(c.sourceTables()) == 0 {
+		if len(c.Route.Tables) > 0 {
+			return configErrorf("route.tables: per-table routes need source.tables")
+		}
+		return nil
+	}
+	if c.Route.NeedsTable() {
+		return configErrorf("route.converters: with source.tables the converters cannot read one outbox table's column types; " +
+			"give every converted column's type in route.converters.column_types")
+	}
+	if c.Lifecycle.Enabled() {
+		return configErrorf("lifecycle: marks and cleans up one outbox table; it cannot be used with source.tables")
+	}
+	return nil
 }

@@ -165,6 +165,16 @@ func checkKeys(n *yaml.Node, prefix string, keys keySet) error {
 				return err
 			}
 		}
+		if t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Struct && v.Kind == yaml.MappingNode {
+			// route.tables: every entry's keys are the element struct's.
+			sub := keySet{}
+			keysOf(t.Elem(), "", sub)
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				if err := checkKeys(v.Content[j+1], "", sub); err != nil {
+					return configErrorf("%s[%q]: %v", path, v.Content[j].Value, err)
+				}
+			}
+		}
 	}
 	return nil
 }
