@@ -186,10 +186,10 @@ func TestKafkaDeliversRecordsToJavaPartition(t *testing.T) {
 		t.Fatalf("null-key record: %+v", nullKey)
 	}
 
-	if v := value(k.m.records); v != float64(len(recs)) {
+	if v := value(k.m.Records); v != float64(len(recs)) {
 		t.Errorf("records_total = %v", v)
 	}
-	if v := value(k.m.connected); v != 1 {
+	if v := value(k.m.Connected); v != 1 {
 		t.Errorf("connected = %v", v)
 	}
 	mfs, err := reg.Gather()
@@ -209,7 +209,7 @@ func TestKafkaDeliversRecordsToJavaPartition(t *testing.T) {
 			t.Errorf("metric %s not registered", n)
 		}
 	}
-	if v := value(k.m.bytes); v <= 0 {
+	if v := value(k.m.Bytes); v <= 0 {
 		t.Errorf("bytes_total = %v", v)
 	}
 }
@@ -318,7 +318,7 @@ func TestKafkaRetriesFailingPartition(t *testing.T) {
 	if err := k.Write(context.Background(), recs); err != nil {
 		t.Fatal(err)
 	}
-	if v := value(k.m.retryable); v == 0 {
+	if v := value(k.m.Retryable); v == 0 {
 		t.Fatal("no retryable error counted: the fault did not fire")
 	}
 	got := consumeDistinct(t, addrs, topic, total+1)
@@ -377,7 +377,7 @@ func TestKafkaBrokerDownThenBack(t *testing.T) {
 	if k.Ready() == nil {
 		t.Error("Ready() is nil while the broker is down")
 	}
-	if v := value(k.m.connected); v != 0 {
+	if v := value(k.m.Connected); v != 0 {
 		t.Errorf("connected = %v while down", v)
 	}
 	_, addrs2 := testenv.Kafka(t, kfake.Ports(port(t, addrs[0])), kfake.SeedTopics(3, topic))
@@ -496,7 +496,7 @@ func TestKafkaRecordTooLargeForBroker(t *testing.T) {
 	if !strings.Contains(err.Error(), "code 10") || !strings.Contains(err.Error(), `topic "t" partition`) {
 		t.Errorf("message: %v", err)
 	}
-	if v := value(k.m.permanent); v != 1 {
+	if v := value(k.m.Permanent); v != 1 {
 		t.Errorf("permanent errors = %v", v)
 	}
 	// The sink stays usable.
