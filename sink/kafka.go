@@ -13,6 +13,7 @@ import (
 
 	"github.com/IBM/sarama"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -165,10 +166,11 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		todo[i] = p
 	}
 
+	b := retry.New(k.cfg.retryPolicy())
 	var lastErr error
 	var lastWarn time.Time
 	for n := 1; ; n++ {
-		retry, failErr, err := k.attempt(ctx, todo)
+		again, failErr, err := k.attempt(ctx, todo)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 				if lastErr != nil {
@@ -182,7 +184,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		if k.blocked.any() {
 			k.unblock(todo)
 		}
-		if retry == nil {
+		if again == nil {
 			k.m.Records.Add(float64(len(records)))
 			k.m.Bytes.Add(bytes)
 			k.m.WriteSeconds.Observe(time.Since(start).Seconds())
@@ -194,10 +196,10 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 			return nil
 		}
 		lastErr = failErr
-		if err := k.checkBlocked(retry); err != nil {
+		if err := k.checkBlocked(again); err != nil {
 			return err
 		}
-		wait := backoff(k.cfg.RetryBackoffMin, k.cfg.RetryBackoffMax, n-1)
+		wait := b.Next()
 		// One warning when a Write starts failing, then one per
 		// retryLogInterval while it keeps failing; every attempt at debug.
 		ev := k.log.Debug()
@@ -205,10 +207,10 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 			lastWarn = time.Now()
 			ev = k.log.Warn()
 		}
-		ev.Err(failErr).Int("attempt", n).Int("resend", len(retry)).Int("records", len(records)).
+		ev.Err(failErr).Int("attempt", n).Int("resend", len(again)).Int("records", len(records)).
 			Dur("failing_for", time.Since(start).Round(time.Millisecond)).Dur("backoff", wait).
 			Msg("kafka write failed, retrying; nothing is checkpointed until it succeeds")
-		todo = retry
+		todo = again
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/IBM/sarama"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -637,11 +638,16 @@ func value(m prometheus.Metric) float64 {
 	return d.Gauge.GetValue()
 }
 
-func TestBackoff(t *testing.T) {
-	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
-	for i, w := range want {
-		if got := backoff(100, 1000, i); got != w {
-			t.Errorf("backoff(%d) = %v, want %v", i, got, w)
+// The waits between a Write's attempts double from retry_backoff_min to
+// retry_backoff_max, each within ±20%.
+func TestRetryPolicy(t *testing.T) {
+	cfg := DefaultKafkaConfig()
+	cfg.RetryBackoffMin, cfg.RetryBackoffMax = 100*time.Millisecond, time.Second
+	b := retry.New(cfg.retryPolicy())
+	for i, w := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
+		w *= time.Millisecond
+		if got := b.Next(); got < w*8/10 || got > w*12/10 {
+			t.Errorf("wait %d = %v, want %v ±20%%", i, got, w)
 		}
 	}
 }

@@ -64,6 +64,29 @@ func (s *kafkaSink) Ready() error {
 	return s.health.Ready()
 }
 
+// untilClosed returns ctx, cancelled also when the sink is closed.
+func (s *kafkaSink) untilClosed(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// isClosed reports whether Close was called.
+func (s *kafkaSink) isClosed() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // reached records that a broker answered.
 func (s *kafkaSink) reached() {
 	s.lastOK.Store(time.Now().UnixNano())

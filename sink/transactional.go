@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // TxnConfig is the exactly-once part of the sink section (sink.* keys, used
@@ -250,30 +251,33 @@ func (t *Transactional) saramaConfig() (*sarama.Config, error) {
 func (t *Transactional) Load(ctx context.Context) (outboxcdc.Position, error) {
 	t.writing.Lock()
 	defer t.writing.Unlock()
-	for n := 1; ; n++ {
-		pos, err := t.load(ctx)
-		if err == nil {
-			if pos.IsZero() {
-				t.log.Info().Str("progress_topic", t.tcfg.ProgressTopic).Msg("no committed progress yet; the source starts where source.start says")
-			} else {
-				t.log.Info().Str("position", string(pos)).Str("progress_topic", t.tcfg.ProgressTopic).Msg("committed progress loaded")
-			}
-			return pos, nil
-		}
-		if IsFenced(err) || errors.Is(err, ErrProgressUntrusted) || errors.Is(err, outboxcdc.ErrForeignPosition) ||
-			errors.Is(err, errProgressLayout) || errors.Is(err, errClosed) || ctx.Err() != nil {
-			if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-				return "", fmt.Errorf("%w (last failure: %v)", ctx.Err(), err)
-			}
-			return "", err
+	ctx, cancel := t.untilClosed(ctx)
+	defer cancel()
+	var pos outboxcdc.Position
+	err := retry.Do(ctx, t.cfg.retryPolicy(), func(ctx context.Context) error {
+		var err error
+		pos, err = t.load(ctx)
+		if err == nil || ctx.Err() != nil || IsFenced(err) || errors.Is(err, ErrProgressUntrusted) ||
+			errors.Is(err, outboxcdc.ErrForeignPosition) || errors.Is(err, errProgressLayout) || errors.Is(err, errClosed) {
+			return err
 		}
 		t.failed(err)
-		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
-		t.log.Warn().Err(err).Int("attempt", n).Dur("backoff", wait).Msg("cannot start the transactional producer or read progress; retrying")
-		if err := t.sleep(ctx, wait); err != nil {
-			return "", err
+		return outboxcdc.Transient(err)
+	}, func(err error, wait time.Duration) {
+		t.log.Warn().Err(err).Dur("backoff", wait).Msg("cannot start the transactional producer or read progress; retrying")
+	})
+	if err != nil {
+		if t.isClosed() {
+			return "", closedError()
 		}
+		return "", err
 	}
+	if pos.IsZero() {
+		t.log.Info().Str("progress_topic", t.tcfg.ProgressTopic).Msg("no committed progress yet; the source starts where source.start says")
+	} else {
+		t.log.Info().Str("position", string(pos)).Str("progress_topic", t.tcfg.ProgressTopic).Msg("committed progress loaded")
+	}
+	return pos, nil
 }
 
 func (t *Transactional) load(ctx context.Context) (outboxcdc.Position, error) {
@@ -383,6 +387,7 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 	if t.open != nil {
 		return t.continueOpen(ctx, msgs, records, end, commit)
 	}
+	b := retry.New(t.cfg.retryPolicy())
 	var lastErr error
 	for n := 1; ; n++ {
 		err := t.attempt(ctx, msgs, records, end, commit)
@@ -412,7 +417,7 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 		t.tm.aborts.Inc()
 		t.m.Retryable.Add(float64(len(records)))
 		t.failed(err)
-		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
+		wait := b.Next()
 		t.log.Warn().Err(err).Int("attempt", n).Int("records", len(records)).Dur("backoff", wait).
 			Msg("kafka transaction aborted, sending the whole batch again")
 		if err := t.sleep(ctx, wait); err != nil {
@@ -837,7 +842,8 @@ func (t *Transactional) checkBlocked(failures []*txnFailure) error {
 // budget) and then returns a permanent *Error naming its records, leaving
 // an open transaction open. Topics already known cost a map lookup.
 func (t *Transactional) precheckTopics(ctx context.Context, p *producer, msgs []txnMsg, deadline time.Time, records, earlier int, end outboxcdc.Position) error {
-	for n := 1; ; n++ {
+	b := retry.New(t.cfg.retryPolicy())
+	for {
 		var failures []*txnFailure
 		bad := map[string]error{}
 		for i := range msgs {
@@ -860,7 +866,7 @@ func (t *Transactional) precheckTopics(ctx context.Context, p *producer, msgs []
 		if err := t.checkBlocked(failures); err != nil {
 			return err
 		}
-		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
+		wait := b.Next()
 		if !deadline.IsZero() && time.Until(deadline) < wait {
 			return t.overBudget(p, records, earlier, end)
 		}
