@@ -87,7 +87,10 @@ func (e *FencedError) Error() string {
 		e.TransactionalID, e.Err)
 }
 
-func (e *FencedError) Unwrap() error { return e.Err }
+// Unwrap returns the cause marked permanent: this instance must stop.
+func (e *FencedError) Unwrap() error {
+	return outboxcdc.Permanent(e.Err, "another instance with this transactional id took over; this one exits")
+}
 
 // IsFenced reports whether err is or wraps a *FencedError.
 func IsFenced(err error) bool {
