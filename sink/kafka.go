@@ -57,9 +57,6 @@ import (
 type Kafka struct {
 	*kafkaSink
 	mem byteSem
-
-	probing   atomic.Bool // a probe's request is pending
-	probeDone chan struct{}
 }
 
 // NewKafka validates cfg and returns a Kafka sink. It does not wait for the
@@ -70,7 +67,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	k := &Kafka{mem: byteSem{limit: cfg.MaxInFlightBytes}, probeDone: make(chan struct{})}
+	k := &Kafka{mem: byteSem{limit: cfg.MaxInFlightBytes}}
 	log = log.With().Str("component", "sink").Str("sink", "kafka").Logger()
 	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig, k.answer)
 	k.producers.onStart = func(*producer) {
@@ -80,7 +77,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	k.log.Info().Strs("brokers", cfg.Brokers).Str("client_id", cfg.ClientID).
 		Str("compression", cfg.Compression).Dur("linger", cfg.Linger).
 		Msg("kafka sink starting (idempotent producer, acks=all, Java murmur2 partitioning)")
-	go k.probeLoop()
+	go k.probeLoop(true)
 	return k, nil
 }
 
@@ -480,91 +477,4 @@ func (k *Kafka) Close() error {
 	k.closeProducers(deadline)
 	k.log.Info().Msg("kafka sink closed")
 	return nil
-}
-
-// probeLoop keeps Ready current while no Write proves the connection: it
-// starts the producer early (so the first Write does not wait for it) and,
-// when no broker answered for ready_interval, asks one.
-func (k *Kafka) probeLoop() {
-	defer close(k.probeDone)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-k.stop
-		cancel()
-	}()
-	t := time.NewTicker(k.cfg.ReadyInterval)
-	defer t.Stop()
-	for {
-		k.probe(ctx)
-		select {
-		case <-k.stop:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (k *Kafka) probe(ctx context.Context) {
-	iv := k.cfg.ReadyInterval.Nanoseconds()
-	now := time.Now().UnixNano()
-	if now-k.lastOK.Load() < iv {
-		return
-	}
-	c, err := k.producers.get(ctx)
-	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, errClosed) {
-			k.failed(err)
-		}
-		return
-	}
-	if time.Now().UnixNano()-k.lastOK.Load() < iv {
-		return // just connected
-	}
-	// sarama tries every known address in turn, each with its read
-	// deadline: a silent broker would take a multiple of it to fail. The
-	// probe waits one deadline, then reports the brokers silent; the
-	// request goes on in the background (one at a time).
-	if !k.probing.CompareAndSwap(false, true) {
-		k.failed(fmt.Errorf("no answer from the brokers for more than %s (a metadata request is still pending)", k.cfg.stallAfter()))
-		return
-	}
-	res := make(chan error, 1)
-	go func() {
-		defer k.probing.Store(false)
-		topics, err := c.client.Topics()
-		if err == nil {
-			if len(topics) > 0 {
-				err = c.client.RefreshMetadata(topics...)
-			} else if b := c.client.LeastLoadedBroker(); b == nil {
-				err = sarama.ErrOutOfBrokers
-			} else {
-				_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
-			}
-		}
-		res <- err
-	}()
-	t := time.NewTimer(k.cfg.stallAfter())
-	select {
-	case err = <-res:
-		t.Stop()
-	case <-t.C:
-		err = fmt.Errorf("no answer from the brokers within %s (produce_timeout + 10s): the network path may be cut", k.cfg.stallAfter())
-	case <-ctx.Done():
-		t.Stop()
-		return
-	}
-	if ctx.Err() != nil {
-		return
-	}
-	switch {
-	case !k.producers.current(c):
-		// Retired meanwhile; the Write that retired it reports.
-	case err != nil:
-		k.failed(err)
-	case time.Now().UnixNano()-k.lastFail.Load() >= iv:
-		// Do not mark ready while Writes keep failing even though the
-		// cluster answers metadata (e.g. NOT_ENOUGH_REPLICAS).
-		k.reached()
-	}
 }

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,9 @@ type kafkaSink struct {
 	producers *producers
 	stop      chan struct{} // closed by Close
 
+	probing   atomic.Bool   // a probe's request is pending
+	probeDone chan struct{} // closed when probeLoop returns
+
 	*health
 	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
 	lastFail atomic.Int64 // unix nanos of the last failed attempt
@@ -49,6 +53,7 @@ func newKafkaSink(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer
 		blocked:    newBlockedTopics(cfg.UnwritableTopicTimeout, reg),
 		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
+		probeDone:  make(chan struct{}),
 	}
 	s.health = newHealth(errors.New(notYet), s.m.Connected, log, upMsg)
 	s.producers = &producers{brokers: cfg.Brokers, config: start, onAnswer: onAnswer, stop: s.stop}
@@ -259,6 +264,13 @@ func (ps *producers) shut() bool {
 	return !was
 }
 
+// hasCurrent reports whether a producer is up.
+func (ps *producers) hasCurrent() bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.cur != nil
+}
+
 // current reports whether p is the current producer.
 func (ps *producers) current(p *producer) bool {
 	ps.mu.Lock()
@@ -339,3 +351,96 @@ type byteRef struct{ b []byte }
 
 func (r *byteRef) Encode() ([]byte, error) { return r.b, nil }
 func (r *byteRef) Length() int             { return len(r.b) }
+
+// probeLoop keeps Ready current while no Write proves the connection: when
+// no broker answered for ready_interval, it asks one. With start it also
+// starts the producer early (so the first Write does not wait for it);
+// without (the transactional sink, whose producer start fences other
+// instances and is Load's to do) it asks through the current producer
+// only.
+func (k *kafkaSink) probeLoop(start bool) {
+	defer close(k.probeDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-k.stop
+		cancel()
+	}()
+	t := time.NewTicker(k.cfg.ReadyInterval)
+	defer t.Stop()
+	for {
+		k.probe(ctx, start)
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (k *kafkaSink) probe(ctx context.Context, start bool) {
+	iv := k.cfg.ReadyInterval.Nanoseconds()
+	now := time.Now().UnixNano()
+	if now-k.lastOK.Load() < iv {
+		return
+	}
+	if !start && !k.producers.hasCurrent() {
+		return
+	}
+	c, err := k.producers.get(ctx)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, errClosed) {
+			k.failed(err)
+		}
+		return
+	}
+	if time.Now().UnixNano()-k.lastOK.Load() < iv {
+		return // just connected
+	}
+	// sarama tries every known address in turn, each with its read
+	// deadline: a silent broker would take a multiple of it to fail. The
+	// probe waits one deadline, then reports the brokers silent; the
+	// request goes on in the background (one at a time).
+	if !k.probing.CompareAndSwap(false, true) {
+		k.failed(fmt.Errorf("no answer from the brokers for more than %s (a metadata request is still pending)", k.cfg.stallAfter()))
+		return
+	}
+	res := make(chan error, 1)
+	go func() {
+		defer k.probing.Store(false)
+		topics, err := c.client.Topics()
+		if err == nil {
+			if len(topics) > 0 {
+				err = c.client.RefreshMetadata(topics...)
+			} else if b := c.client.LeastLoadedBroker(); b == nil {
+				err = sarama.ErrOutOfBrokers
+			} else {
+				_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
+			}
+		}
+		res <- err
+	}()
+	t := time.NewTimer(k.cfg.stallAfter())
+	select {
+	case err = <-res:
+		t.Stop()
+	case <-t.C:
+		err = fmt.Errorf("no answer from the brokers within %s (produce_timeout + 10s): the network path may be cut", k.cfg.stallAfter())
+	case <-ctx.Done():
+		t.Stop()
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	switch {
+	case !k.producers.current(c):
+		// Retired meanwhile; the Write that retired it reports.
+	case err != nil:
+		k.failed(err)
+	case time.Now().UnixNano()-k.lastFail.Load() >= iv:
+		// Do not mark ready while Writes keep failing even though the
+		// cluster answers metadata (e.g. NOT_ENOUGH_REPLICAS).
+		k.reached()
+	}
+}

@@ -221,6 +221,7 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 		t.reached()
 		t.log.Info().Msg("transactional producer initialised (older producers with this transactional id are fenced)")
 	}
+	go t.probeLoop(false)
 	return t, nil
 }
 
@@ -993,6 +994,8 @@ func (t *Transactional) Close() error {
 		return nil
 	}
 	close(t.stop)
+	// The probe may be inside a metadata request; it ends by itself.
+	waitUntil(t.probeDone, time.Now().Add(closeWait))
 	done := make(chan struct{})
 	go func() {
 		t.writing.Lock()
