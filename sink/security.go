@@ -1,8 +1,6 @@
 package sink
 
 import (
-	"crypto/sha256"
-	"crypto/sha512"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -126,10 +124,10 @@ func (c *KafkaConfig) applySecurity(s *sarama.Config) error {
 		n.Mechanism = sarama.SASLTypePlaintext
 	case SASLSCRAMSHA256:
 		n.Mechanism = sarama.SASLTypeSCRAMSHA256
-		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha256.New) }
+		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{} }
 	case SASLSCRAMSHA512:
 		n.Mechanism = sarama.SASLTypeSCRAMSHA512
-		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha512.New) }
+		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{sha512: true} }
 	default:
 		return fmt.Errorf("sink.sasl.mechanism: %q is not supported", c.SASL.Mechanism)
 	}
