@@ -191,7 +191,7 @@ func srcMetric(t *testing.T, c *connector, name string) float64 {
 	if err != nil {
 		t.Fatalf("metrics: %v", err)
 	}
-	if m := re.FindStringSubmatch(resp); m != nil {
+	if m := re.FindStringSubmatch(withoutConnectorLabel(resp)); m != nil {
 		fmt.Sscan(m[1], &v)
 	}
 	return v
