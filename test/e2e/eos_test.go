@@ -297,7 +297,7 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 			t.Fatalf("the standby started streaming:\n%s", s.log.String())
 		}
 		a.kill()
-		took := s.waitStreaming(15*time.Second)
+		took := s.waitStreaming(15 * time.Second)
 		t.Logf("%s: standby took over %s after the active one was killed", b.kind, took)
 		time.Sleep(time.Second)
 		want := w.finish()
@@ -328,7 +328,7 @@ func TestFencedZombie(t *testing.T) {
 
 		old.cmd.Process.Signal(syscall.SIGSTOP)
 		killSessions(t, b, name)
-		took := standby.waitStreaming(20*time.Second)
+		took := standby.waitStreaming(20 * time.Second)
 		t.Logf("%s: standby active %s after the paused instance lost its sessions", b.kind, took)
 		time.Sleep(500 * time.Millisecond)
 		old.cmd.Process.Signal(syscall.SIGCONT)
@@ -373,7 +373,7 @@ func TestFencedWithoutLock(t *testing.T) {
 			!strings.Contains(log, "took over") {
 			t.Fatalf("no fencing message:\n%s", log)
 		}
-		second.waitStreaming(20*time.Second)
+		second.waitStreaming(20 * time.Second)
 		time.Sleep(500 * time.Millisecond)
 		want := w.finish()
 		got := cons.waitFor(t, len(want), 30*time.Second)
