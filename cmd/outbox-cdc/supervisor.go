@@ -210,8 +210,11 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			continue
 		default:
 			s.setState(m, stateHalted, err)
+			single := len(s.order) == 1
 			s.mu.Unlock()
-			log.Error().Err(err).Msg("connector halted; the others keep running (restart it with POST /connectors/" + m.cfg.Name + "/restart once the cause is fixed)")
+			if !single {
+				log.Error().Err(err).Msg("connector halted; the others keep running (restart it with POST /connectors/" + m.cfg.Name + "/restart once the cause is fixed)")
+			}
 			return
 		}
 	}
