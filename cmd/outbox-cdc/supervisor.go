@@ -176,6 +176,9 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 		var role *haState
 		s.mu.Lock()
 		m.reg, m.role = reg, nil
+		if m.state != stateStarting {
+			s.setState(m, stateStarting, nil) // after a lost lock: live again
+		}
 		s.mu.Unlock()
 		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg),
 			func(r *haState) {
