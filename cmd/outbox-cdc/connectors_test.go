@@ -101,6 +101,7 @@ func TestLoadProcessConfigListMistakes(t *testing.T) {
 		{"shared checkpoint file", "connectors:\n" + entry("a", "    checkpoint:\n      path: /tmp/x\n") + entry("b", "    checkpoint:\n      path: /tmp/x\n"), nil, `connectors[1] (b): checkpoint.path "/tmp/x" is also connectors[0] (a)'s`},
 		{"shared server_id", "connectors:\n" + entry("a", "") + entry("b", ""), map[string]string{"OUTBOX_CDC_SOURCE_SERVER_ID": "77"}, `source.server_id "77" is also connectors[0] (a)'s`},
 		{"unknown key in an entry", "connectors:\n" + entry("a", "    route:\n      topicz: x\n"), nil, `connectors[0] (a): `},
+		{"unknown key names its line", "connectors:\n" + entry("a", "    route:\n      topicz: x\n"), nil, `line 9: unknown configuration key "route.topicz" (did you mean "route.topic"?)`},
 		{"invalid value names the connector", "connectors:\n" + entry("a", "") + entry("b", "    delivery: sometimes\n"), nil, `connectors[1] (b): delivery: "sometimes"`},
 		{"env matching no connector", "connectors:\n" + entry("a", ""), map[string]string{"OUTBOX_CDC_SOURCE_SLOT": "s"}, "OUTBOX_CDC_SOURCE_SLOT matches no configuration key"},
 	} {
@@ -113,5 +114,79 @@ func TestLoadProcessConfigListMistakes(t *testing.T) {
 				t.Fatalf("%T is not a configuration error", err)
 			}
 		})
+	}
+}
+
+// TestConnectorFlag: with several connectors, check, config print and the
+// position commands need --connector, and say which names there are.
+func TestConnectorFlag(t *testing.T) {
+	dir := t.TempDir()
+	file := strings.ReplaceAll(twoConnectors, "/tmp/billing.checkpoint", dir+"/billing.checkpoint")
+	p := writeFile(t, file)
+	for _, args := range [][]string{
+		{"config", "print", "--config", p},
+		{"check", "--config", p},
+		{"position", "show", "--config", p},
+		{"position", "set", "--config", p, "--to", "0/16B3748"},
+		{"position", "import-debezium", "--config", p, "--offset", "-"},
+	} {
+		var out, errOut strings.Builder
+		if code := run(args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "choose one with --connector NAME") ||
+			!strings.Contains(errOut.String(), "orders, billing") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut.String())
+		}
+		errOut.Reset()
+		if code := run(append(args, "--connector", "shipping"), &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--connector "shipping": no such connector`) {
+			t.Errorf("%v --connector shipping: exit %d, stderr %q", args, code, errOut.String())
+		}
+	}
+
+	var out, errOut strings.Builder
+	if code := run([]string{"config", "print", "--config", p, "--connector", "billing"}, &out, &errOut); code != 0 {
+		t.Fatalf("config print --connector billing: exit %d: %s", code, errOut.String())
+	}
+	if s := out.String(); !strings.Contains(s, "name: billing") || !strings.Contains(s, "type: postgres") || strings.Contains(s, "orders") {
+		t.Fatalf("config print --connector billing:\n%s", s)
+	}
+	out.Reset()
+	if code := run([]string{"position", "show", "--config", p, "--connector", "billing"}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), dir+"/billing.checkpoint") {
+		t.Fatalf("position show --connector billing: exit %d, out %q, err %q", code, out.String(), errOut.String())
+	}
+}
+
+// TestImportDebeziumConnectorNames: --connector picks the outbox-cdc
+// connector and the Debezium offset of the same name; --debezium-connector
+// names another; with a single connector configured, a --connector that is
+// not its name still names the Debezium connector, as before lists.
+func TestImportDebeziumConnectorNames(t *testing.T) {
+	offsets := "../../migrate/testdata/offsets-topic.kcat.txt"
+	dir := t.TempDir()
+	single := writeFile(t, minimal+"checkpoint:\n  path: "+dir+"/single.checkpoint\n")
+	list := writeFile(t, `connectors:
+  - name: orders-outbox
+    source: {type: mysql, dsn: "root:secret@tcp(127.0.0.1:3306)/shop", gtid: "off"}
+    sink: {brokers: ["k1:9092"]}
+    checkpoint: {path: "`+dir+`/orders.checkpoint"}
+  - name: other
+    source: {type: mysql, dsn: "root:secret@tcp(127.0.0.1:3306)/shop", gtid: "off"}
+    sink: {brokers: ["k1:9092"]}
+    checkpoint: {path: "`+dir+`/other.checkpoint"}
+`)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", single, "--connector", "orders-outbox"}, "checkpoint file " + dir + "/single.checkpoint"},
+		{[]string{"--config", list, "--connector", "orders-outbox"}, dir + "/orders.checkpoint"},
+		{[]string{"--config", list, "--connector", "other", "--debezium-connector", "orders-outbox"}, dir + "/other.checkpoint"},
+	} {
+		var out, errOut strings.Builder
+		args := append([]string{"position", "import-debezium", "--offset", offsets, "--dry-run"}, tc.args...)
+		code := run(args, &out, &errOut)
+		if code != 0 || !strings.Contains(out.String(), `Debezium offset of ["orders-outbox",{"server":"orders"}]`) ||
+			!strings.Contains(out.String(), "mysql-bin.000003:1748") || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%v: exit %d\nout: %s\nerr: %s", tc.args, code, out.String(), errOut.String())
+		}
 	}
 }
