@@ -190,10 +190,7 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 		lost := role != nil && role.err() != nil
 		s.mu.Lock()
 		switch {
-		case err == nil || (ctx.Err() != nil && !lost):
-			if err != nil {
-				log.Warn().Err(err).Msg("stopped with an error while stopping")
-			}
+		case err == nil:
 			s.setState(m, stateStopped, nil)
 			s.mu.Unlock()
 			return
@@ -212,10 +209,12 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			}
 			continue
 		default:
+			// Also an error while stopping (the final flush did not finish
+			// within pipeline.shutdown_timeout): the process exits 1.
 			s.setState(m, stateHalted, err)
 			single := len(s.order) == 1
 			s.mu.Unlock()
-			if !single {
+			if !single && ctx.Err() == nil {
 				log.Error().Err(err).Msg("connector halted; the others keep running (restart it with POST /connectors/" + m.cfg.Name + "/restart once the cause is fixed)")
 			}
 			return
