@@ -87,7 +87,10 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		st.file = string(e.NextLogName)
-		st.src.curFile.Store(&st.file)
+		// A copy: st.file changes at the next rotation while the
+		// files-behind watcher reads what was stored.
+		cur := st.file
+		st.src.curFile.Store(&cur)
 		if !st.inTx && !st.pos.IsGTID() {
 			// Not a transaction end, but the next one will be in this file;
 			// keep pos meaningful for logs.
