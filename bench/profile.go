@@ -102,9 +102,12 @@ func runProfile(ctx context.Context, o *options) error {
 	}
 	defer f.Close()
 	runtime.MemProfileRate = 64 << 10
-	// The connector's soft memory limit (cmd/outbox-cdc), so the collector
+	// The connector's soft memory limit and GOGC (cmd/outbox-cdc), so the collector
 	// works as hard here as it does there.
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(100 << 20))
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(200))
+	}
 	// The allocation profile is cumulative and the backlog was loaded by
 	// this process: keep a snapshot from before the drain for pprof -base.
 	runtime.GC()
