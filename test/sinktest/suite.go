@@ -18,13 +18,13 @@ package sinktest
 import (
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
 // Target is one sink under test.
@@ -94,7 +94,7 @@ func testCheck(t *testing.T, target Target) {
 	name := objectName(t)
 	src := newSource(t, "mysql", name)
 	s := target.Prepare(t, Options{})
-	out, err := exec.Command(connectorBinary(t), "check", "--config", config(t, name, src, s, "")).CombinedOutput()
+	out, err := testenv.Command(t, "check", "--config", config(t, name, src, s, "")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out)
 	}
@@ -193,7 +193,7 @@ func testDelivery(t *testing.T, target Target, kind string) {
 	name := objectName(t)
 	src := newSource(t, kind, name)
 	s := target.Prepare(t, Options{})
-	c := startConnector(t, config(t, name, src, s, ""))
+	c := testenv.Start(t, config(t, name, src, s, ""))
 	var want []string
 	for i := 0; i < 40; i++ {
 		rows := make([]Row, 1+i%4)
@@ -227,13 +227,13 @@ func testKillNine(t *testing.T, target Target) {
 	src := newSource(t, "mysql", name)
 	s := target.Prepare(t, Options{})
 	cfg := config(t, name, src, s, "")
-	c := startConnector(t, cfg)
+	c := testenv.Start(t, cfg)
 	w := startWriter(t, src, "k9", 300, 2*time.Millisecond, 0)
 	for i := 0; i < 3; i++ {
 		time.Sleep(time.Duration(150+rand.IntN(200)) * time.Millisecond)
 		c.Kill()
 		time.Sleep(100 * time.Millisecond) // rows committed while it is down
-		c = startConnector(t, cfg)
+		c = testenv.Start(t, cfg)
 	}
 	want := w.wait()
 	got := readAll(t, s, len(want), 60*time.Second)
@@ -250,14 +250,14 @@ func testGracefulStop(t *testing.T, target Target) {
 	src := newSource(t, "mysql", name)
 	s := target.Prepare(t, Options{})
 	cfg := config(t, name, src, s, "")
-	c := startConnector(t, cfg)
+	c := testenv.Start(t, cfg)
 	w := startWriter(t, src, "gs", 250, time.Millisecond, 0)
 	for i := 0; i < 2; i++ {
 		time.Sleep(200 * time.Millisecond)
 		if err := c.Stop(20 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
-		c = startConnector(t, cfg)
+		c = testenv.Start(t, cfg)
 	}
 	want := w.wait()
 	got := readAll(t, s, len(want), 60*time.Second)
@@ -282,7 +282,7 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 	if stalled {
 		pipeline = "  max_batch_bytes: 1048576\n  queue_transactions: 8\n"
 	}
-	c := startConnector(t, config(t, name, src, s, pipeline))
+	c := testenv.Start(t, config(t, name, src, s, pipeline))
 	before := startWriter(t, src, "up", 20, 0, 0).wait()
 	s.Read(t, len(before), 30*time.Second)
 
@@ -308,7 +308,7 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 		case <-time.After(250 * time.Millisecond):
 		}
 		if c.Exited() {
-			t.Fatalf("the connector exited while the broker was down: %v", c.exitErr)
+			t.Fatalf("the connector exited while the broker was down: %v", c.Err())
 		}
 		maxRSS = max(maxRSS, c.RSS())
 	}
@@ -353,7 +353,7 @@ func testTooLarge(t *testing.T, target Target) {
 	name := objectName(t)
 	src := newSource(t, "mysql", name)
 	s := target.Prepare(t, Options{MaxMessageBytes: 8 << 10})
-	c := startConnector(t, config(t, name, src, s, "  on_error: dlq\n"))
+	c := testenv.Start(t, config(t, name, src, s, "  on_error: dlq\n"))
 	src.insertTx(t, []Row{{"tl-1", "ORDER", "A-1", "E", `{"n": 1}`}})
 	big := fmt.Sprintf(`{"pad": %q}`, strings.Repeat("x", 20<<10))
 	src.insertTx(t, []Row{{"tl-2", "ORDER", "A-1", "E", big}, {"tl-3", "ORDER", "A-2", "E", `{"n": 3}`}})
@@ -377,7 +377,7 @@ func testTooLarge(t *testing.T, target Target) {
 	}
 	check(t, rows, []string{"tl-1", "tl-3", "tl-4"}, false)
 	if c.Exited() {
-		t.Fatalf("the connector stopped: %v", c.exitErr)
+		t.Fatalf("the connector stopped: %v", c.Err())
 	}
 	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
