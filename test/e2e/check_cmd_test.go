@@ -19,7 +19,7 @@ import (
 func TestCheckCommand(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.config(t, "e2e-check-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-check-"+b.kind), brokers)
 
 		code, out := testenv.Run(t, 60*time.Second, nil, "check", "--config", cfg)
 		if code != 0 || strings.Contains(out, "FAIL") {

@@ -20,7 +20,7 @@ import (
 func TestDelivery(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		c := testenv.Start(t, b.config(t, "e2e-delivery-"+b.kind, brokers))
+		c := testenv.Start(t, b.config(t, connName(t, "e2e-delivery-"+b.kind), brokers))
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 
 		var want []string
@@ -112,7 +112,7 @@ func (w *writer) wait() []string {
 func TestHardKillLosesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.config(t, "e2e-hardkill-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-hardkill-"+b.kind), brokers)
 		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "hk", 400, 2*time.Millisecond)
@@ -137,7 +137,7 @@ func TestHardKillLosesNothing(t *testing.T) {
 func TestSigtermNoDuplicates(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.config(t, "e2e-sigterm-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-sigterm-"+b.kind), brokers)
 		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "st", 300, time.Millisecond)

@@ -145,7 +145,7 @@ func chaosKills(t *testing.T) int {
 func TestChaosExactlyOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.eosConfig(t, "e2e-chaos-"+b.kind, brokers, false)
+		cfg := b.eosConfig(t, connName(t, "e2e-chaos-"+b.kind), brokers, false)
 		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "cx", time.Millisecond)
@@ -186,7 +186,7 @@ func TestHATakeover(t *testing.T) {
 func testHATakeover(t *testing.T, delivery, checkpoint string) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.modeConfig(t, "e2e-ha-"+b.kind, brokers, true, delivery, checkpoint)
+		cfg := b.modeConfig(t, connName(t, "e2e-ha-"+b.kind), brokers, true, delivery, checkpoint)
 		a := testenv.Launch(t, cfg)
 		s := testenv.Launch(t, cfg)
 		// Exactly one becomes active; the other reports standby.
@@ -233,7 +233,7 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 func TestFencedZombie(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		name := "e2e-zombie-" + b.kind
+		name := connName(t, "e2e-zombie-"+b.kind)
 		cfg := b.eosConfig(t, name, brokers, true)
 		old := testenv.Start(t, cfg)
 		standby := testenv.Launch(t, cfg)
@@ -276,7 +276,7 @@ func TestFencedZombie(t *testing.T) {
 func TestFencedWithoutLock(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.eosConfig(t, "e2e-fence-"+b.kind, brokers, false)
+		cfg := b.eosConfig(t, connName(t, "e2e-fence-"+b.kind), brokers, false)
 		first := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "fn", 2*time.Millisecond)

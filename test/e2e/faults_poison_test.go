@@ -84,7 +84,7 @@ func TestFaultRecordTooLargeHaltThenDLQ(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		{
 			_, brokers := testenv.Kafka(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
-			name := "e2e-toolarge-" + b.kind
+			name := connName(t, "e2e-toolarge-"+b.kind)
 			cfg := b.config(t, name, brokers)
 			big := fmt.Sprintf(`{"pad": %q}`, strings.Repeat("x", 40000))
 			c := testenv.Start(t, cfg)
@@ -151,7 +151,7 @@ func TestFaultBadRowsHaltThenDLQ(t *testing.T) {
 				// A new statement text: the driver's cached one has a json parameter.
 				q = strings.Replace(q, "$5)", "$5::text)", 1)
 			}
-			name := "e2e-badrows-" + b.kind
+			name := connName(t, "e2e-badrows-"+b.kind)
 			cfg := b.config(t, name, brokers)
 			env := []string{"OUTBOX_CDC_ROUTE_PAYLOAD_FORMAT=json", "OUTBOX_CDC_ROUTE_TOMBSTONE_ON_EMPTY_PAYLOAD=true"}
 			c := testenv.Start(t, cfg, env...)

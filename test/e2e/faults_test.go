@@ -108,7 +108,7 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 		down := outage(t)
 		k := newBroker(t)
 		cpPath := filepath.Join(t.TempDir(), "checkpoint")
-		cfg := b.config(t, "e2e-kafkadown-"+b.kind, k.brokers())
+		cfg := b.config(t, connName(t, "e2e-kafkadown-"+b.kind), k.brokers())
 		env := []string{
 			"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath,
 			"OUTBOX_CDC_SINK_RETRY_BACKOFF_MAX=1s",
@@ -204,7 +204,7 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 func TestFaultSigtermWhileKafkaDown(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		k := newBroker(t)
-		cfg := b.config(t, "e2e-sigtermdown-"+b.kind, k.brokers())
+		cfg := b.config(t, connName(t, "e2e-sigtermdown-"+b.kind), k.brokers())
 		env := []string{
 			"OUTBOX_CDC_CHECKPOINT_PATH=" + filepath.Join(t.TempDir(), "checkpoint"),
 			"OUTBOX_CDC_PIPELINE_SHUTDOWN_TIMEOUT=2s",
@@ -265,7 +265,7 @@ func TestFaultCheckpointUnwritable(t *testing.T) {
 			t.Fatal(err)
 		}
 		cpPath := filepath.Join(dir, "checkpoint")
-		cfg := b.config(t, "e2e-cpunwritable-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-cpunwritable-"+b.kind), brokers)
 		env := []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath}
 		c := testenv.Start(t, cfg, env...)
 		first := ids("ok", 1, 5)
@@ -316,7 +316,7 @@ func TestFaultCheckpointDamaged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
 		cpPath := filepath.Join(t.TempDir(), "checkpoint")
-		cfg := b.config(t, "e2e-cpdamaged-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-cpdamaged-"+b.kind), brokers)
 		env := []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath}
 		// A real checkpoint of this source to damage.
 		c := testenv.Start(t, cfg, env...)

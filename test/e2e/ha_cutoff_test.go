@@ -88,7 +88,7 @@ func TestHACutOff(t *testing.T) {
 
 func testHACutOff(t *testing.T, b *backend, how, delivery, checkpoint string) {
 	_, brokers := testenv.Kafka(t)
-	name := "e2e-cut-" + b.kind
+	name := connName(t, "e2e-cut-"+b.kind)
 	var proxy *testenv.Proxy
 	if how == "silence" {
 		proxy = testenv.NewProxy(t, b.serverAddr(t))

@@ -41,7 +41,7 @@ func TestUnwritableTopicHaltThenDLQ(t *testing.T) {
 	for _, policy := range []string{"halt", "dlq"} {
 		t.Run(policy, func(t *testing.T) {
 			mysqlOnly(t, func(t *testing.T, b *backend) {
-				name := "e2e-unwritable-" + policy
+				name := connName(t, "e2e-unwritable-"+policy)
 				c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3),
 					kfake.SeedTopics(3, "outbox.event.ORDER", name+".dlq"))
 				if err != nil {
@@ -150,7 +150,7 @@ func TestRecordTimestampLimits(t *testing.T) {
 			mysqlOnly(t, func(t *testing.T, b *backend) {
 				c, brokers := testenv.Kafka(t)
 				testenv.RejectOldTimestamps(c, "outbox.event.ORDER", limit)
-				name := "e2e-ts-" + tc.name
+				name := connName(t, "e2e-ts-"+tc.name)
 				cfg := b.config(t, name, brokers)
 				env := []string{"OUTBOX_CDC_PIPELINE_ON_ERROR=" + tc.policy}
 				if tc.timestamp != "" {

@@ -100,7 +100,7 @@ func TestLargeTransactionBoundedMemory(t *testing.T) {
 		t.Run(delivery, func(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, b *backend) {
 				_, brokers := testenv.Kafka(t)
-				name := "e2e-largetx-" + delivery + "-" + b.kind
+				name := connName(t, "e2e-largetx-"+delivery+"-"+b.kind)
 				cp := "file"
 				if delivery == "exactly-once" {
 					cp = "kafka"

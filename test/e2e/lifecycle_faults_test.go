@@ -58,7 +58,7 @@ func lockUnmarkedRow(t *testing.T, b *backend, prefix string) ([]string, func())
 func TestLifecycleSlowMarkNeverStallsCheckpoint(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.tunedConfig(t, "e2e-slowmark-"+b.kind, brokers, "  start: latest\n",
+		cfg := b.tunedConfig(t, connName(t, "e2e-slowmark-"+b.kind), brokers, "  start: latest\n",
 			"lifecycle:\n  mark_sent: true\n  mark_batch: 5\n  queue: 20\n  mark_timeout: 30s\n  mark_retry_timeout: 5m\npipeline:\n  checkpoint_interval: 0s\n")
 		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
@@ -126,7 +126,7 @@ func TestLifecycleMarkFailureStops(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
 		bad := "status = 1, sent_at = CURRENT_TIMESTAMP"
-		cfg := b.tunedConfig(t, "e2e-badmark-"+b.kind, brokers, "  start: latest\n",
+		cfg := b.tunedConfig(t, connName(t, "e2e-badmark-"+b.kind), brokers, "  start: latest\n",
 			fmt.Sprintf("lifecycle:\n  mark_sent: true\n  mark_sent_set: %q\n", bad))
 		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)

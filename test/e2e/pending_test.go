@@ -84,7 +84,7 @@ func TestPendingSeam(t *testing.T) {
 		sent := b.seedRows(t, "sent", 300)
 		b.exec(t, "UPDATE "+b.table()+" SET status = 1")
 		pending := b.seedRows(t, "pend", 3000)
-		cfg := b.tunedConfig(t, "e2e-pending-"+b.kind, brokers,
+		cfg := b.tunedConfig(t, connName(t, "e2e-pending-"+b.kind), brokers,
 			"  start: pending\n  pending:\n    where: \"status = 0\"\n    batch: 100\n", "")
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 
@@ -114,7 +114,7 @@ func TestPendingKill(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
 		pending := b.seedRows(t, "pend", 6000)
-		cfg := b.tunedConfig(t, "e2e-pendkill-"+b.kind, brokers,
+		cfg := b.tunedConfig(t, connName(t, "e2e-pendkill-"+b.kind), brokers,
 			"  start: pending\n  pending:\n    batch: 50\n", "pipeline:\n  max_batch_records: 100\n")
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "live", 200, 3*time.Millisecond)
@@ -160,7 +160,7 @@ func TestLifecycleMarkSent(t *testing.T) {
 		if b.kind == "mysql" {
 			set = "status = 1, updated_at = CURRENT_TIMESTAMP + INTERVAL 1 DAY"
 		}
-		cfg := b.tunedConfig(t, "e2e-marksent-"+b.kind, brokers, "  start: latest\n",
+		cfg := b.tunedConfig(t, connName(t, "e2e-marksent-"+b.kind), brokers, "  start: latest\n",
 			fmt.Sprintf("lifecycle:\n  mark_sent: true\n  mark_sent_set: %q\n  mark_batch: 7\n", set))
 		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
@@ -209,7 +209,7 @@ func TestLifecycleCleanup(t *testing.T) {
 		b.exec(t, "UPDATE "+b.table()+" SET status = 1, "+old)
 		b.seedRows(t, "old-pending", 9) // the relay never sent these
 		b.exec(t, "UPDATE "+b.table()+" SET "+old+" WHERE status = 0")
-		cfg := b.tunedConfig(t, "e2e-cleanup-"+b.kind, brokers, "  start: latest\n",
+		cfg := b.tunedConfig(t, connName(t, "e2e-cleanup-"+b.kind), brokers, "  start: latest\n",
 			fmt.Sprintf("lifecycle:\n  mark_sent: true\n  cleanup:\n    enabled: true\n    retention: 24h\n    interval: 500ms\n    batch: 5\n    pause: 10ms\n    archive_table: %s\n", archive))
 		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)

@@ -111,7 +111,7 @@ func TestPositionImportThenRun(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, b *backend) {
 				_, brokers := testenv.Kafka(t)
 				b.prepareSlot(t)
-				name := "e2e-import-" + mode.name + "-" + b.kind
+				name := connName(t, "e2e-import-"+mode.name+"-"+b.kind)
 				cfg := b.modeConfig(t, name, brokers, mode.checkpoint == "table", mode.delivery, mode.checkpoint)
 				b.insertRows(t, ids("debezium", 1, 10), 100) // delivered by Debezium before the cut-over
 				offset := b.debeziumOffset(t)
@@ -204,7 +204,7 @@ func TestProgressMissingRefuses(t *testing.T) {
 	t.Run("topic deleted", func(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, b *backend) {
 			_, brokers := testenv.Kafka(t)
-			name := "e2e-progress-deleted-" + b.kind
+			name := connName(t, "e2e-progress-deleted-"+b.kind)
 			cfg := b.eosConfig(t, name, brokers, false)
 			c := testenv.Start(t, cfg)
 			first := ids("first", 1, 5)
@@ -246,7 +246,7 @@ func TestProgressMissingRefuses(t *testing.T) {
 	t.Run("was at-least-once", func(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, b *backend) {
 			_, brokers := testenv.Kafka(t)
-			name := "e2e-progress-switch-" + b.kind
+			name := connName(t, "e2e-progress-switch-"+b.kind)
 			cpPath := filepath.Join(t.TempDir(), "checkpoint")
 			alo := b.config(t, name, brokers)
 			c := testenv.Start(t, alo, "OUTBOX_CDC_CHECKPOINT_PATH="+cpPath)

@@ -39,7 +39,7 @@ func TestFaultPostgresSilentPeer(t *testing.T) {
 	}
 	proxy := testenv.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
-	cfg := b.config(t, "e2e-silent-pg", brokers)
+	cfg := b.config(t, connName(t, "e2e-silent-pg"), brokers)
 	c := testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+u.String(), "OUTBOX_CDC_SOURCE_RECONNECT_MAX=2s")
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sil-0", "ORDER", "agg-0", "E", `{"seq": 0}`}}, true)
@@ -100,7 +100,7 @@ func TestFaultPostgresSilentPeer(t *testing.T) {
 func TestFaultPostgresBadLogicalMessage(t *testing.T) {
 	b := postgresBackend(t)
 	_, brokers := testenv.Kafka(t)
-	name := "e2e-badmsg-pg"
+	name := connName(t, "e2e-badmsg-pg")
 	prefix := "ob_" + testObjectName(t)
 	cfg := b.config(t, name, brokers)
 	env := []string{"OUTBOX_CDC_SOURCE_MESSAGES_PREFIX=" + prefix}
@@ -166,7 +166,7 @@ var checkpointPath = regexp.MustCompile(`(?m)^  path: "(.*)"$`)
 func TestPostgresBackwardPosition(t *testing.T) {
 	b := postgresBackend(t)
 	_, brokers := testenv.Kafka(t)
-	cfg := b.config(t, "e2e-backward-pg", brokers)
+	cfg := b.config(t, connName(t, "e2e-backward-pg"), brokers)
 	raw, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)

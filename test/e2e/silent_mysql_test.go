@@ -32,7 +32,7 @@ func TestNetworkSilentMySQL(t *testing.T) {
 	proxy := testenv.NewProxy(t, dc.Addr)
 	dc.Addr = proxy.Addr()
 	_, brokers := testenv.Kafka(t)
-	cfg := b.config(t, "e2e-silent-mysql", brokers)
+	cfg := b.config(t, connName(t, "e2e-silent-mysql"), brokers)
 	const readTimeout = 3 * time.Second
 	c := testenv.Start(t, cfg,
 		"OUTBOX_CDC_SOURCE_DSN="+dc.FormatDSN(),

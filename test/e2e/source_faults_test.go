@@ -14,9 +14,11 @@ package e2e
 import (
 	"context"
 	"database/sql"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -118,7 +120,7 @@ func cutReplication(t *testing.T, b *backend, c *testenv.Connector) {
 func TestSourceConnectionCut(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.config(t, "e2e-conncut-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-conncut-"+b.kind), brokers)
 		c := testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_RECONNECT_MIN=50ms", "OUTBOX_CDC_SOURCE_RECONNECT_MAX=1s")
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "cut", 600, 3*time.Millisecond)
@@ -158,7 +160,7 @@ func TestSourceConnectionCut(t *testing.T) {
 func TestSourceBinlogPositionGone(t *testing.T) {
 	b := mysqlBackend(t)
 	_, brokers := testenv.Kafka(t)
-	cfg := b.config(t, "e2e-posgone", brokers)
+	cfg := b.config(t, connName(t, "e2e-posgone"), brokers)
 	var state string
 	if err := b.db.QueryRow("SELECT @@GLOBAL.gtid_binlog_pos").Scan(&state); err != nil {
 		t.Fatal(err)
@@ -212,9 +214,12 @@ func TestSourceBinlogPositionGone(t *testing.T) {
 func TestSourceServerIDConflict(t *testing.T) {
 	b := mysqlBackend(t)
 	_, brokers := testenv.Kafka(t)
-	env := []string{"OUTBOX_CDC_SOURCE_SERVER_ID=3735928559"}
-	first := testenv.Start(t, b.config(t, "e2e-sid-a", brokers), env...)
-	second := testenv.Launch(t, b.config(t, "e2e-sid-b", brokers), env...)
+	// A server_id of this run only: a concurrent run of this test on the
+	// same server must not take part in the conflict.
+	sid := strconv.FormatUint(uint64(1<<31+rand.Uint32N(1<<31)), 10)
+	env := []string{"OUTBOX_CDC_SOURCE_SERVER_ID=" + sid}
+	first := testenv.Start(t, b.config(t, connName(t, "e2e-sid-a"), brokers), env...)
+	second := testenv.Launch(t, b.config(t, connName(t, "e2e-sid-b"), brokers), env...)
 	var loser, winner *testenv.Connector
 	select {
 	case <-first.Done():
@@ -228,7 +233,7 @@ func TestSourceServerIDConflict(t *testing.T) {
 		t.Fatalf("exit %d, want 1:\n%s", code, loser.Log())
 	}
 	log := loser.Log()
-	mustContain(t, log, "server_id already used by another replica", "server_id 3735928559", "give each connector its own server_id")
+	mustContain(t, log, "server_id already used by another replica", "server_id "+sid, "give each connector its own server_id")
 	if n := strings.Count(log, `"message":"binlog stream started"`); n > 1 {
 		t.Fatalf("the refused connector streamed %d times: it reconnected and fought the other:\n%s", n, log)
 	}
@@ -261,7 +266,7 @@ func TestSourcePostgresSlotDropped(t *testing.T) {
 	_, brokers := testenv.Kafka(t)
 	cpPath := filepath.Join(t.TempDir(), "checkpoint")
 	env := []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath}
-	cfg := b.config(t, "e2e-slotdropped", brokers)
+	cfg := b.config(t, connName(t, "e2e-slotdropped"), brokers)
 	c := testenv.Start(t, cfg, env...)
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sd-1", "ORDER", "A-1", "E", `{}`}}, true)
@@ -309,7 +314,7 @@ func TestSourcePostgresSlotDropped(t *testing.T) {
 func TestSourceAlterTable(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		c := testenv.Start(t, b.config(t, "e2e-alter-"+b.kind, brokers))
+		c := testenv.Start(t, b.config(t, connName(t, "e2e-alter-"+b.kind), brokers))
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		exec := func(q string) {
 			t.Helper()
@@ -369,7 +374,7 @@ func TestSourceForeignCheckpoint(t *testing.T) {
 		saved := srcSaveCheckpoint(t, cpPath, foreign)
 		b.insertTx(t, []row{{"fc-1", "ORDER", "A-1", "E", `{}`}}, true)
 		code, out := testenv.Run(t, 30*time.Second, []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath},
-			"run", "--config", b.config(t, "e2e-foreign-"+b.kind, brokers))
+			"run", "--config", b.config(t, connName(t, "e2e-foreign-"+b.kind), brokers))
 		if code != 1 {
 			t.Fatalf("exit %d, want 1:\n%s", code, out)
 		}

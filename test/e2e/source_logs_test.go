@@ -27,7 +27,7 @@ func TestSourceLogsAllJSON(t *testing.T) {
 	proxy := testenv.NewProxy(t, dc.Addr)
 	dc.Addr = proxy.Addr()
 	_, brokers := testenv.Kafka(t)
-	c := testenv.Start(t, b.config(t, "e2e-logs-json", brokers), "OUTBOX_CDC_SOURCE_DSN="+dc.FormatDSN(),
+	c := testenv.Start(t, b.config(t, connName(t, "e2e-logs-json"), brokers), "OUTBOX_CDC_SOURCE_DSN="+dc.FormatDSN(),
 		"OUTBOX_CDC_SOURCE_RECONNECT_MIN=50ms", "OUTBOX_CDC_SOURCE_RECONNECT_MAX=500ms", "OUTBOX_CDC_LOG_LEVEL=debug")
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	var want []string

@@ -106,13 +106,7 @@ func testCheck(t *testing.T, target Target) {
 }
 
 // objectName is a unique database, schema and connector name.
-func objectName(t *testing.T) string {
-	n := strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
-	if len(n) > 40 {
-		n = n[len(n)-40:]
-	}
-	return fmt.Sprintf("st_%s_%d", strings.Trim(n, "_"), rand.IntN(1e6))
-}
+func objectName(t *testing.T) string { return testenv.UniqueName(t, "st") }
 
 // config writes the connector's configuration.
 func config(t *testing.T, name string, src *source, s *Setup, pipeline string) string {
