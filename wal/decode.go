@@ -228,7 +228,9 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 		}
 	case msgTruncate:
 		var tm pglogrepl.TruncateMessage
-		if len(body) < 9 {
+		// relations(4) options(1) relation ids(4 each): check the count
+		// before pglogrepl allocates it.
+		if len(body) < 9 || uint64(len(body)) < 5+4*uint64(binary.BigEndian.Uint32(body)) {
 			return nil, fmt.Errorf("%w: short Truncate at LSN %s", errProtocol, lsn)
 		}
 		if err := decodeSafely(tm.Decode, body); err != nil {
