@@ -446,17 +446,7 @@ func TestConfirmedFlushNeverPassesAck(t *testing.T) {
 		lastEnd = tx.End
 	}
 	src.Ack(lastEnd)
-	waitFor(t, 5*time.Second, func() bool { return e.confirmedFlush() >= lsnOf(t, lastEnd) }, "slot confirmed the last Ack")
-}
-
-func waitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	for end := time.Now().Add(d); !cond(); {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "slot confirmed the last Ack", func() bool { return e.confirmedFlush() >= lsnOf(t, lastEnd) })
 }
 
 // A consumer blocked far longer than wal_sender_timeout: the walsender must
@@ -639,7 +629,7 @@ func TestDroppedSlotWithCheckpointIsFatal(t *testing.T) {
 	e.insertTx("s1")
 	tx := r.next(10 * time.Second)
 	_ = r.stop()
-	waitFor(t, 10*time.Second, func() bool { return e.activePID() == 0 }, "slot released")
+	testenv.Eventually(t, 10*time.Second, "slot released", func() bool { return e.activePID() == 0 })
 	e.exec(`SELECT pg_drop_replication_slot($1)`, e.slot)
 
 	src2, _ := e.source(e.config(), seedCols) // create: true
@@ -714,7 +704,7 @@ func TestIdleAdvance(t *testing.T) {
 	e.insertTx("i1")
 	tx := r.next(10 * time.Second)
 	src.Ack(tx.End)
-	waitFor(t, 5*time.Second, func() bool { return e.confirmedFlush() >= lsnOf(t, tx.End) }, "slot confirmed i1")
+	testenv.Eventually(t, 5*time.Second, "slot confirmed i1", func() bool { return e.confirmedFlush() >= lsnOf(t, tx.End) })
 	for i := 0; i < 5; i++ {
 		e.exec(`INSERT INTO ` + other + ` SELECT generate_series(1, 100)`)
 	}
@@ -726,7 +716,7 @@ func TestIdleAdvance(t *testing.T) {
 	// The idle advance comes as empty transactions through the pipeline:
 	// until they are Acked (checkpointed), the slot stays at the last Ack.
 	var idle []outboxcdc.Tx
-	waitFor(t, 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, "an empty transaction ending at the WAL end "+target, func() bool {
 		for {
 			select {
 			case tx := <-r.out:
@@ -738,7 +728,7 @@ func TestIdleAdvance(t *testing.T) {
 				return len(idle) > 0 && lsnOf(t, idle[len(idle)-1].End) >= want
 			}
 		}
-	}, "an empty transaction ending at the WAL end "+target)
+	})
 	time.Sleep(time.Second) // several status updates
 	if cf := e.confirmedFlush(); cf != lsnOf(t, tx.End) {
 		t.Fatalf("confirmed_flush_lsn %s moved past the last Ack %s before the idle advance was checkpointed", cf, tx.End)
@@ -746,7 +736,7 @@ func TestIdleAdvance(t *testing.T) {
 	for _, tx := range idle {
 		src.Ack(tx.End)
 	}
-	waitFor(t, 15*time.Second, func() bool {
+	testenv.Eventually(t, 15*time.Second, "confirmed_flush_lsn reaches the WAL end "+target, func() bool {
 		for {
 			select {
 			case tx := <-r.out:
@@ -755,7 +745,7 @@ func TestIdleAdvance(t *testing.T) {
 				return e.confirmedFlush() >= want
 			}
 		}
-	}, "confirmed_flush_lsn reaches the WAL end "+target)
+	})
 	// And the stream is still right afterwards.
 	e.insertTx("i2")
 	if got := ids(r.next(10 * time.Second)); got != "i2" {
@@ -808,7 +798,7 @@ func BenchmarkDrainRate(b *testing.B) {
 	rows := 0
 	for b.Loop() {
 		b.StopTimer()
-		waitFor(b, 10*time.Second, func() bool { return e.activePID() == 0 }, "slot released")
+		testenv.Eventually(b, 10*time.Second, "slot released", func() bool { return e.activePID() == 0 })
 		src, _ := e.source(e.config(), seedCols)
 		r := start(b, src, "", 1024)
 		b.StartTimer()

@@ -92,7 +92,7 @@ func TestFaultRecordTooLargeHaltThenDLQ(t *testing.T) {
 			cons := newConsumer(t, brokers, `outbox\.event\..*`)
 			cons.waitFor(t, 1, 20*time.Second)
 			b.insertRaw(t, b.insertOutbox, "big-1", "A-1", big)
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // a deliberate gap: ok-2 commits after the big row reached the sink
 			b.insertRaw(t, b.insertOutbox, "ok-2", "A-1", `{"n": 2}`)
 			code := c.WaitExit(30 * time.Second)
 			log := c.Log()

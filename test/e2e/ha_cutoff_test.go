@@ -98,7 +98,7 @@ func testHACutOff(t *testing.T, b *backend, how, delivery, checkpoint string) {
 	standby.WaitStatus(503, "standby", 15*time.Second)
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	w := startChaosWriter(t, b, "cut", 2*time.Millisecond)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a deliberate gap: the active one streams a while before the cut
 
 	bound := haCutoffSessionTimeout + haCutoffCheck
 	cut := time.Now()

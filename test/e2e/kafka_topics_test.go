@@ -73,7 +73,7 @@ func TestUnwritableTopicHaltThenDLQ(t *testing.T) {
 				if s := conn.Status("/healthz"); s != 200 {
 					t.Fatalf("/healthz %d during the wait", s)
 				}
-				time.Sleep(time.Second)
+				time.Sleep(time.Second) // a deliberate gap: the blocked time grows
 				if s := conn.Metric("outbox_cdc_sink_blocked_seconds"); s < 0.5 {
 					t.Fatalf("outbox_cdc_sink_blocked_seconds = %v during the wait", s)
 				}

@@ -90,7 +90,7 @@ func TestPendingSeam(t *testing.T) {
 
 		// The writer commits before, during and after the backfill's read.
 		w := startWriter(t, b, "live", 150, 3*time.Millisecond)
-		time.Sleep(30 * time.Millisecond)
+		time.Sleep(30 * time.Millisecond) // a deliberate gap: some live rows commit before the start
 		c := testenv.Launch(t, cfg)
 		live := w.wait()
 		want := append(append([]string{}, pending...), live...)
@@ -121,13 +121,7 @@ func TestPendingKill(t *testing.T) {
 		m := regexp.MustCompile(`path: "([^"]+)"`).FindStringSubmatch(readFile(t, cfg))
 		c := testenv.Launch(t, cfg)
 		// Kill as soon as a checkpoint says "backfill in progress".
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(readFile(t, m[1]), ":pending:") {
-			if time.Now().After(deadline) {
-				t.Fatalf("no pending checkpoint within 30s:\n%s", c.Log())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testenv.Eventually(t, 30*time.Second, "a pending checkpoint", func() bool { return strings.Contains(readFile(t, m[1]), ":pending:") })
 		c.Kill()
 		if strings.Contains(c.Log(), "pending backfill done") {
 			t.Fatal("the backfill finished before the kill")
@@ -167,10 +161,7 @@ func TestLifecycleMarkSent(t *testing.T) {
 		w := startWriter(t, b, "ms", 40, time.Millisecond)
 		want := w.wait()
 		got := cons.waitFor(t, len(want), 30*time.Second)
-		deadline := time.Now().Add(20 * time.Second)
-		for b.count(t, "status = 1") < len(want) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.Eventually(t, 20*time.Second, "every delivered row marked", func() bool { return b.count(t, "status = 1") >= len(want) })
 		if n := b.count(t, "status = 1 AND updated_at > created_at"); n != len(want) {
 			t.Fatalf("%d of %d rows marked sent", n, len(want))
 		}
@@ -216,10 +207,9 @@ func TestLifecycleCleanup(t *testing.T) {
 		w := startWriter(t, b, "new", 20, time.Millisecond)
 		want := w.wait()
 		got := cons.waitFor(t, len(want), 30*time.Second)
-		deadline := time.Now().Add(20 * time.Second)
-		for (b.count(t, "message_id LIKE 'old-sent-%'") > 0 || b.count(t, "status = 1") < len(want)) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.Eventually(t, 20*time.Second, "old sent rows deleted and new rows marked", func() bool {
+			return b.count(t, "message_id LIKE 'old-sent-%'") == 0 && b.count(t, "status = 1") >= len(want)
+		})
 		if n := b.count(t, "message_id LIKE 'old-sent-%'"); n != 0 {
 			t.Fatalf("%d delivered old rows left", n)
 		}

@@ -125,7 +125,7 @@ func TestSourceConnectionCut(t *testing.T) {
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "cut", 600, 3*time.Millisecond)
 		for i := 0; i < 3; i++ {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // a deliberate gap between cuts, while the writer commits
 			select {
 			case <-w.done:
 				t.Fatal("the writer finished before every cut: make it write longer")

@@ -176,7 +176,7 @@ func check(t *testing.T, got []Message, want []string, exact bool) {
 // (duplicates).
 func readAll(t *testing.T, s *Setup, n int, timeout time.Duration) []Message {
 	s.Read(t, n, timeout)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // a deliberate window for duplicates to show up
 	return s.Read(t, 0, time.Second)
 }
 
@@ -281,13 +281,7 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 	s.Read(t, len(before), 30*time.Second)
 
 	s.Down(t)
-	deadline := time.Now().Add(45 * time.Second)
-	for c.Status("/readyz") == 200 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if st := c.Status("/readyz"); st != 503 {
-		t.Fatalf("/readyz %d with the broker unreachable, want 503", st)
-	}
+	testenv.Eventually(t, 45*time.Second, "/readyz 503 with the broker unreachable", func() bool { return c.Status("/readyz") == 503 })
 	baseRSS := c.RSS()
 	txs, payload := 100, 0
 	if stalled {
@@ -308,7 +302,7 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 	}
 	during := w.wait()
 	if stalled {
-		time.Sleep(2 * time.Second) // let the source read what it can
+		time.Sleep(2 * time.Second) // a deliberate gap: let the source read what it can
 		maxRSS = max(maxRSS, c.RSS())
 		committed := int64(len(during) * payload)
 		t.Logf("broker stalled: %d rows (%.0f MB) committed; RSS %.1f MB before, at most %.1f MB during",
@@ -318,7 +312,7 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 				float64(baseRSS)/1e6, float64(maxRSS)/1e6, float64(committed)/1e6)
 		}
 	} else {
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // a deliberate gap: the outage lasts a while
 	}
 	if c.Status("/healthz") != 200 {
 		t.Fatal("/healthz failed during the outage: liveness must not flap")
@@ -327,13 +321,7 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 	want := append(before, during...)
 	got := readAll(t, s, len(want), 120*time.Second)
 	check(t, got, want, false)
-	deadline = time.Now().Add(30 * time.Second)
-	for c.Status("/readyz") != 200 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if st := c.Status("/readyz"); st != 200 {
-		t.Fatalf("/readyz %d after the broker came back", st)
-	}
+	testenv.Eventually(t, 30*time.Second, "/readyz 200 after the broker came back", func() bool { return c.Status("/readyz") == 200 })
 	if err := c.Stop(20 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
