@@ -82,6 +82,10 @@ var (
 	// does not, and the one of the name earlier versions derived does (see
 	// DeriveName).
 	ErrNameChanged = errors.New("slot or publication not found under its derived name")
+	// ErrTableLayout: a row of an outbox table that lacks a role column
+	// its route names (a column dropped, or a new table matching
+	// source.tables laid out differently without a route.tables entry).
+	ErrTableLayout = errors.New("outbox table lacks a column the route needs")
 	// errSilent: nothing arrived on the replication connection for the
 	// receive timeout. Transient: the source reconnects.
 	errSilent = errors.New("replication connection silent")

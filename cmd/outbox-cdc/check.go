@@ -30,6 +30,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
 	asJSON := fs.Bool("json", false, "print the results as a JSON array")
+	name := fs.String("connector", "", "the connector to check, by name (required when the configuration lists several)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -37,7 +38,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox-cdc check: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := loadConfig(*cfgPath, environ())
+	cfg, err := loadConnectorConfig(*cfgPath, *name, environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
 		return 2
@@ -109,7 +110,7 @@ func checkRouteTable(ctx context.Context, cfg Config) outboxcdc.CheckResult {
 		return outboxcdc.Fail(name, err.Error(), "the converters read the outbox table's column types at start: make source.table readable")
 	}
 	if _, err := router.NewForTable(cfg.Route, table); err != nil {
-		return outboxcdc.Fail(name, err.Error(), "change the route.converters settings or the column (see README, Replacing Debezium)")
+		return outboxcdc.Fail(name, err.Error(), "change the route.converters settings or the column (see docs/routing.md, Kafka Connect converters)")
 	}
 	return outboxcdc.Pass(name, fmt.Sprintf("columns %s of %s.%s have types the converters write as Debezium does",
 		strings.Join(cfg.Route.TypedColumns(), ", "), table.Schema, table.Name))

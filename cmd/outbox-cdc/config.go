@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -8,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
@@ -27,7 +28,8 @@ import (
 // the package that uses them; this struct only assembles them.
 type Config struct {
 	// Name identifies the connector: it derives the MySQL server_id, the
-	// Postgres slot and publication names and (later) the transactional id.
+	// Postgres slot and publication, the transactional id and the
+	// dead-letter topic unless they are set.
 	Name       string                   `yaml:"name"`
 	Source     SourceConfig             `yaml:"source"`
 	Route      router.Config            `yaml:"route"`
@@ -39,13 +41,15 @@ type Config struct {
 	HA         ha.Config                `yaml:"ha"`
 	// Lifecycle marks delivered rows sent and cleans old ones up.
 	Lifecycle lifecycle.Config `yaml:"lifecycle"`
-	// Delivery is at-least-once (default) or exactly-once; see delivery.go.
+	// Delivery is at-least-once or exactly-once (Kafka transactions and
+	// read_committed consumers; see docs/delivery.md).
 	Delivery string `yaml:"delivery"`
 }
 
 // SourceConfig selects the source; only the chosen type's section is used.
 // In the file the type's keys sit directly under source: (source.dsn, ...).
 type SourceConfig struct {
+	// Type is the source database: mysql (MySQL or MariaDB) or postgres.
 	Type     string        `yaml:"type"`
 	MySQL    binlog.Config `yaml:"-"`
 	Postgres wal.Config    `yaml:"-"`
@@ -55,6 +59,8 @@ type SourceConfig struct {
 // for another type its own section's keys do (see sinkKinds), and only
 // the chosen type's are used.
 type SinkConfig struct {
+	// Type is the broker: kafka, rabbitmq, nats, redis, or stdout (one
+	// JSON line per record, for trying things out).
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
 	sink.TxnConfig   `yaml:",inline"`   // exactly-once only
@@ -65,6 +71,9 @@ type SinkConfig struct {
 
 // CheckpointConfig selects the checkpoint store.
 type CheckpointConfig struct {
+	// Type is the store: file, or table (a row in the source database,
+	// for HA); with exactly-once it holds the witness of the progress in
+	// Kafka, and kafka means file.
 	Type                   string `yaml:"type"`
 	checkpoint.FileConfig  `yaml:",inline"`
 	checkpoint.TableConfig `yaml:",inline"` // type: table
@@ -72,8 +81,8 @@ type CheckpointConfig struct {
 
 // HTTPConfig is the metrics and health endpoint.
 type HTTPConfig struct {
-	// Listen is host:port; empty turns the endpoint off. Loopback by default:
-	// expose it deliberately.
+	// Listen is the host:port of /metrics, /healthz and /readyz; empty
+	// turns the endpoint off. Loopback by default: expose it deliberately.
 	Listen string `yaml:"listen"`
 }
 
@@ -135,76 +144,96 @@ func validKeys(sourceType, sinkType string) keySet {
 
 // loadConfig reads the file at path (optional), applies OUTBOX_CDC_*
 // environment overrides, decodes strictly and validates every section. Any
-// mistake is a *configError.
+// mistake is a *configError. The file must hold one connector (the
+// single-connector layout or a connectors: list of one); see
+// loadProcessConfig for several.
 func loadConfig(path string, env map[string]string) (Config, error) {
+	return loadConnectorConfig(path, "", env)
+}
+
+// readConfigFile parses the YAML file at path; an empty path is an empty
+// document.
+func readConfigFile(path string) (yaml.Node, error) {
 	var root yaml.Node
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return Config{}, configErrorf("read configuration: %v", err)
+			return root, configErrorf("read configuration: %v", err)
 		}
 		if err := yaml.Unmarshal(raw, &root); err != nil {
-			return Config{}, configErrorf("%s: %v", path, err)
+			return root, configErrorf("%s: %v", path, err)
 		}
 	}
+	return root, nil
+}
+
+// configFromNode is loadConfig on a parsed document: one connector's keys
+// plus http and log. It also returns the keys valid for the connector's
+// source and sink types. checkEnv rejects OUTBOX_CDC_* variables that
+// match none of them (a connectors: list checks them against every
+// connector's keys instead, see loadProcessConfig).
+func configFromNode(root *yaml.Node, path string, env map[string]string, checkEnv bool) (Config, keySet, error) {
 	cfg := defaultConfig()
 	// The source type decides which source keys exist.
 	if v, ok := env[envName("source.type")]; ok {
 		cfg.Source.Type = v
-	} else if n := lookup(&root, "source.type"); n != nil {
+	} else if n := lookup(root, "source.type"); n != nil {
 		cfg.Source.Type = n.Value
 	}
 	if _, ok := sourceTypes[cfg.Source.Type]; !ok {
-		return Config{}, configErrorf("source.type: unknown source %q (want mysql or postgres)", cfg.Source.Type)
+		return Config{}, nil, configErrorf("source.type: unknown source %q (want mysql or postgres)", cfg.Source.Type)
 	}
 	// So does the sink type: its keys, and what route.topic names.
 	if v, ok := env[envName("sink.type")]; ok {
 		cfg.Sink.Type = v
-	} else if n := lookup(&root, "sink.type"); n != nil {
+	} else if n := lookup(root, "sink.type"); n != nil {
 		cfg.Sink.Type = n.Value
 	}
 	kind, ok := sinkKinds[cfg.Sink.Type]
 	if !ok {
-		return Config{}, configErrorf("sink.type: unknown sink %q (want %s)", cfg.Sink.Type, sinkTypeNames)
+		return Config{}, nil, configErrorf("sink.type: unknown sink %q (want %s)", cfg.Sink.Type, sinkTypeNames)
 	}
 	if kind.dest != nil {
 		cfg.Route.Destination, cfg.Route.Topic = kind.dest, kind.dest.Default
 		cfg.Pipeline.DLQTopicCheck = dlqTopicCheck(kind.dest)
 	}
 	keys := validKeys(cfg.Source.Type, cfg.Sink.Type)
-	if _, err := applyEnv(&root, keys, env); err != nil {
-		return Config{}, err
+	if _, err := applyEnv(root, keys, env); err != nil {
+		return Config{}, nil, err
 	}
-	if err := warnUnknownEnv(env, keys); err != nil {
-		return Config{}, err
-	}
-	if err := checkKeys(&root, "", keys); err != nil {
-		if path != "" {
-			return Config{}, configErrorf("%s: %v", path, err)
+	if checkEnv {
+		if err := warnUnknownEnv(env, keys); err != nil {
+			return Config{}, nil, err
 		}
-		return Config{}, err
 	}
-	if err := resolveFileKeys(&root, "", keys, os.ReadFile); err != nil {
-		return Config{}, err
+	if err := checkKeys(root, "", keys); err != nil {
+		var ce *configError
+		if errors.As(err, &ce) {
+			ce.File = path
+		}
+		return Config{}, nil, err
+	}
+	if err := resolveFileKeys(root, "", keys, os.ReadFile); err != nil {
+		return Config{}, nil, err
 	}
 	if len(root.Content) > 0 {
 		doc := root.Content[0]
-		sinkNode := lookup(&root, "sink")
+		sinkNode := lookup(root, "sink")
 		if kind.config != nil && sinkNode != nil {
 			// The broker's keys are not the Kafka keys SinkConfig inlines.
 			doc = withKeyNode(doc, "sink", onlyKey(sinkNode, "type"))
 		}
 		if err := decode(doc, &cfg); err != nil {
-			return Config{}, err
+			return Config{}, nil, err
 		}
-		if n := lookup(&root, "source"); n != nil {
+		if n := lookup(root, "source"); n != nil {
 			if err := decodeAt("source", withoutKey(n, "type"), sourceTypes[cfg.Source.Type](&cfg.Source)); err != nil {
-				return Config{}, err
+				return Config{}, nil, err
 			}
 		}
 		if kind.config != nil && sinkNode != nil {
 			if err := decodeAt("sink", withoutKey(sinkNode, "type"), kind.config(&cfg.Sink)); err != nil {
-				return Config{}, err
+				return Config{}, nil, err
 			}
 		}
 	}
@@ -215,9 +244,9 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 		ce.Source = "/outbox-cdc/" + cfg.Name
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
-	return cfg, nil
+	return cfg, keys, nil
 }
 
 // warnUnknownEnv rejects OUTBOX_CDC_* variables that match no key, which
@@ -292,7 +321,7 @@ func (c Config) Validate() error {
 		if !strings.HasPrefix(msg, section+".") && !strings.HasPrefix(msg, section+":") {
 			msg = section + "." + msg
 		}
-		return &configError{msg: msg}
+		return &configError{Msg: msg}
 	}
 	if strings.TrimSpace(c.Name) == "" {
 		return configErrorf("name: must not be empty")
@@ -311,6 +340,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Route.Validate(); err != nil {
 		return wrap("route", err)
+	}
+	if err := c.validateTables(); err != nil {
+		return err
 	}
 	if err := c.validateSink(); err != nil {
 		return err
@@ -357,4 +389,34 @@ func (c Config) Validate() error {
 
 func (c Config) String() string {
 	return fmt.Sprintf("source=%s sink=%s checkpoint=%s", c.Source.Type, c.Sink.Type, c.Checkpoint.Type)
+}
+
+// sourceTables is source.tables of the chosen source type.
+func (c Config) sourceTables() []string {
+	switch c.Source.Type {
+	case "mysql":
+		return c.Source.MySQL.Tables
+	case "postgres":
+		return c.Source.Postgres.Tables
+	}
+	return nil
+}
+
+// validateTables refuses what works on one outbox table only when
+// source.tables names several.
+func (c Config) validateTables() error {
+	if len(c.sourceTables()) == 0 {
+		if len(c.Route.Tables) > 0 {
+			return configErrorf("route.tables: per-table routes need source.tables")
+		}
+		return nil
+	}
+	if c.Route.NeedsTable() {
+		return configErrorf("route.converters: with source.tables the converters cannot read one outbox table's column types; " +
+			"give every converted column's type in route.converters.column_types")
+	}
+	if c.Lifecycle.Enabled() {
+		return configErrorf("lifecycle: marks and cleans up one outbox table; it cannot be used with source.tables")
+	}
+	return nil
 }

@@ -28,7 +28,7 @@ func refuseBehindSlot(ctx context.Context, cfg Config, kind string, pos outboxcd
 	case errors.Is(err, wal.ErrBehindSlot):
 		fmt.Fprintf(stderr, "outbox-cdc %s: refusing to write %s: %v\n"+
 			"Nothing between that position and the slot's can be published again from the slot. "+
-			"To re-publish rows that are still in the outbox table, see README \"Positions and replay\" (source.start: pending with a pending.where selecting them).\n",
+			"To re-publish rows that are still in the outbox table, see docs/operations.md \"Positions and replay\" (source.start: pending with a pending.where selecting them).\n",
 			what, pos, err)
 		return 1
 	case err != nil:

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/binlog"
+	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 // printConfig writes the effective configuration (defaults, then the file,
@@ -31,7 +33,8 @@ func printConfig(w io.Writer, cfg Config) error {
 		}
 	}
 	redactNode(root, "")
-	if _, err := fmt.Fprintln(w, "# effective configuration (secrets redacted)"); err != nil {
+	markDerived(root, cfg)
+	if _, err := fmt.Fprintln(w, "# effective configuration (secrets redacted; \"# derived:\" marks what an empty or zero key becomes)"); err != nil {
 		return err
 	}
 	enc := yaml.NewEncoder(w)
@@ -40,6 +43,46 @@ func printConfig(w io.Writer, cfg Config) error {
 		return err
 	}
 	return enc.Close()
+}
+
+// markDerived notes, beside each key left empty (or 0) for the connector
+// to derive, the value it will actually use: the MySQL server_id, the
+// Postgres slot and publication, the Kafka transactional id, the
+// dead-letter topic, and the headers route.preset adds. Comments keep the
+// output a configuration that loads back to the same one.
+func markDerived(root *yaml.Node, cfg Config) {
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
+	note := func(path, text string) {
+		if n := lookup(doc, path); n != nil {
+			n.LineComment = "derived: " + text
+		}
+	}
+	switch cfg.Source.Type {
+	case "mysql":
+		if cfg.Source.MySQL.ServerID == 0 {
+			note("source.server_id", fmt.Sprint(binlog.DeriveServerID(cfg.Name)))
+		}
+	case "postgres":
+		if cfg.Source.Postgres.Slot == "" {
+			note("source.slot", wal.DeriveName(cfg.Name))
+		}
+		if cfg.Source.Postgres.Publication == "" {
+			note("source.publication", wal.DeriveName(cfg.Name))
+		}
+	}
+	if cfg.Sink.Type == "kafka" && cfg.Sink.TransactionalID == "" {
+		id := cfg.Sink.TxnConfig.WithName(cfg.Name).TransactionalID
+		if cfg.Delivery != deliveryExactlyOnce {
+			id += " (used with delivery: exactly-once)"
+		}
+		note("sink.transactional_id", id)
+	}
+	if cfg.Pipeline.DLQTopic == "" {
+		note("pipeline.dlq_topic", outboxcdc.DefaultDeadLetterTopic(cfg.Name)+" (used with on_error: dlq)")
+	}
+	if h, err := cfg.Route.PresetHeaders(); err == nil {
+		note("route.preset", "headers "+strings.Join(h, ", "))
+	}
 }
 
 func scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s} }
@@ -62,20 +105,13 @@ func toNode(v reflect.Value) *yaml.Node {
 		m := &yaml.Node{Kind: yaml.MappingNode}
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if !f.IsExported() {
+			name, inline, skip := yamlKey(t.Field(i))
+			if skip {
 				continue
 			}
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name == "-" {
-				continue
-			}
-			if strings.Contains(opts, "inline") {
+			if inline {
 				m.Content = append(m.Content, toNode(v.Field(i)).Content...)
 				continue
-			}
-			if name == "" {
-				name = strings.ToLower(f.Name)
 			}
 			m.Content = append(m.Content, scalar(name), toNode(v.Field(i)))
 		}

@@ -192,10 +192,9 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 		// Exactly one becomes active; the other reports standby.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			ca, _ := a.Readyz()
-			cs, _ := s.Readyz()
-			if ca == 200 || cs == 200 {
-				if cs == 200 {
+			ca, cs := a.Streaming(), s.Streaming()
+			if ca || cs {
+				if cs {
 					a, s = s, a
 				}
 				break
@@ -205,7 +204,7 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		s.WaitStatus(503, "standby", 5*time.Second)
+		s.WaitStatus(200, "standby", 5*time.Second)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "ha", 2*time.Millisecond)
 		time.Sleep(time.Second)
@@ -213,7 +212,7 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 			t.Fatalf("the standby started streaming:\n%s", s.Log())
 		}
 		a.Kill()
-		took := s.WaitStatus(200, "ready", 15*time.Second)
+		took := s.WaitStreaming(15 * time.Second)
 		t.Logf("%s: standby took over %s after the active one was killed", b.kind, took)
 		time.Sleep(time.Second)
 		want := w.finish()
@@ -237,14 +236,14 @@ func TestFencedZombie(t *testing.T) {
 		cfg := b.eosConfig(t, name, brokers, true)
 		old := testenv.Start(t, cfg)
 		standby := testenv.Launch(t, cfg)
-		standby.WaitStatus(503, "standby", 10*time.Second)
+		standby.WaitStatus(200, "standby", 10*time.Second)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "zb", 2*time.Millisecond)
 		time.Sleep(500 * time.Millisecond)
 
 		old.Pause()
 		killSessions(t, b, name)
-		took := standby.WaitStatus(200, "ready", 20*time.Second)
+		took := standby.WaitStreaming(20 * time.Second)
 		t.Logf("%s: standby active %s after the paused instance lost its sessions", b.kind, took)
 		time.Sleep(500 * time.Millisecond)
 		old.Resume()
@@ -289,7 +288,7 @@ func TestFencedWithoutLock(t *testing.T) {
 			!strings.Contains(log, "took over") {
 			t.Fatalf("no fencing message:\n%s", log)
 		}
-		second.WaitStatus(200, "ready", 20*time.Second)
+		second.WaitStreaming(20 * time.Second)
 		time.Sleep(500 * time.Millisecond)
 		want := w.finish()
 		got := cons.waitFor(t, len(want), 30*time.Second)

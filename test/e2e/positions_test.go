@@ -265,7 +265,7 @@ func TestProgressMissingRefuses(t *testing.T) {
 			}
 			// Starting fresh deliberately starts where source.start says.
 			c = testenv.LaunchArgs(t, []string{"run", "--config", alo, "--fresh-start"}, eos...)
-			c.WaitReady(30 * time.Second)
+			c.WaitStreaming(30 * time.Second)
 			if !strings.Contains(c.Log(), "starting where source.start says, as asked") {
 				t.Fatalf("no log of the deliberate fresh start:\n%s", c.Log())
 			}

@@ -240,7 +240,7 @@ func TestSourceServerIDConflict(t *testing.T) {
 	// The survivor streams on.
 	testenv.Eventually(t, 20*time.Second, "the remaining connector to be ready", func() bool {
 		_, body := winner.Readyz()
-		return strings.HasPrefix(body, "ready")
+		return strings.Contains(body, `"status": "ready"`)
 	})
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sid-1", "ORDER", "A-1", "E", `{}`}}, true)

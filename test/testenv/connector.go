@@ -131,19 +131,45 @@ func LaunchArgs(t testing.TB, args []string, env ...string) *Connector {
 	return c
 }
 
-// Start is Launch, then waits up to 30s for /readyz to answer 200; the
-// test fails if the process exits first.
+// Start is Launch, then waits up to 30s until the process streams (see
+// Streaming); the test fails if the process exits first.
 func Start(t testing.TB, configPath string, env ...string) *Connector {
 	t.Helper()
 	c := Launch(t, configPath, env...)
-	c.WaitReady(30 * time.Second)
+	c.WaitStreaming(30 * time.Second)
 	return c
 }
 
-// WaitReady waits until /readyz answers 200.
+// WaitReady waits until /readyz answers 200 (a standby answers 200 too).
 func (c *Connector) WaitReady(timeout time.Duration) {
 	c.t.Helper()
 	c.WaitStatus(200, "", timeout)
+}
+
+// Streaming says whether the process streams its connector: /active and
+// /readyz both 200 (a standby answers 200 on /readyz, 503 on /active).
+func (c *Connector) Streaming() bool {
+	return c.Status("/active") == 200 && c.Status("/readyz") == 200
+}
+
+// WaitStreaming polls until the process streams (see Streaming) and
+// returns how long that took. The test fails when the process exits or
+// the timeout passes first.
+func (c *Connector) WaitStreaming(timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	for time.Since(start) < timeout {
+		if c.Exited() {
+			c.t.Fatalf("connector exited: %v\n%s", c.exitErr, c.Log())
+		}
+		if c.Streaming() {
+			return time.Since(start)
+		}
+		time.Sleep(pollInterval)
+	}
+	got, body := c.Readyz()
+	c.t.Fatalf("not streaming after %s: /readyz %d %q\n%s", timeout, got, body, c.Log())
+	return 0
 }
 
 // WaitStatus polls /readyz until it answers code with want in its body,
@@ -285,23 +311,33 @@ func get(cl *http.Client, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// Metric returns the value of the first sample named name on /metrics
-// (labels included, as name{k="v"} exactly as exposed), or -1.
+// Metric returns the value of the first sample named name on /metrics, or
+// -1. Labels are part of the name, as name{k="v"} exactly as exposed but
+// without the connector label, so that a test's name matches whichever
+// connector exported it (the tests' processes run one).
 func (c *Connector) Metric(name string) float64 {
 	code, body := c.Get("/metrics")
 	if code != 200 {
 		return -1
 	}
-	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`)
-	m := re.FindStringSubmatch(body)
-	if m == nil {
-		return -1
+	for _, line := range strings.Split(body, "\n") {
+		line = withoutConnectorLabel(line)
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return f
+			}
+		}
 	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		return -1
-	}
-	return v
+	return -1
+}
+
+// connectorLabel is the label every connector metric carries.
+var connectorLabel = regexp.MustCompile(`connector="[^"]*",?`)
+
+func withoutConnectorLabel(line string) string {
+	line = connectorLabel.ReplaceAllString(line, "")
+	line = strings.ReplaceAll(line, ",}", "}")
+	return strings.ReplaceAll(line, "{}", "")
 }
 
 // RSS returns the process's resident memory in bytes (Linux), or -1.
