@@ -237,7 +237,7 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 		return c, nil
 	case msgRelation:
 		var rm pglogrepl.RelationMessage
-		if err := rm.Decode(body); err != nil {
+		if err := decodeSafely(rm.Decode, body); err != nil {
 			return nil, fmt.Errorf("%w: Relation at LSN %s: %v", errProtocol, lsn, err)
 		}
 		d.relation(&rm)
@@ -260,10 +260,12 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 		}
 	case msgTruncate:
 		var tm pglogrepl.TruncateMessage
-		if len(body) < 9 {
+		// relations(4) options(1) relation ids(4 each): check the count
+		// before pglogrepl allocates it.
+		if len(body) < 9 || uint64(len(body)) < 5+4*uint64(binary.BigEndian.Uint32(body)) {
 			return nil, fmt.Errorf("%w: short Truncate at LSN %s", errProtocol, lsn)
 		}
-		if err := tm.Decode(body); err != nil {
+		if err := decodeSafely(tm.Decode, body); err != nil {
 			return nil, fmt.Errorf("%w: Truncate at LSN %s: %v", errProtocol, lsn, err)
 		}
 		for _, id := range tm.RelationIDs {
@@ -285,6 +287,18 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 		return nil, fmt.Errorf("%w: type %q at LSN %s", errProtocol, data[0], lsn)
 	}
 	return nil, nil
+}
+
+// decodeSafely runs a pglogrepl Decode method, which indexes into the
+// message without bounds checks (a short Relation panics), and turns a
+// panic into an error.
+func decodeSafely(decode func([]byte) error, body []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed message: %v", r)
+		}
+	}()
+	return decode(body)
 }
 
 func (d *decoder) lookup(id uint32) *relation {
