@@ -190,6 +190,16 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 	if total != n || per[0] != 2 || per[1] != 2 || per[2] != 2 {
 		t.Fatalf("placement at the end %v (%d active), want 2/2/2", per, total)
 	}
+	// The watcher saw the locks: at the end each is held by the process
+	// that claims the connector.
+	for _, name := range w.names {
+		w.mu.Lock()
+		h, ps := w.holders[name], w.active[name]
+		w.mu.Unlock()
+		if len(ps) != 1 || h != ps[0] {
+			t.Errorf("at the end %s: lock held by process %d, claimed active by %v", name, h, ps)
+		}
+	}
 	total = 0
 	for _, c := range conns {
 		total += len(c.want)
@@ -314,9 +324,11 @@ func (w *placementWatch) run() {
 			if ps := active[name]; len(ps) > 1 {
 				w.overlaps = append(w.overlaps, fmt.Sprintf("%s %s claimed active by processes %v (lock holder %d)", now.Format("15:04:05.000"), name, ps, holders[name]))
 			}
-			if h, ok := holders[name]; ok && h != w.holders[name] {
-				w.changes = append(w.changes, fmt.Sprintf("%s %s lock: process %d -> %d", now.Format("15:04:05.000"), name, w.holders[name], h))
-				w.holders[name] = h
+			if h, ok := holders[name]; ok {
+				if prev, seen := w.holders[name]; !seen || h != prev {
+					w.changes = append(w.changes, fmt.Sprintf("%s %s lock: process %d -> %d", now.Format("15:04:05.000"), name, prev, h))
+					w.holders[name] = h
+				}
 			}
 			// A process claiming a connector active while another held
 			// its lock from before to after the claim was read streams
