@@ -400,34 +400,70 @@ func (w *placementWatch) lockHolders(procs []*connector) map[string]int {
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, time.Second)
 	defer cancel()
+	// One query per server for all its connectors.
+	var q strings.Builder
+	var args []any
+	var mine []string
 	for i, name := range w.names {
-		var port sql.NullInt64
-		var err error
 		if i%2 == 0 {
-			var host sql.NullString
-			err = w.my.QueryRowContext(ctx, "SELECT (SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = IS_USED_LOCK(?))", ha.LockName(name)).Scan(&host)
-			if err == nil && host.Valid {
-				if _, p, ok := strings.Cut(host.String, ":"); ok {
-					v, perr := strconv.Atoi(p)
-					port = sql.NullInt64{Int64: int64(v), Valid: perr == nil}
+			if len(args) > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = IS_USED_LOCK(?))")
+			args = append(args, ha.LockName(name))
+			mine = append(mine, name)
+		}
+	}
+	hosts := make([]sql.NullString, len(mine))
+	dst := make([]any, len(mine))
+	for i := range hosts {
+		dst[i] = &hosts[i]
+	}
+	if err := w.my.QueryRowContext(ctx, "SELECT "+q.String(), args...).Scan(dst...); err != nil {
+		w.note("MariaDB lock query: %v", err)
+	} else {
+		for i, name := range mine {
+			var port sql.NullInt64
+			if hosts[i].Valid {
+				if _, p, ok := strings.Cut(hosts[i].String, ":"); ok {
+					v, err := strconv.Atoi(p)
+					port = sql.NullInt64{Int64: int64(v), Valid: err == nil}
 				}
 			}
-		} else {
-			key := ha.AdvisoryKey(name)
-			err = w.pg.QueryRowContext(ctx, `SELECT (SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-  WHERE l.locktype = 'advisory' AND l.granted AND l.classid = (($1::bigint >> 32) & 4294967295)::oid
-  AND l.objid = ($1::bigint & 4294967295)::oid AND l.objsubid = 1 LIMIT 1)`, key).Scan(&port)
+			if h := who(port); h != -2 {
+				out[name] = h
+			} else {
+				w.note("lock of %s held from port %d, no process of ours", name, port.Int64)
+			}
 		}
-		if err != nil {
-			w.note("lock query for %s: %v", name, err)
-			continue
+	}
+	rows, err := w.pg.QueryContext(ctx, `SELECT (l.classid::bigint << 32) | l.objid::bigint, a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1`)
+	if err != nil {
+		w.note("Postgres lock query: %v", err)
+		return out
+	}
+	defer rows.Close()
+	byKey := map[int64]sql.NullInt64{}
+	for rows.Next() {
+		var key int64
+		var port sql.NullInt64
+		if rows.Scan(&key, &port) == nil {
+			byKey[key] = port
 		}
-		h := who(port)
-		if h == -2 {
-			w.note("lock of %s held from port %d, no process of ours", name, port.Int64)
-			continue // a new session not yet seen in /proc, or one just closed
+	}
+	if rows.Err() != nil {
+		w.note("Postgres lock query: %v", rows.Err())
+		return out
+	}
+	for i, name := range w.names {
+		if i%2 == 1 {
+			if h := who(byKey[ha.AdvisoryKey(name)]); h != -2 {
+				out[name] = h
+			} else {
+				w.note("lock of %s held from port %d, no process of ours", name, byKey[ha.AdvisoryKey(name)].Int64)
+			}
 		}
-		out[name] = h
 	}
 	return out
 }
