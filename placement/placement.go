@@ -78,7 +78,8 @@ type Config struct {
 	// SessionTimeout is how long the group keeps a replica it hears no
 	// heartbeat from. Keep it equal to ha.session_timeout; the cluster's
 	// group.min.session.timeout.ms (6s on Kafka by default) bounds it from
-	// below.
+	// below. In outbox-cdc run, 0 takes the longest ha.session_timeout of
+	// the connectors.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 	// RebalanceTimeout is how long a replica may take to stop the
 	// connectors a rebalance takes from it (drain, checkpoint, release the

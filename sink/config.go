@@ -140,7 +140,7 @@ func (c *KafkaConfig) Validate() error {
 	if c.RetryBackoffMax < c.RetryBackoffMin {
 		bad("retry_backoff_max", "%v is below retry_backoff_min %v", c.RetryBackoffMax, c.RetryBackoffMin)
 	}
-	c.validateSecurity(bad)
+	c.validateSecurity("sink", bad)
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

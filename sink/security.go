@@ -40,23 +40,24 @@ type SASLConfig struct {
 	Mechanism string `yaml:"mechanism"`
 	// Username is the SASL user name.
 	Username string `yaml:"username"`
-	// Password: prefer password_file (OUTBOX_CDC_SINK_SASL_PASSWORD_FILE).
+	// Password: prefer password_file, a file such as a mounted Secret.
 	Password string `yaml:"password"`
 	// AllowPlaintext lets PLAIN send the password over a connection without
-	// TLS, where anyone on the path reads it. Off: PLAIN needs sink.tls.
+	// TLS, where anyone on the path reads it. Off: PLAIN needs tls.enabled.
 	AllowPlaintext bool `yaml:"allow_plaintext"`
 }
 
 func (s SASLConfig) mechanism() string { return strings.ToUpper(strings.TrimSpace(s.Mechanism)) }
 
-// validateSecurity checks sink.tls and sink.sasl without reading files.
-func (c *KafkaConfig) validateSecurity(bad func(key, format string, args ...any)) {
+// validateSecurity checks sink.tls and sink.sasl (or the same keys under
+// section) without reading files.
+func (c *KafkaConfig) validateSecurity(section string, bad func(key, format string, args ...any)) {
 	t := c.TLS
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		bad("tls.cert_file", "and sink.tls.key_file: set both (a client certificate and its key) or neither")
+		bad("tls.cert_file", "and %s.tls.key_file: set both (a client certificate and its key) or neither", section)
 	}
 	if !t.Enabled && (!t.Files.IsZero() || t.InsecureSkipVerify) {
-		bad("tls.enabled", "is false but other sink.tls keys are set; set sink.tls.enabled: true")
+		bad("tls.enabled", "is false but other %s.tls keys are set; set %s.tls.enabled: true", section, section)
 	}
 	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
 		bad("tls.insecure_skip_verify", "verifies nothing, so ca_file and server_name would be ignored; drop one or the other")
@@ -70,7 +71,7 @@ func (c *KafkaConfig) validateSecurity(bad func(key, format string, args ...any)
 		return
 	case SASLPlain:
 		if !t.Enabled && !s.AllowPlaintext {
-			bad("sasl.mechanism", "PLAIN sends the password in clear text: enable sink.tls, or set sink.sasl.allow_plaintext: true if the network is trusted")
+			bad("sasl.mechanism", "PLAIN sends the password in clear text: enable %s.tls, or set %s.sasl.allow_plaintext: true if the network is trusted", section, section)
 		}
 	case SASLSCRAMSHA256, SASLSCRAMSHA512:
 	default:
@@ -141,6 +142,26 @@ func (c *KafkaConfig) clientConfig() (*sarama.Config, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// ClientSecurity checks tls and sasl, set under section (placement), as
+// sink.tls and sink.sasl are checked, and returns them as franz-go client
+// options, for another Kafka client of the process. It reads the
+// certificate files; a mistake names the key under section.
+func ClientSecurity(section string, t TLSConfig, s SASLConfig) ([]kgo.Opt, error) {
+	c := KafkaConfig{TLS: t, SASL: s}
+	var errs []error
+	c.validateSecurity(section, func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", section, key, fmt.Sprintf(format, args...)))
+	})
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	opts, err := c.kgoSecurity()
+	if err != nil {
+		return nil, fmt.Errorf("%s.%s", section, strings.TrimPrefix(err.Error(), "sink."))
+	}
+	return opts, nil
 }
 
 // kgoSecurity is the same TLS and SASL for a franz-go client.

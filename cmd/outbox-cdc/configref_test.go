@@ -351,6 +351,8 @@ func configReference(docs fieldDocs) ([]byte, []missingDoc) {
 		fmt.Fprintf(&b, "## %s\n\n", s.key)
 		table(reflect.ValueOf(s.v), s.key, nil)
 	}
+	b.WriteString("## placement\n\nThe process's, at the top level beside `connectors:` (like `http` and `log`): spreads the connectors over the replicas that share the configuration; every connector then needs `ha.enabled: true`. See [delivery.md](delivery.md#spreading-connectors-over-replicas).\n\n")
+	table(reflect.ValueOf(defaultPlacementConfig()), "placement", nil)
 	return bytes.TrimRight(b.Bytes(), "\n"), missing
 }
 

@@ -28,7 +28,7 @@ import (
 //	    source: {type: postgres, dsn: ...}
 //	    ...
 //
-// http and log are the process's and stay at the top. Every entry is a
+// http, log and placement are the process's and stay at the top. Every entry is a
 // whole connector configuration with its own defaults. An OUTBOX_CDC_*
 // variable of a connector key (OUTBOX_CDC_SINK_BROKERS) applies to every
 // connector that has that key; one that no connector has is an error.
@@ -40,6 +40,9 @@ type processConfig struct {
 	HTTP       HTTPConfig
 	Log        LogConfig
 	Connectors []Config
+	// Placement spreads the connectors over the replicas that share this
+	// configuration (placement.go).
+	Placement PlacementConfig
 	// Listed is true when the file used the connectors: list (a list of
 	// one included).
 	Listed bool
@@ -56,13 +59,21 @@ func loadProcessConfig(path string, env map[string]string) (processConfig, error
 	if err != nil {
 		return processConfig{}, err
 	}
+	plc, env, err := takePlacement(&root, path, env)
+	if err != nil {
+		return processConfig{}, err
+	}
 	list := lookup(&root, "connectors")
 	if list == nil {
 		cfg, _, err := configFromNode(&root, path, env, true)
 		if err != nil {
 			return processConfig{}, err
 		}
-		return processConfig{HTTP: cfg.HTTP, Log: cfg.Log, Connectors: []Config{cfg}}, nil
+		pc := processConfig{HTTP: cfg.HTTP, Log: cfg.Log, Connectors: []Config{cfg}, Placement: plc}
+		if err := validatePlacement(&pc.Placement, pc.Connectors, false); err != nil {
+			return processConfig{}, err
+		}
+		return pc, nil
 	}
 	where := func(line int) string {
 		if path != "" {
@@ -79,7 +90,7 @@ func loadProcessConfig(path string, env map[string]string) (processConfig, error
 		case sharedKeys[k.Value]:
 			shared = append(shared, k, doc.Content[i+1])
 		default:
-			return processConfig{}, configErrorf("%s: %q sits at the top level beside connectors:; a connector's keys go inside its entry (only http and log are shared)", where(k.Line), k.Value)
+			return processConfig{}, configErrorf("%s: %q sits at the top level beside connectors:; a connector's keys go inside its entry (only http, log and placement are shared)", where(k.Line), k.Value)
 		}
 	}
 	if list.Kind != yaml.SequenceNode || len(list.Content) == 0 {
@@ -128,6 +139,10 @@ func loadProcessConfig(path string, env map[string]string) (processConfig, error
 		return processConfig{}, err
 	}
 	pc.HTTP, pc.Log = pc.Connectors[0].HTTP, pc.Connectors[0].Log
+	pc.Placement = plc
+	if err := validatePlacement(&pc.Placement, pc.Connectors, true); err != nil {
+		return processConfig{}, err
+	}
 	return pc, nil
 }
 

@@ -135,11 +135,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "outbox-cdc config: want 'config print --config FILE'\n")
 			return 2
 		}
-		cfg, code := parseConfigFlags("config print", args[2:], stderr)
+		var name string
+		pc, code := parseProcessFlags("config print", args[2:], stderr, func(fs *flag.FlagSet) {
+			fs.StringVar(&name, "connector", "", "the connector to print, by name (required when the configuration lists several)")
+		})
 		if code != 0 {
 			return code
 		}
-		if err := printConfig(stdout, cfg); err != nil {
+		cfg, err := pickConnector(pc, name)
+		if err != nil {
+			fmt.Fprintf(stderr, "outbox-cdc config print: %v\n", err)
+			return 2
+		}
+		var plc *PlacementConfig
+		if pc.Placement.Enabled {
+			plc = &pc.Placement
+		}
+		if err := printConfigPlaced(stdout, cfg, plc); err != nil {
 			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
 			return 1
 		}

@@ -19,7 +19,16 @@ import (
 // then the environment) as YAML, with secrets redacted, in the shape the
 // file takes: the chosen source's keys directly under source:.
 func printConfig(w io.Writer, cfg Config) error {
+	return printConfigPlaced(w, cfg, nil)
+}
+
+// printConfigPlaced is printConfig with the process's placement: section
+// (when not nil) at the end, so that the output still loads.
+func printConfigPlaced(w io.Writer, cfg Config, plc *PlacementConfig) error {
 	root := toNode(reflect.ValueOf(cfg))
+	if plc != nil {
+		root.Content = append(root.Content, scalar("placement"), toNode(reflect.ValueOf(*plc)))
+	}
 	src := toNode(reflect.ValueOf(sourceTypes[cfg.Source.Type](&cfg.Source)).Elem())
 	src.Content = append([]*yaml.Node{scalar("type"), scalar(cfg.Source.Type)}, src.Content...)
 	for i := 0; i+1 < len(root.Content); i += 2 {

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-cdc/outbox-cdc/placement"
 )
 
 // One process runs every connector of the configuration, each in its own
@@ -36,7 +38,9 @@ import (
 //
 // The process exits when no connector is left running or waiting: 0 when
 // none stopped on an error, else 1. A single-connector process therefore
-// exits exactly as before.
+// exits exactly as before. With placement (placement.go) the group decides
+// which connectors run here, and the process runs until its signal, also
+// while it holds none.
 
 // Connector states, as /readyz, /healthz and outbox_cdc_connector_state
 // name them.
@@ -393,6 +397,11 @@ func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut i
 		buildInfo(),
 	)
 	sup := newSupervisor(ctx, pc.Connectors, opts, log)
+	if pc.Placement.Enabled {
+		// A lost lock returns the connector to standby: placement stops
+		// it when the group gives it to another replica.
+		sup.exitOnLost = false
+	}
 	procReg.MustRegister(newStateCollector(sup))
 
 	// HTTP is up while standby too: /readyz says "standby".
@@ -404,6 +413,9 @@ func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut i
 		}
 		defer srv.Close()
 		log.Info().Str("listen", srv.Addr).Msg("serving /metrics, /healthz, /readyz, /active, /connectors")
+	}
+	if pc.Placement.Enabled {
+		return runPlaced(ctx, pc, sup, log)
 	}
 	if len(pc.Connectors) > 1 {
 		log.Info().Int("connectors", len(pc.Connectors)).Str("names", connectorNames(pc.Connectors)).Msg("starting every connector")
@@ -427,4 +439,31 @@ func (s *supervisor) sortedNames() []string {
 	names := append([]string(nil), s.order...)
 	sort.Strings(names)
 	return names
+}
+
+// runPlaced runs the connectors the placement group assigns to this
+// replica until ctx is done. Unlike runProcess without placement it does
+// not return when no connector runs: a replica holding none waits for its
+// share (and answers 200 on /readyz). It returns the halted connectors'
+// errors, or placement's when the cluster refuses the group.
+func runPlaced(ctx context.Context, pc processConfig, sup *supervisor, log zerolog.Logger) error {
+	names := make([]string, len(pc.Connectors))
+	for i, c := range pc.Connectors {
+		names[i] = c.Name
+	}
+	secOpts, err := pc.Placement.clientOpts()
+	if err != nil {
+		return &configError{Msg: err.Error()}
+	}
+	log.Info().Int("connectors", len(names)).Str("deployment", pc.Placement.Deployment).
+		Dur("session_timeout", pc.Placement.SessionTimeout).Msg("placement on: running the connectors the group assigns to this replica")
+	perr := placement.Run(ctx, pc.Placement.Config, names, sup, log, secOpts...)
+	if perr != nil && ctx.Err() != nil && errors.Is(perr, context.Canceled) {
+		perr = nil // stopped while joining
+	}
+	if perr != nil {
+		log.Error().Err(perr).Msg("placement failed; stopping this replica's connectors")
+	}
+	sup.stopAll()
+	return errors.Join(perr, sup.halted())
 }

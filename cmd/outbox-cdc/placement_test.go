@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+)
+
+func placedEntry(name, extra string) string {
+	return "  - name: " + name + "\n    source:\n      type: mysql\n      dsn: \"u@tcp(h:3306)/d\"\n    sink:\n      brokers: [\"k:9092\"]\n" +
+		"    checkpoint:\n      type: table\n    ha:\n      enabled: true\n" + extra
+}
+
+// TestLoadPlacement: placement: sits beside connectors:, takes its
+// OUTBOX_CDC_PLACEMENT_* variables, derives session_timeout from the
+// longest ha.session_timeout, and config print shows it in a form that
+// loads back.
+func TestLoadPlacement(t *testing.T) {
+	file := "placement:\n  enabled: true\n  deployment: shop\n  brokers: [\"k1:9092\"]\nconnectors:\n" +
+		placedEntry("a", "      session_timeout: 4s\n") + placedEntry("b", "      session_timeout: 7s\n")
+	pc, err := loadProcessConfig(writeFile(t, file), map[string]string{"OUTBOX_CDC_PLACEMENT_DEPLOYMENT": "shop-eu", "OUTBOX_CDC_SINK_CLIENT_ID": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pc.Placement
+	if !p.Enabled || p.Deployment != "shop-eu" || len(p.Brokers) != 1 || p.Brokers[0] != "k1:9092" {
+		t.Fatalf("placement %+v", p)
+	}
+	if p.SessionTimeout != 7*time.Second {
+		t.Fatalf("session_timeout %s, want the longest ha.session_timeout 7s", p.SessionTimeout)
+	}
+	if p.RebalanceTimeout != time.Minute || p.ReplicationFactor != -1 {
+		t.Fatalf("defaults lost: %+v", p)
+	}
+	if len(pc.Connectors) != 2 || pc.Connectors[1].Sink.ClientID != "x" {
+		t.Fatalf("connectors %+v", pc.Connectors)
+	}
+
+	// The single-connector layout takes it too.
+	single := "placement:\n  enabled: true\n  deployment: one\n  brokers: [\"k1:9092\"]\n  session_timeout: 3s\n" +
+		"source:\n  type: mysql\n  dsn: \"u@tcp(h:3306)/d\"\nsink:\n  brokers: [\"k:9092\"]\ncheckpoint:\n  type: table\nha:\n  enabled: true\n"
+	pc1, err := loadProcessConfig(writeFile(t, single), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pc1.Placement.Enabled || pc1.Placement.SessionTimeout != 3*time.Second {
+		t.Fatalf("single layout placement %+v", pc1.Placement)
+	}
+
+	var out bytes.Buffer
+	if err := printConfigPlaced(&out, pc1.Connectors[0], &pc1.Placement); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "placement:\n  enabled: true\n  deployment: one\n") {
+		t.Fatalf("config print lacks the placement section:\n%s", out.String())
+	}
+	again, err := loadProcessConfig(writeFile(t, out.String()), nil)
+	if err != nil {
+		t.Fatalf("config print output does not load: %v\n%s", err, out.String())
+	}
+	if again.Placement.Deployment != "one" || again.Placement.SessionTimeout != 3*time.Second {
+		t.Fatalf("reloaded placement %+v", again.Placement)
+	}
+}
+
+func TestLoadPlacementMistakes(t *testing.T) {
+	head := "placement:\n  enabled: true\n  deployment: shop\n  brokers: [\"k1:9092\"]\n"
+	list := "connectors:\n" + placedEntry("a", "")
+	for _, tc := range []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"connector without HA", head + "connectors:\n" + placedEntry("a", "") +
+			"  - name: b\n    source:\n      type: mysql\n      dsn: \"u@tcp(h:3306)/d\"\n    sink:\n      brokers: [\"k:9092\"]\n",
+			nil, "connectors[1] (b): ha.enabled: placement.enabled needs every connector's HA lock"},
+		{"no brokers", "placement:\n  enabled: true\n  deployment: shop\n" + list, nil, "placement.brokers: placement needs a Kafka-protocol cluster"},
+		{"broker not host:port", "placement:\n  enabled: true\n  deployment: shop\n  brokers: [k1]\n" + list, nil, `placement.brokers: "k1" is not host:port`},
+		{"bad deployment", "placement:\n  enabled: true\n  deployment: \"a b\"\n  brokers: [\"k1:9092\"]\n" + list, nil, `placement.deployment: "a b" must be`},
+		{"unknown key", head + "  brokerz: [x]\n" + list, nil, `placement.brokerz (line 5): unknown configuration key "placement.brokerz" (did you mean "placement.brokers"?)`},
+		{"wrong type", head + "  session_timeout: soon\n" + list, nil, "placement.session_timeout"},
+		{"not a mapping", "placement: yes\n" + list, nil, "placement (line 1): want a mapping"},
+		{"unknown variable", head + list, map[string]string{"OUTBOX_CDC_PLACEMENT_BROKER": "x:1"}, "OUTBOX_CDC_PLACEMENT_BROKER matches no configuration key"},
+		{"session below 1s", head + "  session_timeout: 500ms\n" + list, nil, "placement.session_timeout: 500ms is outside 1s..30m"},
+		{"bad SASL", head + "  sasl:\n    mechanism: MD5\n    username: u\n    password: p\n" + list, nil, `placement.sasl.mechanism: "MD5" is not one of`},
+		{"PLAIN without TLS", head + "  sasl:\n    mechanism: PLAIN\n    username: u\n    password: p\n" + list, nil, "enable placement.tls, or set placement.sasl.allow_plaintext"},
+		{"inside an entry", head + "connectors:\n" + placedEntry("a", "    placement:\n      enabled: true\n"), nil, `unknown configuration key "placement"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadProcessConfig(writeFile(t, tc.file), tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+			if _, ok := err.(*configError); !ok {
+				t.Fatalf("%T is not a configuration error", err)
+			}
+		})
+	}
+	// Off, nothing is required of the connectors.
+	if _, err := loadProcessConfig(writeFile(t, "placement:\n  enabled: false\nconnectors:\n  - name: a\n    source:\n      type: mysql\n      dsn: \"u@tcp(h:3306)/d\"\n    sink:\n      brokers: [\"k:9092\"]\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPlacedReplicaWithoutConnector: two processes with placement share
+// one connector. The one the group gives nothing keeps running, answers
+// 200 on /readyz and 503 on /active with the connector "stopped"; when the
+// other stops (SIGTERM), it takes the connector over and streams.
+func TestPlacedReplicaWithoutConnector(t *testing.T) {
+	admin := testenv.MySQL(t)
+	suffix := fmt.Sprintf("%06d", rand.IntN(1e6))
+	dbName := "placed_" + suffix
+	if _, err := admin.Exec("CREATE DATABASE " + dbName); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + dbName) })
+	mc, err := mysql.ParseDSN(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.DBName = dbName
+	dsn := mc.FormatDSN()
+	if _, err := admin.Exec("CREATE TABLE " + dbName + "." + strings.TrimPrefix(testenv.SeedTableMySQL("outbox_message"), "CREATE TABLE ")); err != nil {
+		t.Fatal(err)
+	}
+	_, brokers := testenv.Kafka(t, kfake.GroupMinSessionTimeout(time.Second))
+	name := "placed-" + suffix
+	file := writeFile(t, fmt.Sprintf(`placement:
+  enabled: true
+  deployment: test-%s
+  brokers: [%q]
+connectors:
+  - name: %s
+    source: {type: mysql, dsn: %q, table: outbox_message}
+    route: {preset: seed, topic: %q}
+    sink: {brokers: [%q]}
+    checkpoint: {type: table}
+    ha: {enabled: true, check_interval: 200ms, session_timeout: 2s}
+`, suffix, brokers[0], name, dsn, name, brokers[0]))
+
+	type proc struct {
+		addr   string
+		cancel context.CancelFunc
+		done   chan error
+		logs   *lockedBuffer
+	}
+	launch := func() *proc {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &proc{addr: ln.Addr().String(), done: make(chan error, 1), logs: &lockedBuffer{}}
+		ln.Close()
+		pc, err := loadProcessConfig(file, map[string]string{"OUTBOX_CDC_HTTP_LISTEN": p.addr, "OUTBOX_CDC_LOG_FORMAT": "json"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		p.cancel = cancel
+		go func() { p.done <- runProcess(ctx, pc, runOptions{}, p.logs) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-p.done:
+			case <-time.After(40 * time.Second):
+			}
+			if t.Failed() {
+				t.Logf("log of %s:\n%s", p.addr, p.logs.String())
+			}
+		})
+		return p
+	}
+	get := func(p *proc, path string) (int, healthAnswer) {
+		var a healthAnswer
+		resp, err := http.Get("http://" + p.addr + path)
+		if err != nil {
+			return 0, a
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&a)
+		return resp.StatusCode, a
+	}
+	active := func(p *proc) bool { code, _ := get(p, "/active"); return code == 200 }
+
+	a := launch()
+	waitUntil(t, "the first replica streams the connector", 30*time.Second, func() bool { return active(a) })
+	b := launch()
+	waitUntil(t, "the second replica joined the group", 30*time.Second, func() bool {
+		return strings.Contains(b.logs.String(), "joining the placement group")
+	})
+	// Long enough for a rebalance to have run: the sticky balancer leaves
+	// the connector where it is.
+	time.Sleep(3 * time.Second)
+	code, st := get(b, "/readyz")
+	if code != 200 || len(st.Connectors) != 1 || st.Connectors[0].State != stateStopped || st.Active != 0 {
+		t.Fatalf("replica without connector: /readyz %d %+v, want 200 with the connector stopped", code, st)
+	}
+	if code, _ := get(b, "/active"); code != 503 {
+		t.Fatalf("replica without connector: /active %d, want 503", code)
+	}
+	select {
+	case err := <-b.done:
+		t.Fatalf("the replica holding no connector exited: %v", err)
+	default:
+	}
+	if !active(a) {
+		t.Fatal("the first replica lost its connector when the second joined")
+	}
+
+	a.cancel()
+	stopped := time.Now()
+	if err := <-a.done; err != nil {
+		t.Fatalf("first replica: %v", err)
+	}
+	waitUntil(t, "the second replica takes the connector over", 20*time.Second, func() bool { return active(b) })
+	t.Logf("takeover after a graceful stop: %s", time.Since(stopped).Round(time.Millisecond))
+}
