@@ -80,3 +80,20 @@ func KeysUnder(section string, err error) error {
 	}
 	return errors.Join(out...)
 }
+
+// KeyErrors returns the *KeyError values in err, in order: err's own
+// (found by errors.As) or, for joined errors, each joined error's.
+func KeyErrors(err error) []*KeyError {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []*KeyError
+		for _, e := range j.Unwrap() {
+			out = append(out, KeyErrors(e)...)
+		}
+		return out
+	}
+	var ke *KeyError
+	if errors.As(err, &ke) {
+		return []*KeyError{ke}
+	}
+	return nil
+}

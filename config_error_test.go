@@ -41,19 +41,9 @@ func TestKeysUnderRewritesEveryJoinedKey(t *testing.T) {
 		other,
 	))
 	var keys []string
-	var walk func(error)
-	walk = func(err error) {
-		if ke, ok := err.(*KeyError); ok {
-			keys = append(keys, ke.Key)
-			return
-		}
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			for _, e := range j.Unwrap() {
-				walk(e)
-			}
-		}
+	for _, ke := range KeyErrors(err) {
+		keys = append(keys, ke.Key)
 	}
-	walk(err)
 	if fmt.Sprint(keys) != "[sink.url sink.tls.enabled]" {
 		t.Errorf("keys %v", keys)
 	}
