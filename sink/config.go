@@ -9,6 +9,8 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/outbox-cdc/outbox-cdc/retry"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // KafkaConfig configures the Kafka sink. The producer is always idempotent
@@ -88,7 +90,7 @@ func DefaultKafkaConfig() KafkaConfig {
 func (c *KafkaConfig) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("sink.%s: %s", key, fmt.Sprintf(format, args...)))
+		errs = append(errs, outboxcdc.KeyErrorf(key, "", format, args...))
 	}
 	if len(c.Brokers) == 0 {
 		bad("brokers", "at least one broker (host:port) is required")
