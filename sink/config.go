@@ -2,7 +2,6 @@ package sink
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"time"
 
@@ -151,7 +150,7 @@ func (c *KafkaConfig) Validate() error {
 		return err
 	}
 	if err := sc.Validate(); err != nil {
-		return fmt.Errorf("sink: kafka settings rejected by the client: %w", err)
+		return outboxcdc.KeyErrorf("", "", "kafka settings rejected by the client: %v", err)
 	}
 	return nil
 }

@@ -82,7 +82,7 @@ func (c Config) Validate() error {
 	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, outboxcdc.KeysUnder("tls", err))
 	} else if err := c.TLS.Load(); err != nil {
-		errs = append(errs, outboxcdc.KeysUnder("tls", err))
+		errs = append(errs, err) // Build names the key under tls
 	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, err)
