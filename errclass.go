@@ -36,6 +36,16 @@ func (e *classified) Error() string {
 
 func (e *classified) Unwrap() error { return e.err }
 
+func (e *classified) classification() (transient bool, hint string, inner error) {
+	return e.transient, e.hint, e.err
+}
+
+// classifier is an error that says whether it is transient, its remedy,
+// and the error it classifies (nil when it is the cause itself).
+type classifier interface {
+	classification() (transient bool, hint string, inner error)
+}
+
 // Transient marks err as worth retrying: the same operation may succeed
 // later (a broken connection, a server restarting, a lock timeout).
 func Transient(err error) error {
@@ -69,16 +79,17 @@ func IsTransient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
-	var c *classified
+	var c classifier
 	if errors.As(err, &c) {
-		return c.transient
+		transient, _, _ := c.classification()
+		return transient
 	}
 	return false
 }
 
 // IsClassified reports whether err carries a classification.
 func IsClassified(err error) bool {
-	var c *classified
+	var c classifier
 	return errors.As(err, &c)
 }
 
@@ -86,14 +97,15 @@ func IsClassified(err error) bool {
 // that has one, or "".
 func Hint(err error) string {
 	for err != nil {
-		var c *classified
+		var c classifier
 		if !errors.As(err, &c) {
 			return ""
 		}
-		if c.hint != "" {
-			return c.hint
+		_, hint, inner := c.classification()
+		if hint != "" {
+			return hint
 		}
-		err = c.err
+		err = inner
 	}
 	return ""
 }

@@ -105,21 +105,21 @@ func DefaultPipelineConfig() PipelineConfig {
 func (c PipelineConfig) Validate() error {
 	switch {
 	case c.MaxBatchRecords < 1:
-		return fmt.Errorf("pipeline.max_batch_records must be at least 1, got %d", c.MaxBatchRecords)
+		return KeyErrorf("max_batch_records", "", "must be at least 1, got %d", c.MaxBatchRecords)
 	case c.MaxBatchBytes < 1024:
-		return fmt.Errorf("pipeline.max_batch_bytes must be at least 1024, got %d", c.MaxBatchBytes)
+		return KeyErrorf("max_batch_bytes", "", "must be at least 1024, got %d", c.MaxBatchBytes)
 	case c.QueueTransactions < 1:
-		return fmt.Errorf("pipeline.queue_transactions must be at least 1, got %d", c.QueueTransactions)
+		return KeyErrorf("queue_transactions", "", "must be at least 1, got %d", c.QueueTransactions)
 	case c.QueueBytes < 64<<10:
-		return fmt.Errorf("pipeline.queue_bytes must be at least 65536, got %d", c.QueueBytes)
+		return KeyErrorf("queue_bytes", "", "must be at least 65536, got %d", c.QueueBytes)
 	case c.CheckpointInterval < 0 || c.CheckpointInterval > time.Minute:
-		return fmt.Errorf("pipeline.checkpoint_interval must be between 0 and 1m, got %s", c.CheckpointInterval)
+		return KeyErrorf("checkpoint_interval", "", "must be between 0 and 1m, got %s", c.CheckpointInterval)
 	case c.ShutdownTimeout <= 0:
-		return fmt.Errorf("pipeline.shutdown_timeout must be positive, got %s", c.ShutdownTimeout)
+		return KeyErrorf("shutdown_timeout", "", "must be positive, got %s", c.ShutdownTimeout)
 	case c.LogInterval <= 0:
-		return fmt.Errorf("pipeline.log_interval must be positive, got %s", c.LogInterval)
+		return KeyErrorf("log_interval", "", "must be positive, got %s", c.LogInterval)
 	case c.OnError != OnErrorHalt && c.OnError != OnErrorDLQ:
-		return fmt.Errorf("pipeline.on_error: %q is not %s or %s", c.OnError, OnErrorHalt, OnErrorDLQ)
+		return KeyErrorf("on_error", "", "%q is not %s or %s", c.OnError, OnErrorHalt, OnErrorDLQ)
 	}
 	if c.DLQTopic != "" {
 		check := c.DLQTopicCheck
@@ -127,7 +127,7 @@ func (c PipelineConfig) Validate() error {
 			check = validTopic
 		}
 		if err := check(c.DLQTopic); err != nil {
-			return fmt.Errorf("pipeline.dlq_topic: %w", err)
+			return KeyErrorf("dlq_topic", "", "%v", err)
 		}
 	}
 	return nil

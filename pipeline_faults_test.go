@@ -289,9 +289,9 @@ func TestPipelineConfigOnError(t *testing.T) {
 		mut  func(*PipelineConfig)
 		want string
 	}{
-		{func(c *PipelineConfig) { c.OnError = "skip" }, "pipeline.on_error"},
-		{func(c *PipelineConfig) { c.DLQTopic = "bad topic" }, "pipeline.dlq_topic"},
-		{func(c *PipelineConfig) { c.DLQTopic = strings.Repeat("x", 250) }, "pipeline.dlq_topic"},
+		{func(c *PipelineConfig) { c.OnError = "skip" }, "on_error"},
+		{func(c *PipelineConfig) { c.DLQTopic = "bad topic" }, "dlq_topic"},
+		{func(c *PipelineConfig) { c.DLQTopic = strings.Repeat("x", 250) }, "dlq_topic"},
 	} {
 		cfg := DefaultPipelineConfig()
 		c.mut(&cfg)

@@ -58,16 +58,16 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if strings.TrimSpace(c.Where) == "" {
-		errs = append(errs, errors.New("pending.where: required (e.g. \"status = 0\"; use \"1 = 1\" to publish every row)"))
+		errs = append(errs, outboxcdc.KeyErrorf("where", `e.g. "status = 0"; use "1 = 1" to publish every row`, "required"))
 	}
 	if strings.Contains(c.Where, ";") {
-		errs = append(errs, errors.New("pending.where: one condition, no ';'"))
+		errs = append(errs, outboxcdc.KeyErrorf("where", "", "one condition, no ';'"))
 	}
 	if !identifier(c.Key) {
-		errs = append(errs, fmt.Errorf("pending.key: %q is not a plain column name", c.Key))
+		errs = append(errs, outboxcdc.KeyErrorf("key", "", "%q is not a plain column name", c.Key))
 	}
 	if c.Batch < 1 || c.Batch > 100000 {
-		errs = append(errs, fmt.Errorf("pending.batch: %d is not between 1 and 100000", c.Batch))
+		errs = append(errs, outboxcdc.KeyErrorf("batch", "", "%d is not between 1 and 100000", c.Batch))
 	}
 	return errors.Join(errs...)
 }

@@ -53,7 +53,7 @@ func TestValidate(t *testing.T) {
 	}
 	c := Config{Where: "status = 0; DROP TABLE x", Key: "id; --", Batch: 0}
 	err := c.Validate()
-	for _, want := range []string{"pending.where", "pending.key", "pending.batch"} {
+	for _, want := range []string{"where:", "key:", "batch:"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("%v does not name %s", err, want)
 		}

@@ -2,12 +2,13 @@ package binlog
 
 import (
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"time"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Start settings: where a first run without a checkpoint begins.
@@ -96,19 +97,19 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if c.DSN == "" {
-		errs = append(errs, errors.New("dsn: required (e.g. \"user:pass@tcp(127.0.0.1:3306)/shop\")"))
+		errs = append(errs, outboxcdc.KeyErrorf("dsn", `e.g. "user:pass@tcp(127.0.0.1:3306)/shop"`, "required"))
 	} else if dc, err := mysqldriver.ParseDSN(c.DSN); err != nil {
 		// The driver's message may quote the DSN; do not repeat it.
-		errs = append(errs, errors.New("dsn: not a valid go-sql-driver DSN (expected \"user:pass@tcp(host:3306)/database\")"))
+		errs = append(errs, outboxcdc.KeyErrorf("dsn", `expected "user:pass@tcp(host:3306)/database"`, "not a valid go-sql-driver DSN"))
 	} else if dc.DBName == "" {
-		errs = append(errs, errors.New("dsn: must name the database that holds the outbox table (\".../shop\")"))
+		errs = append(errs, outboxcdc.KeyErrorf("dsn", `end it with the database: ".../shop"`, "must name the database that holds the outbox table"))
 	}
 	if c.Table == "" && len(c.Tables) == 0 {
-		errs = append(errs, errors.New("table: required"))
+		errs = append(errs, outboxcdc.KeyErrorf("table", "", "required"))
 	}
 	if len(c.Tables) > 0 {
 		if c.Table != "" && c.Table != DefaultConfig().Table {
-			errs = append(errs, errors.New("tables: set either table or tables, not both"))
+			errs = append(errs, outboxcdc.KeyErrorf("tables", "", "set either table or tables, not both"))
 		}
 		db := ""
 		if dc, err := mysqldriver.ParseDSN(c.DSN); err == nil {
@@ -118,34 +119,34 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 		if c.Start == StartPending {
-			errs = append(errs, errors.New("start: pending reads one table; it cannot be used with tables"))
+			errs = append(errs, outboxcdc.KeyErrorf("start", "", "pending reads one table; it cannot be used with tables"))
 		}
 	}
 	if c.Start != StartLatest && c.Start != StartEarliest && c.Start != StartPending {
-		errs = append(errs, fmt.Errorf("start: %q is not one of latest, earliest, pending", c.Start))
+		errs = append(errs, outboxcdc.KeyErrorf("start", "", "%q is not one of latest, earliest, pending", c.Start))
 	}
 	if c.Start == StartPending {
 		if err := c.Pending.Validate(); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, outboxcdc.KeysUnder("pending", err))
 		}
 	}
 	if c.GTID != GTIDAuto && c.GTID != GTIDOff {
-		errs = append(errs, fmt.Errorf("gtid: %q is not one of auto, off", c.GTID))
+		errs = append(errs, outboxcdc.KeyErrorf("gtid", "", "%q is not one of auto, off", c.GTID))
 	}
 	if c.HeartbeatPeriod <= 0 {
-		errs = append(errs, errors.New("heartbeat_period: must be positive"))
+		errs = append(errs, outboxcdc.KeyErrorf("heartbeat_period", "", "must be positive"))
 	}
 	if c.ReadTimeout <= c.HeartbeatPeriod {
-		errs = append(errs, fmt.Errorf("read_timeout: %s must be longer than heartbeat_period %s, or an idle server looks dead", c.ReadTimeout, c.HeartbeatPeriod))
+		errs = append(errs, outboxcdc.KeyErrorf("read_timeout", "", "%s must be longer than heartbeat_period %s, or an idle server looks dead", c.ReadTimeout, c.HeartbeatPeriod))
 	}
 	if c.Reconnect.Min <= 0 {
-		errs = append(errs, errors.New("reconnect.min: must be positive"))
+		errs = append(errs, outboxcdc.KeyErrorf("reconnect.min", "", "must be positive"))
 	}
 	if c.Reconnect.Max < c.Reconnect.Min {
-		errs = append(errs, fmt.Errorf("reconnect.max: %s is below reconnect.min %s", c.Reconnect.Max, c.Reconnect.Min))
+		errs = append(errs, outboxcdc.KeyErrorf("reconnect.max", "", "%s is below reconnect.min %s", c.Reconnect.Max, c.Reconnect.Min))
 	}
 	if err := c.TLS.validate(c.DSN); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, outboxcdc.KeysUnder("tls", err))
 	}
 	return errors.Join(errs...)
 }

@@ -123,7 +123,7 @@ func parseTables(entries []string, dsnDB string) ([]tablePattern, error) {
 			db, table = dsnDB, e
 		}
 		if db == "" || table == "" || strings.Contains(table, ".") {
-			return nil, fmt.Errorf("tables[%d]: %q is not database.table or table (wildcards * and %% allowed in either part)", i, e)
+			return nil, outboxcdc.KeyErrorf(fmt.Sprintf("tables[%d]", i), "wildcards * and % are allowed in either part", "%q is not database.table or table", e)
 		}
 		out = append(out, tablePattern{db: parseNamePart(db), table: parseNamePart(table)})
 	}

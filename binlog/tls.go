@@ -15,6 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-cdc/outbox-cdc/tlsconf"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // TLS modes (source.tls.mode), the MySQL client's --ssl-mode with libpq's
@@ -59,29 +61,29 @@ func normalizeTLSMode(m string) string {
 	return m
 }
 
-// validate checks the section against the DSN. Messages name the key
-// under source.
+// validate checks the section against the DSN. Keys are relative to
+// source.tls.
 func (t TLSConfig) validate(dsn string) error {
 	mode := normalizeTLSMode(t.Mode)
 	switch mode {
 	case TLSDisabled, TLSPreferred, TLSRequired, TLSVerifyCA, TLSVerifyFull:
 	default:
-		return fmt.Errorf("tls.mode: %q is not one of disabled, preferred, required, verify-ca, verify-full", t.Mode)
+		return outboxcdc.KeyErrorf("mode", "", "%q is not one of disabled, preferred, required, verify-ca, verify-full", t.Mode)
 	}
-	if err := t.Files.Validate("tls."); err != nil {
+	if err := t.Files.Validate(); err != nil {
 		return err
 	}
 	switch {
 	case mode == TLSDisabled && !t.Files.IsZero():
-		return errors.New("tls.mode: is disabled but other tls keys are set; set tls.mode to verify-full (or verify-ca, required)")
+		return outboxcdc.KeyErrorf("mode", "set tls.mode to verify-full (or verify-ca, required)", "is disabled but other tls keys are set")
 	case (mode == TLSPreferred || mode == TLSRequired) && t.CAFile != "":
-		return fmt.Errorf("tls.ca_file: %s does not verify the server, so a CA is not used; set tls.mode to verify-ca or verify-full", mode)
+		return outboxcdc.KeyErrorf("ca_file", "set tls.mode to verify-ca or verify-full", "%s does not verify the server, so a CA is not used", mode)
 	case (mode == TLSPreferred || mode == TLSRequired || mode == TLSVerifyCA) && t.ServerName != "":
-		return fmt.Errorf("tls.server_name: %s does not check the server's name; set tls.mode to verify-full", mode)
+		return outboxcdc.KeyErrorf("server_name", "set tls.mode to verify-full", "%s does not check the server's name", mode)
 	}
 	if mode != TLSDisabled {
 		if dc, err := mysqldriver.ParseDSN(dsn); err == nil && dc.TLSConfig != "" {
-			return errors.New("tls.mode: the DSN has a tls parameter too; set TLS in one place (prefer source.tls and drop tls= from the DSN)")
+			return outboxcdc.KeyErrorf("mode", "set TLS in one place: prefer source.tls and drop tls= from the DSN", "the DSN has a tls parameter too")
 		}
 	}
 	return nil
@@ -100,7 +102,7 @@ func (c Config) ConnDSN() (string, error) {
 	}
 	dc, err := mysqldriver.ParseDSN(c.DSN)
 	if err != nil {
-		return "", errors.New("dsn: not a valid go-sql-driver DSN")
+		return "", outboxcdc.KeyErrorf("dsn", "", "not a valid go-sql-driver DSN")
 	}
 	host := ""
 	if dc.Net != "unix" {
@@ -111,7 +113,7 @@ func (c Config) ConnDSN() (string, error) {
 		}
 	}
 	if mode == TLSVerifyFull && host == "" && c.TLS.ServerName == "" {
-		return "", errors.New("tls.server_name: required with verify-full over a unix socket (there is no host name to check)")
+		return "", outboxcdc.KeyErrorf("tls.server_name", "", "required with verify-full over a unix socket (there is no host name to check)")
 	}
 	verify := map[string]tlsconf.Verify{
 		TLSPreferred: tlsconf.VerifyNone, TLSRequired: tlsconf.VerifyNone,
@@ -119,7 +121,7 @@ func (c Config) ConnDSN() (string, error) {
 	}[mode]
 	tc, err := c.TLS.Files.Build(verify, host)
 	if err != nil {
-		return "", fmt.Errorf("tls.%w", err)
+		return "", outboxcdc.KeysUnder("tls", err)
 	}
 	sum := sha256.Sum256([]byte(strings.Join([]string{mode, c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile, c.TLS.ServerName, host}, "\x00")))
 	name := "outbox-cdc-" + hex.EncodeToString(sum[:8])

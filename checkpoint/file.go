@@ -52,11 +52,11 @@ func DefaultFileConfig() FileConfig { return FileConfig{Path: DefaultPath} }
 func (c FileConfig) Validate() error {
 	switch {
 	case c.Path == "":
-		return errors.New("checkpoint.path: empty; set a file path such as " + DefaultPath)
+		return outboxcdc.KeyErrorf("path", "set a file path such as "+DefaultPath, "empty")
 	case strings.HasSuffix(c.Path, "/"):
-		return fmt.Errorf("checkpoint.path: %q names a directory; give a file path inside it", c.Path)
+		return outboxcdc.KeyErrorf("path", "", "%q names a directory; give a file path inside it", c.Path)
 	case strings.ContainsRune(c.Path, 0):
-		return fmt.Errorf("checkpoint.path: %q contains a NUL byte", c.Path)
+		return outboxcdc.KeyErrorf("path", "", "%q contains a NUL byte", c.Path)
 	}
 	return nil
 }

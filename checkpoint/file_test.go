@@ -270,7 +270,7 @@ func TestNewFileAndValidate(t *testing.T) {
 	for _, tc := range []struct {
 		path, want string
 	}{
-		{"", "checkpoint.path: empty"},
+		{"", "path: empty"},
 		{dir + "/", "names a directory"},
 		{dir, "is a directory"},
 		{filepath.Join(dir, "missing", "cp"), "create it first"},

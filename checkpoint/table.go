@@ -41,7 +41,7 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}(\.[A-Za-z_][A-
 // Validate checks the configuration without connecting.
 func (c TableConfig) Validate() error {
 	if !tableName.MatchString(c.Table) {
-		return fmt.Errorf("checkpoint.table: %q is not a table name (letters, digits, _ and $, optionally qualified as schema.table)", c.Table)
+		return outboxcdc.KeyErrorf("table", "", "%q is not a table name (letters, digits, _ and $, optionally qualified as schema.table)", c.Table)
 	}
 	return nil
 }

@@ -89,11 +89,11 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.CheckInterval < 100*time.Millisecond || c.CheckInterval > time.Minute:
-		return fmt.Errorf("ha.check_interval: %s is outside 100ms..1m", c.CheckInterval)
+		return outboxcdc.KeyErrorf("check_interval", "", "%s is outside 100ms..1m", c.CheckInterval)
 	case c.SessionTimeout < 2*time.Second || c.SessionTimeout > time.Hour:
-		return fmt.Errorf("ha.session_timeout: %s is outside 2s..1h", c.SessionTimeout)
+		return outboxcdc.KeyErrorf("session_timeout", "", "%s is outside 2s..1h", c.SessionTimeout)
 	case c.SessionTimeout < 3*c.CheckInterval:
-		return fmt.Errorf("ha.session_timeout (%s) must be at least 3 × ha.check_interval (%s), so that the active instance notices a lost lock before the database frees it for a standby", c.SessionTimeout, c.CheckInterval)
+		return outboxcdc.KeyErrorf("session_timeout", "", "%s must be at least 3 × ha.check_interval (%s), so that the active instance notices a lost lock before the database frees it for a standby", c.SessionTimeout, c.CheckInterval)
 	}
 	return nil
 }

@@ -281,7 +281,7 @@ func TestConfigBounds(t *testing.T) {
 		t.Fatalf("session timeout below 3 check intervals: %v", err)
 	}
 	c.SessionTimeout = time.Second
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ha.session_timeout") {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "session_timeout:") {
 		t.Fatalf("1s session timeout: %v", err)
 	}
 }

@@ -120,25 +120,25 @@ func DefaultConfig() Config {
 // Validate checks the keys; messages name them under lifecycle.
 func (c Config) Validate() error {
 	var errs []error
-	bad := func(f string, a ...any) { errs = append(errs, fmt.Errorf("lifecycle."+f, a...)) }
+	bad := func(key, f string, a ...any) { errs = append(errs, outboxcdc.KeyErrorf(key, "", f, a...)) }
 	if c.MarkSent {
 		if strings.TrimSpace(c.MarkSentSet) == "" || strings.Contains(c.MarkSentSet, ";") {
-			bad("mark_sent_set: %q must be a SET clause such as \"status = 1, updated_at = CURRENT_TIMESTAMP\"", c.MarkSentSet)
+			bad("mark_sent_set", "%q must be a SET clause such as \"status = 1, updated_at = CURRENT_TIMESTAMP\"", c.MarkSentSet)
 		}
 		if c.MessageIDColumn != "" && !ident(c.MessageIDColumn) {
-			bad("message_id_column: %q is not a plain column name", c.MessageIDColumn)
+			bad("message_id_column", "%q is not a plain column name", c.MessageIDColumn)
 		}
 		if c.MarkBatch < 1 || c.MarkBatch > 5000 {
-			bad("mark_batch: %d is not between 1 and 5000", c.MarkBatch)
+			bad("mark_batch", "%d is not between 1 and 5000", c.MarkBatch)
 		}
 		if c.Queue < c.MarkBatch {
-			bad("queue: %d must be at least mark_batch (%d)", c.Queue, c.MarkBatch)
+			bad("queue", "%d must be at least mark_batch (%d)", c.Queue, c.MarkBatch)
 		}
 		if c.MarkTimeout < time.Second || c.MarkTimeout > 10*time.Minute {
-			bad("mark_timeout: %s is outside 1s..10m", c.MarkTimeout)
+			bad("mark_timeout", "%s is outside 1s..10m", c.MarkTimeout)
 		}
 		if c.MarkRetryTimeout < 0 || c.MarkRetryTimeout > 24*time.Hour {
-			bad("mark_retry_timeout: %s is outside 0..24h", c.MarkRetryTimeout)
+			bad("mark_retry_timeout", "%s is outside 0..24h", c.MarkRetryTimeout)
 		}
 	}
 	cl := c.Cleanup
@@ -146,25 +146,31 @@ func (c Config) Validate() error {
 		if !c.MarkSent && cl.Delivered == DefaultConfig().Cleanup.Delivered {
 			// Without mark_sent nothing durable says a row was delivered;
 			// status = 1 would then only cover the polling relay's rows.
-			bad("cleanup: needs mark_sent: true (the row's status is the durable record that it was delivered), or an explicit cleanup.delivered condition")
+			bad("cleanup", "needs mark_sent: true (the row's status is the durable record that it was delivered), or an explicit cleanup.delivered condition")
 		}
 		if strings.TrimSpace(cl.Delivered) == "" || strings.Contains(cl.Delivered, ";") {
-			bad("cleanup.delivered: %q must be one SQL condition", cl.Delivered)
+			bad("cleanup.delivered", "%q must be one SQL condition", cl.Delivered)
 		}
 		if cl.Retention < time.Minute {
-			bad("cleanup.retention: %s is below 1m", cl.Retention)
+			bad("cleanup.retention", "%s is below 1m", cl.Retention)
 		}
-		if cl.Interval <= 0 || cl.Pause < 0 {
-			bad("cleanup.interval must be positive and cleanup.pause not negative")
+		if cl.Interval <= 0 {
+			bad("cleanup.interval", "must be positive, got %s", cl.Interval)
+		}
+		if cl.Pause < 0 {
+			bad("cleanup.pause", "must not be negative, got %s", cl.Pause)
 		}
 		if cl.Batch < 1 || cl.Batch > 10000 {
-			bad("cleanup.batch: %d is not between 1 and 10000", cl.Batch)
+			bad("cleanup.batch", "%d is not between 1 and 10000", cl.Batch)
 		}
-		if !ident(cl.Key) || !ident(cl.CreatedColumn) {
-			bad("cleanup.key and cleanup.created_column must be plain column names")
+		if !ident(cl.Key) {
+			bad("cleanup.key", "%q is not a plain column name", cl.Key)
+		}
+		if !ident(cl.CreatedColumn) {
+			bad("cleanup.created_column", "%q is not a plain column name", cl.CreatedColumn)
 		}
 		if cl.ArchiveTable != "" && !qualified(cl.ArchiveTable) {
-			bad("cleanup.archive_table: %q is not table or schema.table", cl.ArchiveTable)
+			bad("cleanup.archive_table", "%q is not table or schema.table", cl.ArchiveTable)
 		}
 	}
 	return errors.Join(errs...)

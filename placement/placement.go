@@ -61,6 +61,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Config is the placement: section.
@@ -106,15 +108,15 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case !legalName.MatchString(c.Deployment):
-		return fmt.Errorf("placement.deployment: %q must be 1 to 150 of a-z A-Z 0-9 . _ - (it names a Kafka group and topic)", c.Deployment)
+		return outboxcdc.KeyErrorf("deployment", "", "%q must be 1 to 150 of a-z A-Z 0-9 . _ - (it names a Kafka group and topic)", c.Deployment)
 	case len(c.Brokers) == 0:
-		return errors.New("placement.brokers: placement needs a Kafka-protocol cluster to hold its group; without one, leave placement off and let every replica contend for every connector's HA lock")
+		return outboxcdc.KeyErrorf("brokers", "", "placement needs a Kafka-protocol cluster to hold its group; without one, leave placement off and let every replica contend for every connector's HA lock")
 	case c.SessionTimeout < time.Second || c.SessionTimeout > 30*time.Minute:
-		return fmt.Errorf("placement.session_timeout: %s is outside 1s..30m", c.SessionTimeout)
+		return outboxcdc.KeyErrorf("session_timeout", "", "%s is outside 1s..30m", c.SessionTimeout)
 	case c.RebalanceTimeout < c.SessionTimeout:
-		return fmt.Errorf("placement.rebalance_timeout (%s) must be at least placement.session_timeout (%s)", c.RebalanceTimeout, c.SessionTimeout)
+		return outboxcdc.KeyErrorf("rebalance_timeout", "", "%s must be at least placement.session_timeout (%s)", c.RebalanceTimeout, c.SessionTimeout)
 	case c.ReplicationFactor == 0 || c.ReplicationFactor < -1:
-		return fmt.Errorf("placement.replication_factor: %d must be -1 (cluster default) or positive", c.ReplicationFactor)
+		return outboxcdc.KeyErrorf("replication_factor", "", "%d must be -1 (cluster default) or positive", c.ReplicationFactor)
 	}
 	return nil
 }

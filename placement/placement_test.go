@@ -25,12 +25,12 @@ func TestConfigValidate(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		"deployment empty":     {func(c *Config) { c.Deployment = "" }, "placement.deployment"},
-		"deployment illegal":   {func(c *Config) { c.Deployment = "a/b" }, "placement.deployment"},
-		"no brokers":           {func(c *Config) { c.Brokers = nil }, "placement.brokers"},
-		"session too short":    {func(c *Config) { c.SessionTimeout = 10 * time.Millisecond }, "placement.session_timeout"},
-		"rebalance < session":  {func(c *Config) { c.RebalanceTimeout = 5 * time.Second }, "placement.rebalance_timeout"},
-		"replication factor 0": {func(c *Config) { c.ReplicationFactor = 0 }, "placement.replication_factor"},
+		"deployment empty":     {func(c *Config) { c.Deployment = "" }, "deployment:"},
+		"deployment illegal":   {func(c *Config) { c.Deployment = "a/b" }, "deployment:"},
+		"no brokers":           {func(c *Config) { c.Brokers = nil }, "brokers:"},
+		"session too short":    {func(c *Config) { c.SessionTimeout = 10 * time.Millisecond }, "session_timeout:"},
+		"rebalance < session":  {func(c *Config) { c.RebalanceTimeout = 5 * time.Second }, "rebalance_timeout:"},
+		"replication factor 0": {func(c *Config) { c.ReplicationFactor = 0 }, "replication_factor:"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := ok

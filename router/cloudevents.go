@@ -46,13 +46,13 @@ func (c Config) cloudEvents() (*cloudEvents, error) {
 		return nil, nil
 	case CloudEventsStructured, CloudEventsBinary:
 	default:
-		return nil, fmt.Errorf("route.cloudevents.mode: %q is not off, structured or binary", ce.Mode)
+		return nil, outboxcdc.KeyErrorf("cloudevents.mode", "", "%q is not off, structured or binary", ce.Mode)
 	}
 	if ce.Source == "" {
-		return nil, fmt.Errorf("route.cloudevents.source: required (a URI-reference naming the producer, e.g. /outbox-cdc/orders)")
+		return nil, outboxcdc.KeyErrorf("cloudevents.source", "", "required (a URI-reference naming the producer, e.g. /outbox-cdc/orders)")
 	}
 	if _, err := url.Parse(ce.Source); err != nil || strings.ContainsAny(ce.Source, " \t\r\n") {
-		return nil, fmt.Errorf("route.cloudevents.source: %q is not a URI-reference", ce.Source)
+		return nil, outboxcdc.KeyErrorf("cloudevents.source", "", "%q is not a URI-reference", ce.Source)
 	}
 	ct := ce.DataContentType
 	if ct == "" {
@@ -60,7 +60,7 @@ func (c Config) cloudEvents() (*cloudEvents, error) {
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return nil, fmt.Errorf("route.cloudevents.data_content_type: %q is not a media type (RFC 2046): %v", ct, err)
+		return nil, outboxcdc.KeyErrorf("cloudevents.data_content_type", "", "%q is not a media type (RFC 2046): %v", ct, err)
 	}
 	return &cloudEvents{mode: ce.Mode, source: ce.Source, contentType: ct,
 		jsonData: mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "text/json"}, nil

@@ -156,10 +156,10 @@ func (c Config) forTable(key string) Config {
 func checkTableKey(key string) error {
 	schema, table, ok := strings.Cut(key, ".")
 	if !ok || schema == "" || table == "" || strings.Contains(table, ".") {
-		return fmt.Errorf("route.tables: key %q is not schema.table (MySQL: database.table)", key)
+		return outboxcdc.KeyErrorf("tables", "", "key %q is not schema.table (MySQL: database.table)", key)
 	}
 	if strings.ContainsAny(key, "*%") {
-		return fmt.Errorf("route.tables: key %q: name one table, not a pattern", key)
+		return outboxcdc.KeyErrorf("tables", "", "key %q: name one table, not a pattern", key)
 	}
 	return nil
 }
@@ -349,7 +349,7 @@ func (c Config) preset() (preset, error) {
 	}
 	p, ok := presets[name]
 	if !ok {
-		return preset{}, fmt.Errorf("route.preset: unknown preset %q (want %s or %s)", c.Preset, PresetSeed, PresetDebezium)
+		return preset{}, outboxcdc.KeyErrorf("preset", "", "unknown preset %q (want %s or %s)", c.Preset, PresetSeed, PresetDebezium)
 	}
 	return p, nil
 }
@@ -391,7 +391,7 @@ func (c Config) Validate() error {
 			return err
 		}
 		if _, err := c.forTable(key).compile(nil); err != nil {
-			return fmt.Errorf("route.tables[%q]: %w", key, err)
+			return outboxcdc.KeysUnder(fmt.Sprintf("tables[%q]", key), err)
 		}
 	}
 	return nil
@@ -595,19 +595,19 @@ func (c Config) compile(table *Table) (*compiled, error) {
 		{"schema_version", names.SchemaVersion},
 	} {
 		if strings.TrimSpace(f.val) != f.val {
-			return nil, fmt.Errorf("route.columns.%s: column name %q has leading or trailing spaces", f.key, f.val)
+			return nil, outboxcdc.KeyErrorf("columns."+f.key, "", "column name %q has leading or trailing spaces", f.val)
 		}
 	}
 	cc := &compiled{names: names, dest: dest(c.Destination)}
 	if c.TopicRegex != "" || c.TopicReplacement != "" {
 		if c.Topic != "" && c.Topic != cc.dest.Default {
-			return nil, fmt.Errorf("route.topic_regex: set either route.topic or route.topic_regex/topic_replacement, not both")
+			return nil, outboxcdc.KeyErrorf("topic_regex", "", "set either route.topic or route.topic_regex/topic_replacement, not both")
 		}
 		if cc.regex, err = newTopicRegex(c.TopicRegex, c.TopicReplacement); err != nil {
 			return nil, err
 		}
 	} else if cc.template, err = parseTemplate(c.topic(), cc.dest); err != nil {
-		return nil, fmt.Errorf("route.topic: %w", err)
+		return nil, outboxcdc.KeyErrorf("topic", "", "%v", err)
 	}
 	cols := c.Columns()
 	cc.columns = cols
@@ -615,12 +615,12 @@ func (c Config) compile(table *Table) (*compiled, error) {
 	for i, entry := range c.Headers {
 		col, key, _, err := parseHeaderEntry(entry)
 		if err != nil {
-			return nil, fmt.Errorf("route.headers[%d]: %w", i, err)
+			return nil, outboxcdc.KeyErrorf(fmt.Sprintf("headers[%d]", i), "", "%v", err)
 		}
 		for _, h := range headers {
 			if h.key == key {
-				return nil, fmt.Errorf("route.headers[%d]: header %q is already sent (by the preset or an earlier entry); give %q an alias with %q",
-					i, key, col, col+":other_name")
+				return nil, outboxcdc.KeyErrorf(fmt.Sprintf("headers[%d]", i), "", "header %q is already sent (by the preset or an earlier entry); give %q an alias with %q",
+					key, col, col+":other_name")
 			}
 		}
 		headers = append(headers, headerSpec{key: key, columnRef: *c.ref(names, cols, col)})
@@ -634,21 +634,21 @@ func (c Config) compile(table *Table) (*compiled, error) {
 	for i, entry := range c.Envelope {
 		col, alias, err := parseEnvelopeEntry(entry)
 		if err != nil {
-			return nil, fmt.Errorf("route.envelope[%d]: %w", i, err)
+			return nil, outboxcdc.KeyErrorf(fmt.Sprintf("envelope[%d]", i), "", "%v", err)
 		}
 		if alias == "payload" {
-			return nil, fmt.Errorf("route.envelope[%d]: %q: the field name payload is taken by the payload itself; give it another alias", i, entry)
+			return nil, outboxcdc.KeyErrorf(fmt.Sprintf("envelope[%d]", i), "give it another alias", "%q: the field name payload is taken by the payload itself", entry)
 		}
 		for _, f := range cc.envelope {
 			if f.alias == alias {
-				return nil, fmt.Errorf("route.envelope[%d]: field %q is already in the envelope; give %q another alias", i, alias, col)
+				return nil, outboxcdc.KeyErrorf(fmt.Sprintf("envelope[%d]", i), "", "field %q is already in the envelope; give %q another alias", alias, col)
 			}
 		}
 		cc.envelope = append(cc.envelope, envelopeField{columnRef: *c.ref(names, cols, col), alias: alias})
 	}
 	if c.PartitionColumn != "" {
 		if strings.TrimSpace(c.PartitionColumn) != c.PartitionColumn {
-			return nil, fmt.Errorf("route.partition_column: column name %q has leading or trailing spaces", c.PartitionColumn)
+			return nil, outboxcdc.KeyErrorf("partition_column", "", "column name %q has leading or trailing spaces", c.PartitionColumn)
 		}
 		cc.partition = c.ref(names, cols, c.PartitionColumn)
 	}
@@ -661,26 +661,26 @@ func (c Config) compile(table *Table) (*compiled, error) {
 	switch c.PayloadFormat {
 	case "", PayloadAny, PayloadJSON:
 	default:
-		return nil, fmt.Errorf("route.payload_format: %q is not %s or %s", c.PayloadFormat, PayloadAny, PayloadJSON)
+		return nil, outboxcdc.KeyErrorf("payload_format", "", "%q is not %s or %s", c.PayloadFormat, PayloadAny, PayloadJSON)
 	}
 	cc.json, cc.tombstone = c.PayloadFormat == PayloadJSON, c.TombstoneOnEmptyPayload
 	switch c.Timestamp {
 	case "", TimestampProduce, TimestampCommit:
 	default:
-		return nil, fmt.Errorf("route.timestamp: %q is not %s or %s", c.Timestamp, TimestampProduce, TimestampCommit)
+		return nil, outboxcdc.KeyErrorf("timestamp", "", "%q is not %s or %s", c.Timestamp, TimestampProduce, TimestampCommit)
 	}
 	cc.commitTime = c.Timestamp == TimestampCommit
 	switch c.OnUpdate {
 	case "", OnUpdateSkip, OnUpdateWarn, OnUpdateError, OnUpdateFatal:
 	default:
-		return nil, fmt.Errorf("route.on_update: %q is not one of skip, warn, error, fatal", c.OnUpdate)
+		return nil, outboxcdc.KeyErrorf("on_update", "", "%q is not one of skip, warn, error, fatal", c.OnUpdate)
 	}
 	switch c.OnMissingColumn {
 	case "", "ignore":
 	case "error":
 		cc.missingIsError = true
 	default:
-		return nil, fmt.Errorf("route.on_missing_column: %q is not ignore or error", c.OnMissingColumn)
+		return nil, outboxcdc.KeyErrorf("on_missing_column", "", "%q is not ignore or error", c.OnMissingColumn)
 	}
 	if cc.expand, err = c.expandOptions(); err != nil {
 		return nil, err
@@ -701,14 +701,14 @@ func (c Config) expandOptions() (*expandOptions, error) {
 	case "optional_bytes":
 		o.nullsAsBytes = true
 	default:
-		return nil, fmt.Errorf("route.expand_json_nulls: %q is not ignore or optional_bytes", c.ExpandJSONNulls)
+		return nil, outboxcdc.KeyErrorf("expand_json_nulls", "", "%q is not ignore or optional_bytes", c.ExpandJSONNulls)
 	}
 	switch c.ExpandJSONEmptyArrays {
 	case "", "ignore":
 	case "optional_string":
 		o.emptyArraysAsStrings = true
 	default:
-		return nil, fmt.Errorf("route.expand_json_empty_arrays: %q is not ignore or optional_string", c.ExpandJSONEmptyArrays)
+		return nil, outboxcdc.KeyErrorf("expand_json_empty_arrays", "", "%q is not ignore or optional_string", c.ExpandJSONEmptyArrays)
 	}
 	if !c.ExpandJSONPayload {
 		return nil, nil

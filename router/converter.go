@@ -55,18 +55,18 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 		switch x.val {
 		case ConvRaw, ConvString, ConvJSON, ConvByteArray, ConvBinary:
 		default:
-			return nil, fmt.Errorf("route.converters.%s: %q is not one of raw, string, json, bytearray, binary", x.key, x.val)
+			return nil, outboxcdc.KeyErrorf("converters."+x.key, "", "%q is not one of raw, string, json, bytearray, binary", x.val)
 		}
 	}
 	switch headers {
 	case ConvRaw, HeadersSimple, ConvJSON:
 	default:
-		return nil, fmt.Errorf("route.converters.headers: %q is not one of raw, simple, json", headers)
+		return nil, outboxcdc.KeyErrorf("converters.headers", "", "%q is not one of raw, simple, json", headers)
 	}
 	switch cv.Delegate {
 	case "", ConvString, ConvJSON:
 	default:
-		return nil, fmt.Errorf("route.converters.delegate: %q is not string or json", cv.Delegate)
+		return nil, outboxcdc.KeyErrorf("converters.delegate", "", "%q is not string or json", cv.Delegate)
 	}
 	decFormat := decimalBase64
 	switch cv.DecimalFormat {
@@ -74,32 +74,32 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 	case "numeric":
 		decFormat = decimalNumeric
 	default:
-		return nil, fmt.Errorf("route.converters.decimal_format: %q is not base64 or numeric", cv.DecimalFormat)
+		return nil, outboxcdc.KeyErrorf("converters.decimal_format", "", "%q is not base64 or numeric", cv.DecimalFormat)
 	}
 	switch cv.DecimalHandling {
 	case "", "precise", "double", "string":
 	default:
-		return nil, fmt.Errorf("route.converters.decimal_handling: %q is not precise, double or string", cv.DecimalHandling)
+		return nil, outboxcdc.KeyErrorf("converters.decimal_handling", "", "%q is not precise, double or string", cv.DecimalHandling)
 	}
 	over := map[string]*colType{}
 	for i, e := range cv.ColumnTypes {
 		col, ct, err := parseOverride(e)
 		if err != nil {
-			return nil, fmt.Errorf("route.converters.column_types[%d]: %w", i, err)
+			return nil, outboxcdc.KeyErrorf(fmt.Sprintf("converters.column_types[%d]", i), "", "%v", err)
 		}
 		over[col] = ct
 	}
 	structValue := cc.expand != nil || len(cc.envelope) > 0
-	what := "route.expand_json_payload"
+	what := "expand_json_payload"
 	if cc.expand == nil {
-		what = "route.envelope"
+		what = "envelope"
 	}
 	if cc.ce != nil {
 		if value != ConvRaw {
-			return nil, fmt.Errorf("route.cloudevents.mode: %s sets the value's format itself; leave route.converters.value raw", cc.ce.mode)
+			return nil, outboxcdc.KeyErrorf("cloudevents.mode", "", "%s sets the value's format itself; leave route.converters.value raw", cc.ce.mode)
 		}
 		if structValue {
-			return nil, fmt.Errorf("%s: not with route.cloudevents (the CloudEvent's data is the payload as stored)", what)
+			return nil, outboxcdc.KeyErrorf(what, "", "not with route.cloudevents (the CloudEvent's data is the payload as stored)")
 		}
 	}
 	if structValue {
@@ -107,10 +107,10 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 		case value == ConvJSON:
 		case value == ConvBinary && cv.Delegate == ConvJSON:
 		case value == ConvString || (value == ConvBinary && cv.Delegate == ConvString):
-			return nil, fmt.Errorf("%s makes the value a Kafka Connect Struct, which StringConverter writes as Java's Struct{...} text, not JSON; "+
-				"use route.converters.value: json (with value_schemas: false for plain JSON)", what)
+			return nil, outboxcdc.KeyErrorf(what, "use route.converters.value: json (with value_schemas: false for plain JSON)",
+				"makes the value a Kafka Connect Struct, which StringConverter writes as Java's Struct{...} text, not JSON")
 		default:
-			return nil, fmt.Errorf("%s makes the value a structure: it needs route.converters.value: json", what)
+			return nil, outboxcdc.KeyErrorf(what, "", "makes the value a structure: it needs route.converters.value: json")
 		}
 	}
 	if key == ConvRaw && value == ConvRaw && headers == ConvRaw {
@@ -169,14 +169,14 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 		}
 		if len(cc.envelope) > 0 && value != ConvRaw && conv.valueSchemasOn() {
 			if cv.TopicPrefix == "" {
-				return nil, fmt.Errorf("route.converters.topic_prefix: the envelope's schema is named after Debezium's topic.prefix; set it (value_schemas: false needs no name)")
+				return nil, outboxcdc.KeyErrorf("converters.topic_prefix", "", "the envelope's schema is named after Debezium's topic.prefix; set it (value_schemas: false needs no name)")
 			}
 			if table != nil {
 				conv.schemaPrefix = cv.TopicPrefix + "." + table.Schema + "." + table.Name + "."
 			}
 		}
 		if cc.version != nil && cc.expand != nil && len(cc.envelope) > 0 {
-			return nil, fmt.Errorf("route.columns.schema_version: not with route.expand_json_payload: Debezium keeps the first payload's schema for each version, so later payloads of another shape stop the connector")
+			return nil, outboxcdc.KeyErrorf("columns.schema_version", "", "not with route.expand_json_payload: Debezium keeps the first payload's schema for each version, so later payloads of another shape stop the connector")
 		}
 	}
 	if headers != ConvRaw {
@@ -194,7 +194,7 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 				return nil, err
 			}
 			if ct != nil && (ct.kind != kInt || ct.schema.typ != tInt32) {
-				return nil, fmt.Errorf("route.partition_column: column %q is %s; Debezium reads the partition as a 32-bit integer (INT/INTEGER)", cc.partition.column, ct.schema.typ)
+				return nil, outboxcdc.KeyErrorf("partition_column", "", "column %q is %s; Debezium reads the partition as a 32-bit integer (INT/INTEGER)", cc.partition.column, ct.schema.typ)
 			}
 		}
 		if cc.version != nil {
@@ -203,7 +203,7 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 				return nil, err
 			}
 			if ct != nil && (ct.kind != kInt || ct.schema.typ != tInt32) {
-				return nil, fmt.Errorf("route.columns.schema_version: column %q is %s; Debezium reads the version as a 32-bit integer (INT/INTEGER)", cc.version.column, ct.schema.typ)
+				return nil, outboxcdc.KeyErrorf("columns.schema_version", "", "column %q is %s; Debezium reads the version as a 32-bit integer (INT/INTEGER)", cc.version.column, ct.schema.typ)
 			}
 		}
 		if cc.timestamp != nil {
@@ -212,7 +212,7 @@ func (c Config) connect(cc *compiled, table *Table) (*connectConv, error) {
 				return nil, err
 			}
 			if ct != nil && ct.kind != kTimestamp && ct.kind != kZoned {
-				return nil, fmt.Errorf("route.columns.timestamp: column %q is %s; the record timestamp comes from a DATETIME or TIMESTAMP column (Debezium refuses other types too)",
+				return nil, outboxcdc.KeyErrorf("columns.timestamp", "", "column %q is %s; the record timestamp comes from a DATETIME or TIMESTAMP column (Debezium refuses other types too)",
 					cc.timestamp.column, ct.schema.typ)
 			}
 			conv.timestampType = ct

@@ -40,7 +40,6 @@ package router
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -63,11 +62,11 @@ type Router struct {
 // use NewForTable.
 func New(cfg Config) (*Router, error) {
 	if cfg.NeedsTable() {
-		return nil, errors.New("route.converters: the converters need the outbox table's column types (the command reads them from the database); " +
+		return nil, outboxcdc.KeyErrorf("converters", "", "the converters need the outbox table's column types (the command reads them from the database); "+
 			"give every converted column's type in route.converters.column_types to build the route without it")
 	}
 	if len(cfg.Envelope) > 0 && orRaw(cfg.Converters.Value) != ConvRaw && cfg.Converters.ValueSchemas {
-		return nil, errors.New("route.envelope: the envelope's schema is named <topic_prefix>.<database>.<table>...: it needs the outbox table")
+		return nil, outboxcdc.KeyErrorf("envelope", "", "the envelope's schema is named <topic_prefix>.<database>.<table>...: it needs the outbox table")
 	}
 	return NewForTable(cfg, nil)
 }
@@ -86,7 +85,7 @@ func NewForTable(cfg Config, table *Table) (*Router, error) {
 		}
 		tc, err := cfg.forTable(key).compile(table)
 		if err != nil {
-			return nil, fmt.Errorf("route.tables[%q]: %w", key, err)
+			return nil, outboxcdc.KeysUnder(fmt.Sprintf("tables[%q]", key), err)
 		}
 		schema, name, _ := strings.Cut(key, ".")
 		if r.tables == nil {

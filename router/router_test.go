@@ -271,8 +271,8 @@ func TestValidate(t *testing.T) {
 		{"default", DefaultConfig(), ""},
 		{"zero value is seed", Config{}, ""},
 		{"debezium", Config{Preset: PresetDebezium}, ""},
-		{"unknown preset", Config{Preset: "kafka-connect"}, `route.preset: unknown preset "kafka-connect"`},
-		{"unknown placeholder", Config{Topic: "outbox.{aggregatetype}"}, "route.topic: invalid topic template \"outbox.{aggregatetype}\": unknown placeholder {aggregatetype}"},
+		{"unknown preset", Config{Preset: "kafka-connect"}, `preset: unknown preset "kafka-connect"`},
+		{"unknown placeholder", Config{Topic: "outbox.{aggregatetype}"}, "topic: invalid topic template \"outbox.{aggregatetype}\": unknown placeholder {aggregatetype}"},
 		{"aggregate_id placeholder", Config{Topic: "o.{aggregate_id}"}, "one Kafka topic per aggregate"},
 		{"unclosed", Config{Topic: "o.{aggregate_type"}, "unclosed"},
 		{"debezium dollar form", Config{Topic: "outbox.event.${routedByValue}"}, "not Debezium's ${...} form"},
@@ -280,15 +280,15 @@ func TestValidate(t *testing.T) {
 		{"stray brace", Config{Topic: "a.{event_type}}"}, `character '}' is not allowed`},
 		{"literal dot", Config{Topic: "."}, "forbidden"},
 		{"literal too long", Config{Topic: strings.Repeat("a", 250)}, "249"},
-		{"header empty part", Config{Headers: []string{"tenant:"}}, "route.headers[0]"},
-		{"header envelope", Config{Headers: []string{"ok", "tenant:envelope"}}, `route.headers[1]: "tenant:envelope": envelope placement goes in route.envelope ("tenant")`},
-		{"header partition", Config{Headers: []string{"p:partition"}}, `route.headers[0]: "p:partition": partition placement is route.partition_column: p`},
+		{"header empty part", Config{Headers: []string{"tenant:"}}, "headers[0]"},
+		{"header envelope", Config{Headers: []string{"ok", "tenant:envelope"}}, `headers[1]: "tenant:envelope": envelope placement goes in route.envelope ("tenant")`},
+		{"header partition", Config{Headers: []string{"p:partition"}}, `headers[0]: "p:partition": partition placement is route.partition_column: p`},
 		{"header other placement", Config{Headers: []string{"p:body:x"}}, `placement "body" is not supported`},
 		{"header too many parts", Config{Headers: []string{"a:header:b:c"}}, "too many"},
-		{"header clashes with builtin", Config{Headers: []string{"uuid:id"}}, `route.headers[0]: header "id" is already sent`},
-		{"header duplicate", Config{Headers: []string{"a:x", "b:x"}}, `route.headers[1]: header "x"`},
+		{"header clashes with builtin", Config{Headers: []string{"uuid:id"}}, `headers[0]: header "id" is already sent`},
+		{"header duplicate", Config{Headers: []string{"a:x", "b:x"}}, `headers[1]: header "x"`},
 		{"debezium builtin only id", Config{Preset: PresetDebezium, Headers: []string{"type:event_type"}}, ""},
-		{"column spaces", Config{ColumnNames: ColumnNames{Payload: " body"}}, "route.columns.payload"},
+		{"column spaces", Config{ColumnNames: ColumnNames{Payload: " body"}}, "columns.payload"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -448,7 +448,7 @@ func TestRoutePayloadOptions(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{PayloadFormat: "xml"}); err == nil || !strings.Contains(err.Error(), "route.payload_format") {
+	if _, err := New(Config{PayloadFormat: "xml"}); err == nil || !strings.Contains(err.Error(), "payload_format:") {
 		t.Fatalf("payload_format xml: %v", err)
 	}
 }
@@ -547,7 +547,7 @@ func TestRouteTimestamp(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Timestamp = "event"
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "route.timestamp") {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "timestamp:") {
 		t.Errorf("Validate = %v", err)
 	}
 }

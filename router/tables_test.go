@@ -93,8 +93,8 @@ func TestTablesConfigErrors(t *testing.T) {
 	}{
 		{map[string]TableRoute{"outbox": {}}, "is not schema.table"},
 		{map[string]TableRoute{"tenant_%.outbox": {}}, "not a pattern"},
-		{map[string]TableRoute{"a.b": {Topic: "x.{nope}"}}, `route.tables["a.b"]: route.topic`},
-		{map[string]TableRoute{"a.b": {Columns: ColumnNames{Payload: " p"}}}, `route.tables["a.b"]: route.columns.payload`},
+		{map[string]TableRoute{"a.b": {Topic: "x.{nope}"}}, `tables["a.b"].topic: `},
+		{map[string]TableRoute{"a.b": {Columns: ColumnNames{Payload: " p"}}}, `tables["a.b"].columns.payload: `},
 	} {
 		cfg := DefaultConfig()
 		cfg.Tables = tc.tables

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // topicRegex is Debezium's route.topic.regex / route.topic.replacement:
@@ -46,12 +48,12 @@ func newTopicRegex(expr, replacement string) (*topicRegex, error) {
 	}
 	find, err := regexp.Compile(expr)
 	if err != nil {
-		return nil, fmt.Errorf("route.topic_regex: %q: %v (look-around, back-references and possessive quantifiers of Java's regex are not supported)", expr, err)
+		return nil, outboxcdc.KeyErrorf("topic_regex", "", "%q: %v (look-around, back-references and possessive quantifiers of Java's regex are not supported)", expr, err)
 	}
 	whole := regexp.MustCompile(`^(?:` + expr + `)$`)
 	t := &topicRegex{whole: whole, find: find, src: expr}
 	if t.repl, err = parseReplacement(replacement, find); err != nil {
-		return nil, fmt.Errorf("route.topic_replacement: %q: %w", replacement, err)
+		return nil, outboxcdc.KeyErrorf("topic_replacement", "", "%q: %v", replacement, err)
 	}
 	return t, nil
 }

@@ -2,13 +2,14 @@ package sink
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"time"
 
 	"github.com/IBM/sarama"
 
 	"github.com/outbox-cdc/outbox-cdc/retry"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // KafkaConfig configures the Kafka sink. The producer is always idempotent
@@ -88,7 +89,7 @@ func DefaultKafkaConfig() KafkaConfig {
 func (c *KafkaConfig) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("sink.%s: %s", key, fmt.Sprintf(format, args...)))
+		errs = append(errs, outboxcdc.KeyErrorf(key, "", format, args...))
 	}
 	if len(c.Brokers) == 0 {
 		bad("brokers", "at least one broker (host:port) is required")
@@ -149,7 +150,7 @@ func (c *KafkaConfig) Validate() error {
 		return err
 	}
 	if err := sc.Validate(); err != nil {
-		return fmt.Errorf("sink: kafka settings rejected by the client: %w", err)
+		return outboxcdc.KeyErrorf("", "", "kafka settings rejected by the client: %v", err)
 	}
 	return nil
 }

@@ -604,18 +604,18 @@ func TestKafkaConfigValidate(t *testing.T) {
 		mut func(*KafkaConfig)
 		key string
 	}{
-		{func(c *KafkaConfig) { c.Brokers = nil }, "sink.brokers"},
-		{func(c *KafkaConfig) { c.Brokers = []string{"localhost"} }, "sink.brokers"},
-		{func(c *KafkaConfig) { c.ClientID = "" }, "sink.client_id"},
-		{func(c *KafkaConfig) { c.KafkaVersion = "0.10.2.0" }, "sink.kafka_version"},
-		{func(c *KafkaConfig) { c.KafkaVersion = "banana" }, "sink.kafka_version"},
-		{func(c *KafkaConfig) { c.Compression = "brotli" }, "sink.compression"},
-		{func(c *KafkaConfig) { c.MaxMessageBytes = 10 }, "sink.max_message_bytes"},
-		{func(c *KafkaConfig) { c.Linger = -1 }, "sink.linger"},
-		{func(c *KafkaConfig) { c.Linger = time.Millisecond; c.BatchBytes = 0 }, "sink.batch_bytes"},
-		{func(c *KafkaConfig) { c.MaxInFlightBytes = 0 }, "sink.max_in_flight_bytes"},
-		{func(c *KafkaConfig) { c.ProduceTimeout = 0 }, "sink.produce_timeout"},
-		{func(c *KafkaConfig) { c.RetryBackoffMax = time.Millisecond }, "sink.retry_backoff_max"},
+		{func(c *KafkaConfig) { c.Brokers = nil }, "brokers"},
+		{func(c *KafkaConfig) { c.Brokers = []string{"localhost"} }, "brokers"},
+		{func(c *KafkaConfig) { c.ClientID = "" }, "client_id"},
+		{func(c *KafkaConfig) { c.KafkaVersion = "0.10.2.0" }, "kafka_version"},
+		{func(c *KafkaConfig) { c.KafkaVersion = "banana" }, "kafka_version"},
+		{func(c *KafkaConfig) { c.Compression = "brotli" }, "compression"},
+		{func(c *KafkaConfig) { c.MaxMessageBytes = 10 }, "max_message_bytes"},
+		{func(c *KafkaConfig) { c.Linger = -1 }, "linger"},
+		{func(c *KafkaConfig) { c.Linger = time.Millisecond; c.BatchBytes = 0 }, "batch_bytes"},
+		{func(c *KafkaConfig) { c.MaxInFlightBytes = 0 }, "max_in_flight_bytes"},
+		{func(c *KafkaConfig) { c.ProduceTimeout = 0 }, "produce_timeout"},
+		{func(c *KafkaConfig) { c.RetryBackoffMax = time.Millisecond }, "retry_backoff_max"},
 	} {
 		cfg := good
 		c.mut(&cfg)

@@ -2,8 +2,6 @@ package sink
 
 import (
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/IBM/sarama"
@@ -13,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/outbox-cdc/outbox-cdc/tlsconf"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // TLSConfig is sink.tls: TLS to the brokers (Kafka's security.protocol SSL,
@@ -97,7 +97,7 @@ func (c *KafkaConfig) tlsConfig() (*tls.Config, error) {
 	}
 	tc, err := c.TLS.Files.Build(v, "")
 	if err != nil {
-		return nil, fmt.Errorf("sink.tls.%w", err)
+		return nil, outboxcdc.KeysUnder("tls", err)
 	}
 	return tc, nil
 }
@@ -130,7 +130,7 @@ func (c *KafkaConfig) applySecurity(s *sarama.Config) error {
 		n.Mechanism = sarama.SASLTypeSCRAMSHA512
 		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{sha512: true} }
 	default:
-		return fmt.Errorf("sink.sasl.mechanism: %q is not supported", c.SASL.Mechanism)
+		return outboxcdc.KeyErrorf("sasl.mechanism", "", "%q is not supported", c.SASL.Mechanism)
 	}
 	return nil
 }
@@ -184,7 +184,7 @@ func (c *KafkaConfig) kgoSecurity() ([]kgo.Opt, error) {
 	case SASLSCRAMSHA512:
 		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
 	default:
-		return nil, errors.New("sink.sasl.mechanism: not supported")
+		return nil, outboxcdc.KeyErrorf("sasl.mechanism", "", "not supported")
 	}
 	return opts, nil
 }

@@ -261,23 +261,23 @@ func TestKafkaSecurityValidate(t *testing.T) {
 		want string // "" = valid
 	}{
 		{"plain without TLS", func(c *KafkaConfig) { c.SASL = SASLConfig{Mechanism: "PLAIN", Username: "u", Password: "p"} },
-			"sink.sasl.mechanism: PLAIN sends the password in clear text"},
+			"sasl.mechanism: PLAIN sends the password in clear text"},
 		{"plain allowed in clear", func(c *KafkaConfig) {
 			c.SASL = SASLConfig{Mechanism: "plain", Username: "u", Password: "p", AllowPlaintext: true}
 		}, ""},
 		{"scram without TLS", func(c *KafkaConfig) { c.SASL = SASLConfig{Mechanism: "scram-sha-512", Username: "u", Password: "p"} }, ""},
 		{"unknown mechanism", func(c *KafkaConfig) { c.SASL = SASLConfig{Mechanism: "GSSAPI", Username: "u", Password: "p"} },
-			`sink.sasl.mechanism: "GSSAPI" is not one of`},
+			`sasl.mechanism: "GSSAPI" is not one of`},
 		{"no password", func(c *KafkaConfig) { c.SASL = SASLConfig{Mechanism: "SCRAM-SHA-256", Username: "u"} },
-			"sink.sasl.password: required"},
-		{"files without tls.enabled", func(c *KafkaConfig) { c.TLS.CAFile = "/x" }, "sink.tls.enabled: is false"},
-		{"cert without key", func(c *KafkaConfig) { c.TLS = TLSConfig{Enabled: true}; c.TLS.CertFile = "/x" }, "sink.tls.cert_file"},
+			"sasl.password: required"},
+		{"files without tls.enabled", func(c *KafkaConfig) { c.TLS.CAFile = "/x" }, "tls.enabled: is false"},
+		{"cert without key", func(c *KafkaConfig) { c.TLS = TLSConfig{Enabled: true}; c.TLS.CertFile = "/x" }, "tls.cert_file"},
 		{"missing CA file", func(c *KafkaConfig) { c.TLS = TLSConfig{Enabled: true}; c.TLS.CAFile = "/nonexistent/ca.pem" },
-			"sink.tls.ca_file: open /nonexistent/ca.pem"},
+			"tls.ca_file: open /nonexistent/ca.pem"},
 		{"skip verify with CA", func(c *KafkaConfig) {
 			c.TLS = TLSConfig{Enabled: true, InsecureSkipVerify: true}
 			c.TLS.CAFile = "/x"
-		}, "sink.tls.insecure_skip_verify"},
+		}, "tls.insecure_skip_verify"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig([]string{"127.0.0.1:9092"})

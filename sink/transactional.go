@@ -55,19 +55,20 @@ func (c TxnConfig) WithName(name string) TxnConfig {
 	return c
 }
 
-// Validate checks the configuration; messages name the key under sink.
+// Validate checks the configuration; errors are *outboxcdc.KeyError with
+// keys relative to the sink section.
 func (c TxnConfig) Validate() error {
 	switch {
 	case c.ProgressTopic == "":
-		return errors.New("sink.progress_topic: must not be empty")
+		return outboxcdc.KeyErrorf("progress_topic", "", "must not be empty")
 	case len(c.ProgressTopic) > 249:
-		return fmt.Errorf("sink.progress_topic: %q is longer than Kafka's 249 characters", c.ProgressTopic)
+		return outboxcdc.KeyErrorf("progress_topic", "", "%q is longer than Kafka's 249 characters", c.ProgressTopic)
 	case c.TransactionTimeout < time.Second || c.TransactionTimeout > 15*time.Minute:
-		return fmt.Errorf("sink.transaction_timeout: %s is outside 1s..15m", c.TransactionTimeout)
+		return outboxcdc.KeyErrorf("transaction_timeout", "", "%s is outside 1s..15m", c.TransactionTimeout)
 	}
 	for _, r := range c.ProgressTopic {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return fmt.Errorf("sink.progress_topic: %q holds %q; Kafka topic names allow only [a-zA-Z0-9._-]", c.ProgressTopic, r)
+			return outboxcdc.KeyErrorf("progress_topic", "Kafka topic names allow only [a-zA-Z0-9._-]", "%q holds %q", c.ProgressTopic, r)
 		}
 	}
 	return nil

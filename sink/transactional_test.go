@@ -289,12 +289,12 @@ func TestTxnConfigValidate(t *testing.T) {
 		t.Fatalf("derived id %q", got)
 	}
 	c.ProgressTopic = "bad topic"
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "sink.progress_topic") {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "progress_topic:") {
 		t.Fatalf("Validate = %v", err)
 	}
 	c = DefaultTxnConfig()
 	c.TransactionTimeout = time.Hour
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "sink.transaction_timeout") {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "transaction_timeout:") {
 		t.Fatalf("Validate = %v", err)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Files are the certificate settings shared by every TLS section. The keys
@@ -35,11 +37,11 @@ type Files struct {
 // IsZero reports whether no file or name is set.
 func (f Files) IsZero() bool { return f == Files{} }
 
-// Validate checks the settings without reading the files. Messages name
-// the key after prefix ("source.tls.").
-func (f Files) Validate(prefix string) error {
+// Validate checks the settings without reading the files. Errors are
+// *outboxcdc.KeyError with the key relative to the TLS section.
+func (f Files) Validate() error {
 	if (f.CertFile == "") != (f.KeyFile == "") {
-		return fmt.Errorf("%scert_file and %skey_file: set both (a client certificate and its key) or neither", prefix, prefix)
+		return outboxcdc.KeyErrorf("cert_file", "set both (a client certificate and its key) or neither", "and key_file go together")
 	}
 	return nil
 }
@@ -64,18 +66,18 @@ const (
 // client fill it in per connection (Kafka clients dial several brokers and
 // set it from each address).
 func (f Files) Build(v Verify, host string) (*tls.Config, error) {
-	if err := f.Validate(""); err != nil {
+	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.CAFile != "" {
 		pem, err := os.ReadFile(f.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w", err)
+			return nil, outboxcdc.KeyErrorf("ca_file", "", "%v", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", f.CAFile)
+			return nil, outboxcdc.KeyErrorf("ca_file", "", "%s holds no PEM certificate", f.CAFile)
 		}
 		c.RootCAs = pool
 	}
@@ -83,7 +85,7 @@ func (f Files) Build(v Verify, host string) (*tls.Config, error) {
 		pair, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
 		if err != nil {
 			// The error names the files, never their content.
-			return nil, fmt.Errorf("cert_file/key_file: %w", err)
+			return nil, outboxcdc.KeyErrorf("cert_file", "", "with key_file: %v", err)
 		}
 		c.Certificates = []tls.Certificate{pair}
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Start settings, used only when Run gets no checkpoint.
@@ -174,91 +176,94 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks the configuration; messages name the yaml key.
+// Validate checks the configuration. Its errors are *outboxcdc.KeyError
+// with keys relative to the source section ("dsn", "tables[0]").
 func (c *Config) Validate() error {
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, outboxcdc.KeyErrorf(key, "", format, args...))
+	}
 	if c.DSN == "" {
-		bad("source.dsn: required (postgres://user:pass@host:5432/db)")
+		bad("dsn", "required (postgres://user:pass@host:5432/db)")
 	} else if _, err := pgconn.ParseConfig(c.DSN); err != nil {
 		// The parse error can quote the DSN; do not repeat it.
-		bad("source.dsn: not a valid PostgreSQL connection string")
+		bad("dsn", "not a valid PostgreSQL connection string")
 	}
 	if len(c.Tables) > 0 {
 		if c.Table != "" && c.Table != DefaultConfig().Table {
-			bad("source.tables: set either source.table or source.tables, not both")
+			bad("tables", "set either source.table or source.tables, not both")
 		}
 		if _, err := parseTables(c.Tables); err != nil {
-			bad("%v", err)
+			errs = append(errs, err)
 		}
 		if c.Start == StartPending {
-			bad("source.start: pending reads one table; it cannot be used with source.tables")
+			bad("start", "pending reads one table; it cannot be used with source.tables")
 		}
 	} else if c.Table == "" {
 		if len(c.Messages.all()) == 0 {
-			bad("source.table: required unless source.messages.prefix is set")
+			bad("table", "required unless source.messages.prefix is set")
 		}
 	} else if _, _, err := splitTable(c.Table); err != nil {
-		bad("source.table: %v", err)
+		bad("table", "%v", err)
 	}
 	switch c.Start {
 	case StartEarliest, StartLatest:
 	case StartPending:
 		if c.Table == "" && len(c.Tables) == 0 {
-			bad("source.start: pending needs source.table (the rows to publish are read from it)")
+			bad("start", "pending needs source.table (the rows to publish are read from it)")
 		}
 		if err := c.Pending.Validate(); err != nil {
-			bad("source.%v", err)
+			errs = append(errs, outboxcdc.KeysUnder("pending", err))
 		}
 	default:
-		bad("source.start: %q is not earliest, latest or pending", c.Start)
+		bad("start", "%q is not earliest, latest or pending", c.Start)
 	}
 	if c.Slot != "" && !legalName(c.Slot) {
-		bad("source.slot: %q must be 1-63 lower-case letters, digits or underscores", c.Slot)
+		bad("slot", "%q must be 1-63 lower-case letters, digits or underscores", c.Slot)
 	}
 	if c.Publication != "" && !legalName(c.Publication) {
-		bad("source.publication: %q must be 1-63 lower-case letters, digits or underscores", c.Publication)
+		bad("publication", "%q must be 1-63 lower-case letters, digits or underscores", c.Publication)
 	}
 	if c.StatusInterval <= 0 || c.StatusInterval > 30*time.Second {
-		bad("source.status_interval: %s must be > 0 and at most 30s (below wal_sender_timeout)", c.StatusInterval)
+		bad("status_interval", "%s must be > 0 and at most 30s (below wal_sender_timeout)", c.StatusInterval)
 	}
 	if c.WalSenderTimeout != 0 && c.WalSenderTimeout < 3*c.StatusInterval {
-		bad("source.wal_sender_timeout: %s must be 0 (the server's) or at least 3 status intervals (%s)", c.WalSenderTimeout, 3*c.StatusInterval)
+		bad("wal_sender_timeout", "%s must be 0 (the server's) or at least 3 status intervals (%s)", c.WalSenderTimeout, 3*c.StatusInterval)
 	}
 	if c.ReceiveTimeout < 0 {
-		bad("source.receive_timeout: must be >= 0 (0 = derived from wal_sender_timeout)")
+		bad("receive_timeout", "must be >= 0 (0 = derived from wal_sender_timeout)")
 	} else if c.ReceiveTimeout > 0 {
 		if c.ReceiveTimeout < 2*c.StatusInterval {
-			bad("source.receive_timeout: %s must be at least 2 status intervals (%s)", c.ReceiveTimeout, 2*c.StatusInterval)
+			bad("receive_timeout", "%s must be at least 2 status intervals (%s)", c.ReceiveTimeout, 2*c.StatusInterval)
 		}
 		if c.WalSenderTimeout > 0 && c.ReceiveTimeout <= c.WalSenderTimeout/2+c.StatusInterval {
-			bad("source.receive_timeout: %s must exceed half of source.wal_sender_timeout plus source.status_interval (%s): "+
+			bad("receive_timeout", "%s must exceed half of source.wal_sender_timeout plus source.status_interval (%s): "+
 				"while it decodes a large transaction the server answers a ping only every wal_sender_timeout/2",
 				c.ReceiveTimeout, c.WalSenderTimeout/2+c.StatusInterval)
 		}
 	}
 	if c.ConnectTimeout <= 0 {
-		bad("source.connect_timeout: must be > 0")
+		bad("connect_timeout", "must be > 0")
 	}
 	if c.QueryTimeout <= 0 {
-		bad("source.query_timeout: must be > 0")
+		bad("query_timeout", "must be > 0")
 	}
 	if c.BufferBytes <= 0 {
-		bad("source.buffer_bytes: must be > 0")
+		bad("buffer_bytes", "must be > 0")
 	}
 	if c.Heartbeat.Interval < 0 {
-		bad("source.heartbeat.interval: must be >= 0 (0 = off)")
+		bad("heartbeat.interval", "must be >= 0 (0 = off)")
 	}
 	for _, p := range c.Messages.all() {
 		if p == heartbeatPrefix {
-			bad("source.messages.prefix: %q is reserved for the heartbeat", heartbeatPrefix)
+			bad("messages.prefix", "%q is reserved for the heartbeat", heartbeatPrefix)
 		}
 	}
 	if c.Reconnect.Min <= 0 || c.Reconnect.Max < c.Reconnect.Min {
-		bad("source.reconnect: need 0 < min <= max (min %s, max %s)", c.Reconnect.Min, c.Reconnect.Max)
+		bad("reconnect", "need 0 < min <= max (min %s, max %s)", c.Reconnect.Min, c.Reconnect.Max)
 	}
 	if c.LagInterval <= 0 {
-		bad("source.lag_interval: must be > 0")
+		bad("lag_interval", "must be > 0")
 	}
 	return errors.Join(errs...)
 }

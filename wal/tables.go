@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Several outbox tables (source.tables).
@@ -88,7 +90,7 @@ func parseTables(entries []string) ([]tablePattern, error) {
 	for i, e := range entries {
 		schema, table, err := splitTable(e)
 		if err != nil {
-			return nil, fmt.Errorf("source.tables[%d]: %v (wildcards * and %% allowed in either part)", i, err)
+			return nil, outboxcdc.KeyErrorf(fmt.Sprintf("tables[%d]", i), "wildcards * and % are allowed in either part", "%v", err)
 		}
 		out = append(out, tablePattern{schema: schema, table: table})
 	}

@@ -76,7 +76,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // need its position), then the source, then the sink.
 func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 	if err := cfg.Route.Validate(); err != nil {
-		return []outboxcdc.CheckResult{outboxcdc.Fail("route", err.Error(), "fix the route section")}
+		return []outboxcdc.CheckResult{outboxcdc.Fail("route", sectionError("route", err).Error(), "fix the route section")}
 	}
 	cols := cfg.Route.Columns()
 	kind := binlog.Kind
@@ -110,7 +110,7 @@ func checkRouteTable(ctx context.Context, cfg Config) outboxcdc.CheckResult {
 		return outboxcdc.Fail(name, err.Error(), "the converters read the outbox table's column types at start: make source.table readable")
 	}
 	if _, err := router.NewForTable(cfg.Route, table); err != nil {
-		return outboxcdc.Fail(name, err.Error(), "change the route.converters settings or the column (see docs/routing.md, Kafka Connect converters)")
+		return outboxcdc.Fail(name, sectionError("route", err).Error(), "change the route.converters settings or the column (see docs/routing.md, Kafka Connect converters)")
 	}
 	return outboxcdc.Pass(name, fmt.Sprintf("columns %s of %s.%s have types the converters write as Debezium does",
 		strings.Join(cfg.Route.TypedColumns(), ", "), table.Schema, table.Name))

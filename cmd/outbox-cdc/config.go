@@ -244,7 +244,7 @@ func configFromNode(root *yaml.Node, path string, env map[string]string, checkEn
 		ce.Source = "/outbox-cdc/" + cfg.Name
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, nil, err
+		return Config{}, nil, withLines(err, root, path)
 	}
 	return cfg, keys, nil
 }
@@ -308,38 +308,26 @@ func withoutKey(m *yaml.Node, key string) *yaml.Node {
 	return &c
 }
 
-// Validate checks every section; the first problem is returned as a
-// *configError naming the key.
+// Validate checks every section; the first section with problems is
+// returned as a *configError naming the full key (see sectionError).
 func (c Config) Validate() error {
-	// Packages name their keys relative to their section or with it; make
-	// every message start with the full key path.
-	wrap := func(section string, err error) error {
-		if err == nil {
-			return nil
-		}
-		msg := err.Error()
-		if !strings.HasPrefix(msg, section+".") && !strings.HasPrefix(msg, section+":") {
-			msg = section + "." + msg
-		}
-		return &configError{Msg: msg}
-	}
 	if strings.TrimSpace(c.Name) == "" {
 		return configErrorf("name: must not be empty")
 	}
 	switch c.Source.Type {
 	case "mysql":
 		if err := c.Source.MySQL.Validate(); err != nil {
-			return wrap("source", err)
+			return sectionError("source", err)
 		}
 	case "postgres":
 		if err := c.Source.Postgres.Validate(); err != nil {
-			return wrap("source", err)
+			return sectionError("source", err)
 		}
 	default:
 		return configErrorf("source.type: unknown source %q (want mysql or postgres)", c.Source.Type)
 	}
 	if err := c.Route.Validate(); err != nil {
-		return wrap("route", err)
+		return sectionError("route", err)
 	}
 	if err := c.validateTables(); err != nil {
 		return err
@@ -350,7 +338,7 @@ func (c Config) Validate() error {
 	switch c.Checkpoint.Type {
 	case "file":
 		if err := c.Checkpoint.FileConfig.Validate(); err != nil {
-			return wrap("checkpoint", err)
+			return sectionError("checkpoint", err)
 		}
 	case "table", "kafka":
 		// validateDelivery
@@ -361,13 +349,13 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Lifecycle.Validate(); err != nil {
-		return configErrorf("%v", err)
+		return sectionError("lifecycle", err)
 	}
 	if c.Lifecycle.MarkSent && c.Route.OnUpdate != "" && c.Route.OnUpdate != router.OnUpdateSkip {
 		return configErrorf("route.on_update: %s would trip on the connector's own lifecycle.mark_sent UPDATEs of the outbox table; use one or the other", c.Route.OnUpdate)
 	}
 	if err := c.Pipeline.Validate(); err != nil {
-		return wrap("pipeline", err)
+		return sectionError("pipeline", err)
 	}
 	if c.HTTP.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {

@@ -22,6 +22,7 @@ type configError struct {
 	Line int
 	Msg  string
 	Hint string
+	also []*configError // further mistakes found by the same check, one line each
 }
 
 func (e *configError) Error() string {
@@ -43,6 +44,10 @@ func (e *configError) Error() string {
 	if e.Hint != "" {
 		b.WriteString("; ")
 		b.WriteString(e.Hint)
+	}
+	for _, a := range e.also {
+		b.WriteString("\n")
+		b.WriteString(a.Error())
 	}
 	return b.String()
 }

@@ -47,7 +47,7 @@ func (c Config) validateDelivery() error {
 			return configErrorf("delivery: exactly-once needs sink.type kafka, not %q", c.Sink.Type)
 		}
 		if err := c.Sink.TxnConfig.Validate(); err != nil {
-			return configErrorf("%v", err)
+			return sectionError("sink", err)
 		}
 	default:
 		return configErrorf("delivery: %q is not at-least-once or exactly-once", c.Delivery)
@@ -55,16 +55,16 @@ func (c Config) validateDelivery() error {
 	switch c.Checkpoint.Type {
 	case "table":
 		if err := c.Checkpoint.TableConfig.Validate(); err != nil {
-			return configErrorf("%v", err)
+			return sectionError("checkpoint", err)
 		}
 	case "kafka":
 		if err := c.Checkpoint.FileConfig.Validate(); err != nil { // the witness file
-			return configErrorf("%v", err)
+			return sectionError("checkpoint", err)
 		}
 	}
 	if c.HA.Enabled {
 		if err := c.HA.Validate(); err != nil {
-			return configErrorf("%v", err)
+			return sectionError("ha", err)
 		}
 	}
 	return nil
@@ -79,7 +79,7 @@ func (c Config) sourceDSN() (string, error) {
 	}
 	dsn, err := c.Source.MySQL.ConnDSN()
 	if err != nil {
-		return "", configErrorf("source.%v", err)
+		return "", sectionError("source", err)
 	}
 	return dsn, nil
 }
@@ -131,7 +131,7 @@ func openStore(cfg Config, kind string, log zerolog.Logger) (store outboxcdc.Che
 		}
 		t, err := checkpoint.NewTable(cfg.Source.Type, dsn, cfg.Checkpoint.TableConfig, cfg.Name, log)
 		if err != nil {
-			return nil, nil, nil, &configError{Msg: err.Error()}
+			return nil, nil, nil, sectionError("checkpoint", err)
 		}
 		return checkpoint.Expect(kind, t), t, func() { t.Close() }, nil
 	}
@@ -214,7 +214,7 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 	}
 	l, err := ha.New(h.cfg.Source.Type, dsn, h.cfg.Name, h.cfg.HA, h.log)
 	if err != nil {
-		return nil, &configError{Msg: err.Error()}
+		return nil, sectionError("ha", err)
 	}
 	h.log.Info().Str("lock", ha.LockName(h.cfg.Name)).Dur("session_timeout", h.cfg.HA.SessionTimeout).
 		Dur("takeover_within", h.cfg.HA.TakeoverWithin()).

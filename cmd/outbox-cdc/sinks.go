@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -139,11 +138,7 @@ func (c Config) validateSink() error {
 		return configErrorf("sink.type: unknown sink %q (want %s)", c.Sink.Type, sinkTypeNames)
 	}
 	if err := k.validate(c); err != nil {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "sink.") {
-			msg = "sink." + msg
-		}
-		return &configError{Msg: msg}
+		return sectionError("sink", err)
 	}
 	return nil
 }

@@ -2,10 +2,11 @@ package broker
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/outbox-cdc/outbox-cdc/retry"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Config is what every message-broker sink shares; each sink's
@@ -56,7 +57,7 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("sink.%s: %s", key, fmt.Sprintf(format, args...)))
+		errs = append(errs, outboxcdc.KeyErrorf(key, "", format, args...))
 	}
 	if c.MaxInFlight < 1 {
 		bad("max_in_flight", "must be at least 1, got %d", c.MaxInFlight)

@@ -4,11 +4,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-cdc/outbox-cdc/tlsconf"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // TLS is sink.tls of a broker sink: the same keys as the Kafka sink's.
@@ -26,14 +27,14 @@ type TLS struct {
 // Validate checks the keys without reading the files.
 func (t TLS) Validate() error {
 	var errs []error
-	if err := t.Files.Validate("sink.tls."); err != nil {
+	if err := t.Files.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if !t.Enabled && (!t.Files.IsZero() || t.InsecureSkipVerify) {
-		errs = append(errs, errors.New("sink.tls.enabled: is false but other sink.tls keys are set; set sink.tls.enabled: true"))
+		errs = append(errs, outboxcdc.KeyErrorf("enabled", "set sink.tls.enabled: true", "is false but other sink.tls keys are set"))
 	}
 	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
-		errs = append(errs, errors.New("sink.tls.insecure_skip_verify: verifies nothing, so ca_file and server_name would be ignored; drop one or the other"))
+		errs = append(errs, outboxcdc.KeyErrorf("insecure_skip_verify", "drop one or the other", "verifies nothing, so ca_file and server_name would be ignored"))
 	}
 	return errors.Join(errs...)
 }
@@ -61,7 +62,7 @@ func (t TLS) Build(schemeTLS bool, host string) (*tls.Config, error) {
 	}
 	c, err := t.Files.Build(v, host)
 	if err != nil {
-		return nil, fmt.Errorf("sink.tls.%w", err)
+		return nil, outboxcdc.KeysUnder("tls", err)
 	}
 	return c, nil
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Config is the sink section for sink.type: rabbitmq.
@@ -85,7 +87,7 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("sink.%s: %s", key, fmt.Sprintf(format, args...)))
+		errs = append(errs, outboxcdc.KeyErrorf(key, "", format, args...))
 	}
 	if c.URL == "" {
 		bad("url", "required: amqp://host:5672/vhost (or amqps:// for TLS)")
@@ -115,9 +117,9 @@ func (c Config) Validate() error {
 		bad("heartbeat", "must be at least 1s, got %s", c.Heartbeat)
 	}
 	if err := c.TLS.Validate(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, outboxcdc.KeysUnder("tls", err))
 	} else if err := c.TLS.Load(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, err) // Build names the key under tls
 	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Config is the sink section for sink.type: redis.
@@ -59,7 +61,7 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("sink.%s: %s", key, fmt.Sprintf(format, args...)))
+		errs = append(errs, outboxcdc.KeyErrorf(key, "", format, args...))
 	}
 	if c.URL == "" {
 		bad("url", "required: redis://host:6379/0 (or rediss:// for TLS)")
@@ -78,9 +80,9 @@ func (c Config) Validate() error {
 		bad("max_len", "and sink.min_id_age: XADD trims by one of them; set one")
 	}
 	if err := c.TLS.Validate(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, outboxcdc.KeysUnder("tls", err))
 	} else if err := c.TLS.Load(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, err) // Build names the key under tls
 	}
 	if err := c.Config.Validate(); err != nil {
 		errs = append(errs, err)
