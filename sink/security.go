@@ -2,6 +2,7 @@ package sink
 
 import (
 	"crypto/tls"
+	"errors"
 	"strings"
 
 	"github.com/IBM/sarama"
@@ -152,16 +153,24 @@ func ClientSecurity(section string, t TLSConfig, s SASLConfig) ([]kgo.Opt, error
 	c := KafkaConfig{TLS: t, SASL: s}
 	var errs []error
 	c.validateSecurity(section, func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s.%s: %s", section, key, fmt.Sprintf(format, args...)))
+		errs = append(errs, outboxcdc.KeyErrorf(key, "", format, args...))
 	})
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, outboxcdc.KeysUnder(section, joinErrors(errs))
 	}
 	opts, err := c.kgoSecurity()
 	if err != nil {
-		return nil, fmt.Errorf("%s.%s", section, strings.TrimPrefix(err.Error(), "sink."))
+		return nil, outboxcdc.KeysUnder(section, err)
 	}
 	return opts, nil
+}
+
+// joinErrors is errors.Join, except that one error stays itself.
+func joinErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 // kgoSecurity is the same TLS and SASL for a franz-go client.

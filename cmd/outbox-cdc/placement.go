@@ -130,7 +130,7 @@ func validatePlacement(p *PlacementConfig, cs []Config, listed bool) error {
 		}
 	}
 	if err := p.Config.Validate(); err != nil {
-		return configErrorf("%v", err)
+		return sectionError("placement", err)
 	}
 	for _, b := range p.Brokers {
 		if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
@@ -138,7 +138,7 @@ func validatePlacement(p *PlacementConfig, cs []Config, listed bool) error {
 		}
 	}
 	if _, err := p.clientOpts(); err != nil {
-		return configErrorf("%v", err)
+		return sectionError("", err) // ClientSecurity names the keys under placement
 	}
 	return nil
 }

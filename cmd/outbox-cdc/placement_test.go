@@ -195,9 +195,9 @@ connectors:
 	active := func(p *proc) bool { code, _ := get(p, "/active"); return code == 200 }
 
 	a := launch()
-	waitUntil(t, "the first replica streams the connector", 30*time.Second, func() bool { return active(a) })
+	testenv.Eventually(t, 30*time.Second, "the first replica streams the connector", func() bool { return active(a) })
 	b := launch()
-	waitUntil(t, "the second replica joined the group", 30*time.Second, func() bool {
+	testenv.Eventually(t, 30*time.Second, "the second replica joined the group", func() bool {
 		return strings.Contains(b.logs.String(), "joining the placement group")
 	})
 	// Long enough for a rebalance to have run: the sticky balancer leaves
@@ -224,6 +224,6 @@ connectors:
 	if err := <-a.done; err != nil {
 		t.Fatalf("first replica: %v", err)
 	}
-	waitUntil(t, "the second replica takes the connector over", 20*time.Second, func() bool { return active(b) })
+	testenv.Eventually(t, 20*time.Second, "the second replica takes the connector over", func() bool { return active(b) })
 	t.Logf("takeover after a graceful stop: %s", time.Since(stopped).Round(time.Millisecond))
 }
