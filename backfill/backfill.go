@@ -157,3 +157,23 @@ func Tx(kind string, st State, rows []Row, done bool) outboxcdc.Tx {
 	}
 	return outboxcdc.Tx{Events: events, End: end, CommitTime: now}
 }
+
+// Describe says in words what the pending position p of kind means;
+// stream describes the stream position the source resumes at afterwards.
+func Describe(p outboxcdc.Position, kind string, stream func(outboxcdc.Position) string) string {
+	st, err := Parse(p, kind)
+	if err != nil {
+		return "unreadable pending-backfill position (" + err.Error() + ")"
+	}
+	return fmt.Sprintf("pending backfill in progress: rows up to key %d published (pending rows go up to key %d), then streaming from %s",
+		st.Last, st.High, stream(st.StreamPosition(kind)))
+}
+
+// ComparePending answers a comparison of two positions one of which is in
+// the pending form: none is possible. ok is false when neither is.
+func ComparePending(a, b outboxcdc.Position) (ok bool, err error) {
+	if !IsPending(a) && !IsPending(b) {
+		return false, nil
+	}
+	return true, errors.New("a pending backfill was in progress; replacing its position abandons the backfill")
+}

@@ -232,11 +232,11 @@ func (s *Source) snapshotPosition(ctx context.Context, db *sql.DB, conn *sql.Con
 	var pos Pos
 	var err error
 	if gtid {
-		pos, err = s.mysqlGTIDVar(ctx, db, "gtid_executed")
+		pos, err = mysqlGTIDVar(ctx, db, "gtid_executed")
 	} else {
 		var file string
 		var off uint32
-		file, off, err = s.binlogStatus(ctx, db)
+		file, off, err = binlogStatus(ctx, db)
 		pos = Pos{File: file, Offset: off}
 	}
 	unlock()

@@ -38,6 +38,7 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -80,8 +81,11 @@ var _ outboxcdc.Source = (*Source)(nil)
 
 // New validates cfg and returns a Source. name is the connector's name; it
 // derives the replica server_id when cfg.ServerID is 0. cols names the role
-// columns (from the route preset). Nothing connects until Run.
-func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics) (*Source, error) {
+// columns (from the route preset). m may be nil; reg is where metrics of
+// this source alone would go (it has none beyond m today) and may be nil.
+// The Postgres source's New takes the same arguments. Nothing connects
+// until Run.
+func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics, reg prometheus.Registerer) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("mysql source config: %w", err)
 	}

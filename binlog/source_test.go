@@ -110,7 +110,7 @@ type running struct {
 func (f *fixture) start(cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) *running {
 	f.t.Helper()
 	m := outboxcdc.NewSourceMetrics(nil)
-	src, err := New(cfg, uniqueName("test"), cols, zerolog.New(zerolog.NewTestWriter(f.t)), m)
+	src, err := New(cfg, uniqueName("test"), cols, zerolog.New(zerolog.NewTestWriter(f.t)), m, nil)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func TestStartLatestAndEarliest(t *testing.T) {
 	// from it only while the binlogs are small enough to read in the test.
 	for _, gtid := range []string{GTIDAuto, GTIDOff} {
 		cfg := f.config(func(c *Config) { c.Start = StartEarliest; c.GTID = gtid })
-		src, err := New(cfg, "earliest-test", seedColumns, zerolog.Nop(), outboxcdc.NewSourceMetrics(nil))
+		src, err := New(cfg, "earliest-test", seedColumns, zerolog.Nop(), outboxcdc.NewSourceMetrics(nil), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,20 +10,19 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
-// refuseBehindSlot guards the commands that write a Postgres checkpoint by
-// hand: a position behind the replication slot's confirmed_flush_lsn cannot
-// be streamed from (a logical slot is never rewound; the server would
-// silently start at its confirmed position), so `run` refuses it, and
-// writing it would only stop the connector. It returns 1 after saying so,
-// or 0 to go on (also when the slot cannot be looked up: `run` checks
-// again). Other sources: 0.
-func refuseBehindSlot(ctx context.Context, cfg Config, kind string, pos outboxcdc.Position, what string, stdout, stderr io.Writer) int {
-	if kind != wal.Kind {
+// refuseUnresumable guards the commands that write a checkpoint by hand
+// with the source's guardWrite: for Postgres, a position behind the
+// replication slot's confirmed_flush_lsn cannot be streamed from (a
+// logical slot is never rewound; the server would silently start at its
+// confirmed position), so `run` refuses it, and writing it would only stop
+// the connector. It returns 1 after saying so, or 0 to go on (also when
+// the guard cannot decide: `run` checks again).
+func refuseUnresumable(ctx context.Context, cfg Config, pos outboxcdc.Position, what string, stdout, stderr io.Writer) int {
+	guard := cfg.source().guardWrite
+	if guard == nil {
 		return 0
 	}
-	qctx, cancel := context.WithTimeout(ctx, cfg.Source.Postgres.ConnectTimeout+cfg.Source.Postgres.QueryTimeout)
-	defer cancel()
-	err := wal.CheckResume(qctx, cfg.Source.Postgres, cfg.Name, pos)
+	err := guard(ctx, cfg, pos)
 	switch {
 	case errors.Is(err, wal.ErrBehindSlot):
 		fmt.Fprintf(stderr, "outbox-cdc %s: refusing to write %s: %v\n"+

@@ -18,7 +18,7 @@ import (
 // file takes: the chosen source's keys directly under source:.
 func printConfig(w io.Writer, cfg Config) error {
 	root := toNode(reflect.ValueOf(cfg))
-	src := toNode(reflect.ValueOf(sourceTypes[cfg.Source.Type](&cfg.Source)).Elem())
+	src := toNode(reflect.ValueOf(cfg.source().config(&cfg.Source)).Elem())
 	src.Content = append([]*yaml.Node{scalar("type"), scalar(cfg.Source.Type)}, src.Content...)
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		if root.Content[i].Value == "source" {

@@ -75,17 +75,11 @@ func (e *tableError) Unwrap() error { return e.err }
 func readOutboxTable(ctx context.Context, cfg Config) (*router.Table, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	switch cfg.Source.Type {
-	case "mysql":
-		return readMySQLTable(ctx, cfg)
-	case "postgres":
-		return readPostgresTable(ctx, cfg)
-	}
-	return nil, &tableError{fmt.Errorf("source.type %q has no table", cfg.Source.Type)}
+	return cfg.source().table(ctx, cfg) // sources.go
 }
 
 func readMySQLTable(ctx context.Context, cfg Config) (*router.Table, error) {
-	dsn, err := cfg.sourceDSN()
+	dsn, err := mysqlDSN(cfg)
 	if err != nil {
 		return nil, &tableError{err}
 	}
@@ -97,10 +91,11 @@ func readMySQLTable(ctx context.Context, cfg Config) (*router.Table, error) {
 	if name == "" || dc.DBName == "" {
 		return nil, &tableError{configErrorf("route.converters: the column types are read from source.table in source.dsn's database; set both")}
 	}
-	db, err := sql.Open("mysql", dsn)
+	conn, err := mysqldriver.NewConnector(dc)
 	if err != nil {
 		return nil, &tableError{err}
 	}
+	db := sql.OpenDB(conn)
 	defer db.Close()
 	classify := func(err error) error {
 		var me *mysqldriver.MySQLError
