@@ -192,7 +192,7 @@ func TestServerCallsHaveDeadlines(t *testing.T) {
 		select {
 		case err := <-done:
 			t.Logf("%s: returned after %v: %v", what, time.Since(t0).Round(time.Millisecond), err)
-			if wantErr && (err == nil || !IsTransient(err)) {
+			if wantErr && (err == nil || !outboxcdc.IsTransient(err)) {
 				t.Errorf("%s: got %v, want a transient error", what, err)
 			}
 		case <-time.After(bound):

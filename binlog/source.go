@@ -198,7 +198,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		if rewind = errors.Is(err, errRewind); rewind {
 			continue // not a failure: read a transaction again (txn.go)
 		}
-		if !IsTransient(err) {
+		if !outboxcdc.IsTransient(err) {
 			if errors.Is(err, ErrServerIDConflict) {
 				// The server lets one replica per server_id stream: the
 				// newcomer takes over and the older one is told so. Stop

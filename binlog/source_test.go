@@ -553,7 +553,7 @@ func TestServerIDConflict(t *testing.T) {
 		if !errors.Is(second.err, ErrServerIDConflict) {
 			t.Fatalf("got %v, want ErrServerIDConflict", second.err)
 		}
-		if IsTransient(second.err) {
+		if outboxcdc.IsTransient(second.err) {
 			t.Error("a server_id conflict is classified transient")
 		}
 	case <-first.done:
