@@ -1,10 +1,11 @@
 // Package backfill holds what both sources share for `source.start:
 // pending`: publishing the rows a polling relay had not sent before
 // streaming, on the first start. It has the configuration, the position
-// form that says "backfill in progress" and the grouping of rows into
-// synthetic transactions. The seam itself (taking a stream position
-// consistent with the snapshot the rows are read in) is database specific
-// and lives in binlog/pending.go and wal/pending.go.
+// form that says "backfill in progress", the grouping of rows into
+// synthetic transactions, and the loop that publishes them and retries
+// (Loop). The seam itself (taking a stream position consistent with the
+// snapshot the rows are read in) is database specific and lives in
+// binlog/pending.go and wal/pending.go, each a Snapshot.
 //
 // # Position form
 //
