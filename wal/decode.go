@@ -328,10 +328,10 @@ func (d *decoder) insert(body []byte, lsn pglogrepl.LSN) error {
 	}
 	if r.missing >= 0 {
 		names := [numRoles]string{d.cols.MessageID, d.cols.AggregateType, d.cols.AggregateID, d.cols.EventType, d.cols.Payload}
-		return fmt.Errorf("outbox table %s.%s has no column %q (the %s role) for the row inserted at LSN %s: "+
+		return mark(ErrTable, fmt.Errorf("outbox table %s.%s has no column %q (the %s role) for the row inserted at LSN %s: "+
 			"it was dropped or renamed (ALTER TABLE). Restore the column, or change the route "+
 			"preset to match the table, then restart; rows are read again from the checkpoint",
-			d.schema, d.table, names[r.missing], roleYAML[r.missing], lsn)
+			d.schema, d.table, names[r.missing], roleYAML[r.missing], lsn))
 	}
 	if !d.inTx {
 		return fmt.Errorf("%w: Insert outside a transaction at LSN %s", errProtocol, lsn)

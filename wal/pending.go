@@ -93,15 +93,6 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 	return nil
 }
 
-// retryable marks for backfill.Loop (which retries what is marked
-// transient) the errors this source retries: all but the permanent ones.
-func retryable(err error) error {
-	if err == nil || isPermanent(err) || errors.Is(err, context.Canceled) {
-		return err
-	}
-	return outboxcdc.Transient(err)
-}
-
 // pendingSnapshot is one attempt's REPEATABLE READ transaction on a
 // walsender connection (backfill.Snapshot).
 type pendingSnapshot struct {
@@ -217,7 +208,7 @@ func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.St
 	switch {
 	case *rs == nil && si == nil:
 		if !s.cfg.Create {
-			return nil, permanent(fmt.Errorf("replication slot %q does not exist and source.create is false; source.start: pending creates it to read the pending rows at its consistent point", s.cfg.Slot))
+			return nil, permanent(mark(ErrSlot, fmt.Errorf("replication slot %q does not exist and source.create is false; source.start: pending creates it to read the pending rows at its consistent point", s.cfg.Slot)))
 		}
 		cctx, ccancel := context.WithTimeout(ctx, slotCreateTimeout)
 		res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(cctx, "CREATE_REPLICATION_SLOT "+pgx.Identifier{s.cfg.Slot}.Sanitize()+" LOGICAL pgoutput USE_SNAPSHOT"))
