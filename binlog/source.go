@@ -38,6 +38,7 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -186,7 +187,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	if err := s.backfillFirst(ctx, db, &resume, out); err != nil {
 		return err // source.start: pending (pending.go)
 	}
-	backoff := s.cfg.Reconnect.Min
+	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
 	rewind := false
 	for {
 		streamed, err := s.session(ctx, db, &resume, out, rewind)
@@ -212,22 +213,18 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			return err
 		}
 		if streamed {
-			backoff = s.cfg.Reconnect.Min
+			backoff.Reset()
 		}
+		wait := backoff.Next()
 		s.setReady(fmt.Errorf("binlog stream lost, reconnecting: %w", err))
 		// Counted when the loss is seen, not after the backoff: a reader of
 		// the metric right after the stream broke sees it.
 		s.m.Reconnects.Inc()
-		s.log.Warn().Err(err).Str("position", string(resume)).Dur("backoff", backoff).Msg("binlog stream lost; reconnecting")
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		s.log.Warn().Err(err).Str("position", string(resume)).Dur("backoff", wait).Msg("binlog stream lost; reconnecting")
+		if retry.Sleep(ctx, wait) != nil {
 			s.setReady(errors.New("binlog source stopped"))
 			return ctx.Err()
-		case <-t.C:
 		}
-		backoff = min(2*backoff, s.cfg.Reconnect.Max)
 	}
 }
 
