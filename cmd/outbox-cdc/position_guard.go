@@ -2,36 +2,30 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 // refuseUnresumable guards the commands that write a checkpoint by hand
-// with the source's guardWrite: for Postgres, a position behind the
-// replication slot's confirmed_flush_lsn cannot be streamed from (a
-// logical slot is never rewound; the server would silently start at its
-// confirmed position), so `run` refuses it, and writing it would only stop
-// the connector. It returns 1 after saying so, or 0 to go on (also when
-// the guard cannot decide: `run` checks again).
+// with the source's guardWrite (sources.go): a position `run` would refuse
+// (for Postgres, one behind the replication slot's confirmed position) is
+// not written, since writing it would only stop the connector. It returns
+// 1 after saying why, or 0 to go on (also when the guard cannot decide:
+// `run` checks again).
 func refuseUnresumable(ctx context.Context, cfg Config, pos outboxcdc.Position, what string, stdout, stderr io.Writer) int {
 	guard := cfg.source().guardWrite
 	if guard == nil {
 		return 0
 	}
-	err := guard(ctx, cfg, pos)
+	refusal, err := guard(ctx, cfg, pos)
 	switch {
-	case errors.Is(err, wal.ErrBehindSlot):
-		fmt.Fprintf(stderr, "outbox-cdc %s: refusing to write %s: %v\n"+
-			"Nothing between that position and the slot's can be published again from the slot. "+
-			"To re-publish rows that are still in the outbox table, see README \"Positions and replay\" (source.start: pending with a pending.where selecting them).\n",
-			what, pos, err)
+	case refusal != "":
+		fmt.Fprintf(stderr, "outbox-cdc %s: refusing to write %s: %s\n", what, pos, refusal)
 		return 1
 	case err != nil:
-		fmt.Fprintf(stdout, "  note: could not compare with the replication slot (%v); `run` refuses a position behind the slot's confirmed position\n", err)
+		fmt.Fprintf(stdout, "  note: could not check that the source can resume from it (%v); `run` checks again and refuses it if not\n", err)
 	}
 	return 0
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -57,10 +58,10 @@ type sourceKind struct {
 	// compare orders two positions of this kind (cmp.Compare's sign), or
 	// says why they cannot be ordered.
 	compare func(a, b outboxcdc.Position) (int, error)
-	// guardWrite, when set, refuses a position the position commands must
-	// not write (see refuseUnresumable); an error it cannot decide with is
-	// a note, not a refusal.
-	guardWrite func(ctx context.Context, cfg Config, pos outboxcdc.Position) error
+	// guardWrite, when set, says why the position commands must not write
+	// pos (refusal, "" to go on); err is a check it could not make, which
+	// is only noted (see refuseUnresumable).
+	guardWrite func(ctx context.Context, cfg Config, pos outboxcdc.Position) (refusal string, err error)
 	// preferFileForm says import-debezium should derive a binlog file
 	// position rather than a GTID one.
 	preferFileForm func(Config) bool
@@ -122,11 +123,19 @@ var sourceKinds = map[string]sourceKind{
 		describe: wal.Describe,
 		form:     wal.Form,
 		compare:  wal.Compare,
-		guardWrite: func(ctx context.Context, cfg Config, pos outboxcdc.Position) error {
+		guardWrite: func(ctx context.Context, cfg Config, pos outboxcdc.Position) (string, error) {
+			// A logical slot is never rewound: the server would silently
+			// start at its confirmed position, so run refuses a position
+			// behind it.
 			pc := cfg.Source.Postgres
 			ctx, cancel := context.WithTimeout(ctx, pc.ConnectTimeout+pc.QueryTimeout)
 			defer cancel()
-			return wal.CheckResume(ctx, pc, cfg.Name, pos)
+			err := wal.CheckResume(ctx, pc, cfg.Name, pos)
+			if errors.Is(err, wal.ErrBehindSlot) {
+				return err.Error() + "\nNothing between that position and the slot's can be published again from the slot. " +
+					"To re-publish rows that are still in the outbox table, see README \"Positions and replay\" (source.start: pending with a pending.where selecting them).", nil
+			}
+			return "", err
 		},
 		preferFileForm: func(Config) bool { return false },
 	},
