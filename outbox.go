@@ -88,6 +88,13 @@ type Event struct {
 	// CommitTime is the source transaction's commit time (second precision on
 	// MySQL/MariaDB).
 	CommitTime time.Time
+	// Schema and Table name the outbox table the row was inserted into, as
+	// the server names it: Schema is the MySQL/MariaDB database or the
+	// Postgres schema. For a Postgres logical decoding message (no table)
+	// Schema is empty and Table is the message's prefix. Routes use them
+	// for {schema}, {database} and {table} and for per-table overrides.
+	Schema string
+	Table  string
 	// Origin says where the row is in the source ("mariadb-bin.000003:1234 row 2",
 	// "LSN 0/16B3748"), for error messages. It is not a resume position.
 	Origin string
@@ -196,6 +203,30 @@ type Columns struct {
 	// "skip" or "" (count it), "warn" or "error" (count it and log at that
 	// level), "fatal" (stop with an *UpdateError). See UpdateSeen.
 	OnUpdate string
+	// Tables overrides the role and extra columns for single tables, keyed
+	// "schema.table" (MySQL: "database.table") as route.tables names them;
+	// tables not listed use the fields above. See For.
+	Tables map[string]Columns
+}
+
+// For returns the columns of the table schema.table: its entry in Tables
+// when there is one (the exact name first, then one differing only in
+// letter case), else c itself without Tables.
+func (c *Columns) For(schema, table string) Columns {
+	if len(c.Tables) > 0 {
+		key := schema + "." + table
+		if t, ok := c.Tables[key]; ok {
+			return t
+		}
+		for k, t := range c.Tables {
+			if strings.EqualFold(k, key) {
+				return t
+			}
+		}
+	}
+	d := *c
+	d.Tables = nil
+	return d
 }
 
 // Source delivers committed outbox transactions in commit order.

@@ -336,7 +336,14 @@ func Check(ctx context.Context, cfg Config, name string, cols outboxcdc.Columns,
 		out = append(out, outboxcdc.Pass("mysql.privilege.replication_client", "SHOW BINARY LOGS works"))
 	}
 
-	if _, _, err := s.tableColumns(ctx, db); err != nil {
+	if s.multi() {
+		if found, _, err := s.tablesColumns(ctx, db); err != nil {
+			out = append(out, outboxcdc.Fail("mysql.table", strings.TrimPrefix(err.Error(), ErrTable.Error()+": "),
+				"create the outbox tables with the route's columns (route.tables for tables laid out differently), or fix source.tables"))
+		} else {
+			out = append(out, outboxcdc.Pass("mysql.table", fmt.Sprintf("%d table(s) match %s and have their role columns", len(found), s.patternsText())))
+		}
+	} else if _, _, err := s.tableColumns(ctx, db); err != nil {
 		out = append(out, outboxcdc.Fail("mysql.table", strings.TrimPrefix(err.Error(), ErrTable.Error()+": "),
 			"create the outbox table with the route preset's columns, or fix source.table / route"))
 	} else {

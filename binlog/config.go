@@ -33,6 +33,12 @@ type Config struct {
 	DSN string `yaml:"dsn"`
 	// Table is the outbox table in DSN's database.
 	Table string `yaml:"table"`
+	// Tables, when set, replaces Table: several outbox tables read over one
+	// binlog stream, each "database.table" or "table" (in DSN's database),
+	// either part may hold the wildcards * and % (any run of characters),
+	// e.g. "*.outbox_message" or "tenant_%.outbox". Tables created later
+	// that match are read from their first row on (tables.go).
+	Tables []string `yaml:"tables"`
 	// Start is used only when there is no checkpoint: latest | earliest |
 	// pending.
 	Start string `yaml:"start"`
@@ -54,12 +60,20 @@ type Config struct {
 	Reconnect BackoffConfig `yaml:"reconnect"`
 	// TLS secures every connection to the server (see tls.go).
 	TLS TLSConfig `yaml:"tls"`
+	// TakeOver says this instance is entitled to the connector's binlog
+	// stream (it holds the HA lock, so any other instance is fenced): a
+	// previous binlog dump with the same server_id is ended at once (see
+	// dumplock.go). cmd/ sets it when ha.enabled; it has no YAML key.
+	TakeOver bool `yaml:"-"`
 }
 
 // BackoffConfig is a capped exponential backoff: the first wait is Min, each
 // further one doubles, up to Max.
 type BackoffConfig struct {
+	// Min is the wait before the first reconnection attempt; it doubles
+	// with each failed attempt.
 	Min time.Duration `yaml:"min"`
+	// Max caps the wait between reconnection attempts.
 	Max time.Duration `yaml:"max"`
 }
 
@@ -89,8 +103,23 @@ func (c Config) Validate() error {
 	} else if dc.DBName == "" {
 		errs = append(errs, errors.New("dsn: must name the database that holds the outbox table (\".../shop\")"))
 	}
-	if c.Table == "" {
+	if c.Table == "" && len(c.Tables) == 0 {
 		errs = append(errs, errors.New("table: required"))
+	}
+	if len(c.Tables) > 0 {
+		if c.Table != "" && c.Table != DefaultConfig().Table {
+			errs = append(errs, errors.New("tables: set either table or tables, not both"))
+		}
+		db := ""
+		if dc, err := mysqldriver.ParseDSN(c.DSN); err == nil {
+			db = dc.DBName
+		}
+		if _, err := parseTables(c.Tables, db); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Start == StartPending {
+			errs = append(errs, errors.New("start: pending reads one table; it cannot be used with tables"))
+		}
 	}
 	if c.Start != StartLatest && c.Start != StartEarliest && c.Start != StartPending {
 		errs = append(errs, fmt.Errorf("start: %q is not one of latest, earliest, pending", c.Start))

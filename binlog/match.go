@@ -19,14 +19,26 @@ import (
 // rule, and the stream matches table map events by the same rule; a table of
 // the same name in another database never matches.
 
-// tableMatcher tells whether a binlog table (schema, name) is the outbox.
-// It is fixed before a session's stream starts and only read afterwards.
+// tableMatcher tells whether a binlog table (schema, name) is an outbox
+// table: the one table db.table, or, with pats set (source.tables), any
+// table a pattern matches. It is fixed before a session's stream starts
+// and only read afterwards (from go-mysql's decoding goroutine too).
 type tableMatcher struct {
 	db, table []byte
 	fold      bool // the server compares names case-insensitively
+	// pats replaces db and table when set.
+	pats []tablePattern
 }
 
 func (m *tableMatcher) matches(schema, table []byte) bool {
+	if m.pats != nil {
+		for i := range m.pats {
+			if m.pats[i].matches(schema, table, m.fold) {
+				return true
+			}
+		}
+		return false
+	}
 	if m.fold {
 		return bytes.EqualFold(table, m.table) && bytes.EqualFold(schema, m.db)
 	}
@@ -52,27 +64,33 @@ func (s *Source) resolveTable(ctx context.Context, db *sql.DB) (resolvedTable, e
 	if err := db.QueryRowContext(ctx, "SELECT @@lower_case_table_names").Scan(&lctn); err != nil {
 		return resolvedTable{}, classifyConnErr(fmt.Errorf("read lower_case_table_names: %w", err))
 	}
+	return s.resolveNamed(ctx, db, lctn, s.db, s.table)
+}
+
+// resolveNamed is resolveTable for the table dbName.table.
+func (s *Source) resolveNamed(ctx context.Context, db *sql.DB, lctn int, dbName, table string) (resolvedTable, error) {
+	qualified := dbName + "." + table
 	// The database as written and in lower case (how lower_case_table_names
 	// 1 stores it), so the server reads one database's directory only.
 	rows, err := db.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "+
-		"WHERE TABLE_SCHEMA IN (?, ?) AND LOWER(TABLE_NAME) = LOWER(?)", s.db, strings.ToLower(s.db), s.table)
+		"WHERE TABLE_SCHEMA IN (?, ?) AND LOWER(TABLE_NAME) = LOWER(?)", dbName, strings.ToLower(dbName), table)
 	if err != nil {
-		return resolvedTable{}, classifyConnErr(fmt.Errorf("look up %s: %w", s.qualifiedTable, err))
+		return resolvedTable{}, classifyConnErr(fmt.Errorf("look up %s: %w", qualified, err))
 	}
 	defer rows.Close()
 	var found []resolvedTable
 	for rows.Next() {
 		var r resolvedTable
 		if err := rows.Scan(&r.db, &r.table); err != nil {
-			return resolvedTable{}, classifyConnErr(fmt.Errorf("look up %s: %w", s.qualifiedTable, err))
+			return resolvedTable{}, classifyConnErr(fmt.Errorf("look up %s: %w", qualified, err))
 		}
 		r.lctn = lctn
 		found = append(found, r)
 	}
 	if err := rows.Err(); err != nil {
-		return resolvedTable{}, classifyConnErr(fmt.Errorf("look up %s: %w", s.qualifiedTable, err))
+		return resolvedTable{}, classifyConnErr(fmt.Errorf("look up %s: %w", qualified, err))
 	}
-	want := resolvedTable{db: s.db, table: s.table, lctn: lctn}
+	want := resolvedTable{db: dbName, table: table, lctn: lctn}
 	for _, r := range found {
 		if want.matcher().matches([]byte(r.db), []byte(r.table)) {
 			return r, nil
@@ -80,11 +98,11 @@ func (s *Source) resolveTable(ctx context.Context, db *sql.DB) (resolvedTable, e
 	}
 	if len(found) > 0 {
 		return resolvedTable{}, fmt.Errorf("%w: table %s does not exist, but %s.%s does: this server compares table and database names case-sensitively "+
-			"(lower_case_table_names=0); write source.table and the database in source.dsn exactly as the server names them",
-			ErrTable, s.qualifiedTable, found[0].db, found[0].table)
+			"(lower_case_table_names=0); write source.table(s) and the database in source.dsn exactly as the server names them",
+			ErrTable, qualified, found[0].db, found[0].table)
 	}
-	return resolvedTable{}, fmt.Errorf("%w: table %s does not exist (or the user may not SELECT it): create it or fix source.table / the database in source.dsn",
-		ErrTable, s.qualifiedTable)
+	return resolvedTable{}, fmt.Errorf("%w: table %s does not exist (or the user may not SELECT it): create it or fix source.table(s) / the database in source.dsn",
+		ErrTable, qualified)
 }
 
 // DDL detection.
@@ -143,6 +161,9 @@ func (m *tableMatcher) isTableDDL(defaultDB, stmt string) bool {
 // mentions reports whether the tokens name the table, qualified with its
 // database or unqualified while defaultDB is its database (or unknown).
 func (m *tableMatcher) mentions(toks []sqlToken, defaultDB string) bool {
+	if m.pats != nil {
+		return m.mentionsPattern(toks, defaultDB)
+	}
 	for j, t := range toks {
 		if !t.ident() || !strings.EqualFold(t.text, string(m.table)) {
 			continue
@@ -160,7 +181,44 @@ func (m *tableMatcher) mentions(toks []sqlToken, defaultDB string) bool {
 	return false
 }
 
+// mentionsPattern is mentions for a pattern set: whether a table any
+// pattern matches is named, compared without case.
+func (m *tableMatcher) mentionsPattern(toks []sqlToken, defaultDB string) bool {
+	for j, t := range toks {
+		if !t.ident() {
+			continue
+		}
+		name := []byte(t.text)
+		qualified := j >= 2 && toks[j-1].kind == tokDot && toks[j-2].ident()
+		for i := range m.pats {
+			p := &m.pats[i]
+			if !p.table.matches(name, true) {
+				continue
+			}
+			switch {
+			case qualified:
+				if p.db.matches([]byte(toks[j-2].text), true) {
+					return true
+				}
+			case defaultDB == "" || p.db.matches([]byte(defaultDB), true):
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (m *tableMatcher) mentionsDB(toks []sqlToken) bool {
+	if m.pats != nil {
+		for _, t := range toks {
+			for i := range m.pats {
+				if t.ident() && m.pats[i].db.matches([]byte(t.text), true) {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	for _, t := range toks {
 		if t.ident() && strings.EqualFold(t.text, string(m.db)) {
 			return true

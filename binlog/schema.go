@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Column lists and schema changes.
@@ -202,11 +203,18 @@ func (s *Source) tableColumns(ctx context.Context, db *sql.DB) (resolvedTable, [
 }
 
 func (s *Source) readColumns(ctx context.Context, db *sql.DB, rt resolvedTable) ([]schemaColumn, error) {
+	return s.readColumnsOf(ctx, db, rt, s.cols)
+}
+
+// readColumnsOf reads the columns of the table rt and checks that it has
+// the role columns roles names.
+func (s *Source) readColumnsOf(ctx context.Context, db *sql.DB, rt resolvedTable, roles outboxcdc.Columns) ([]schemaColumn, error) {
+	qualified := rt.db + "." + rt.table
 	rows, err := db.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, "+
 		"CHARACTER_OCTET_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION FROM information_schema.COLUMNS "+
 		"WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION", rt.db, rt.table)
 	if err != nil {
-		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
+		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", qualified, err))
 	}
 	defer rows.Close()
 	var cols []schemaColumn
@@ -215,7 +223,7 @@ func (s *Source) readColumns(ctx context.Context, db *sql.DB, rt resolvedTable) 
 		var schema, table, nullable string
 		if err := rows.Scan(&schema, &table, &c.Name, &c.DataType, &c.ColumnType, &nullable,
 			&c.OctetLen, &c.Precision, &c.Scale, &c.FracDigits); err != nil {
-			return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
+			return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", qualified, err))
 		}
 		if schema != rt.db || table != rt.table {
 			continue // another table whose name differs only in case
@@ -229,14 +237,14 @@ func (s *Source) readColumns(ctx context.Context, db *sql.DB, rt resolvedTable) 
 		cols = append(cols, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", s.qualifiedTable, err))
+		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", qualified, err))
 	}
 	if len(cols) == 0 {
-		return nil, fmt.Errorf("%w: table %s does not exist (or the user may not SELECT it): create it or fix source.table / the database in source.dsn",
-			ErrTable, s.qualifiedTable)
+		return nil, fmt.Errorf("%w: table %s does not exist (or the user may not SELECT it): create it or fix source.table(s) / the database in source.dsn",
+			ErrTable, qualified)
 	}
 	var missing, names []string
-	for _, want := range []string{s.cols.MessageID, s.cols.AggregateType, s.cols.AggregateID, s.cols.EventType, s.cols.Payload} {
+	for _, want := range []string{roles.MessageID, roles.AggregateType, roles.AggregateID, roles.EventType, roles.Payload} {
 		found := false
 		for _, c := range cols {
 			if strings.EqualFold(c.Name, want) {
@@ -253,7 +261,7 @@ func (s *Source) readColumns(ctx context.Context, db *sql.DB, rt resolvedTable) 
 			names = append(names, c.Name)
 		}
 		return nil, fmt.Errorf("%w: table %s has no column %s (its columns: %s); the route preset needs them: change the table or the preset",
-			ErrTable, s.qualifiedTable, strings.Join(missing, ", "), strings.Join(names, ", "))
+			ErrTable, qualified, strings.Join(missing, ", "), strings.Join(names, ", "))
 	}
 	return cols, nil
 }
@@ -305,7 +313,9 @@ type tableSchema struct {
 func (s *Source) loadSchema(ctx context.Context, db *sql.DB, m *tableMatcher, from binlogPoint) (*tableSchema, error) {
 	s.schemaLoads.Add(1)
 	qctx, cancel := context.WithTimeout(ctx, s.callTimeout())
-	_, cols, err := s.tableColumns(qctx, db)
+	// m names one table, as the binlog names it (stream.go's tableState).
+	rt := resolvedTable{db: string(m.db), table: string(m.table)}
+	cols, err := s.readColumnsOf(qctx, db, rt, s.cols.For(rt.db, rt.table))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -480,83 +490,101 @@ func (st *stream) markScope(ev *replication.BinlogEvent, endPos uint32) {
 	}
 }
 
-// ddl marks a boundary when a query event may change the outbox table:
-// the column list in use ends here, and is read again at the next row.
-// A proof kept on the Source ends here too, unless it starts after this
-// statement: a stream reading part of the binlog again (a reconnect, a
-// second read of a large transaction, a restart point; txn.go) meets the
-// statements the proof was made after, and they do not touch it.
+// ddl marks a boundary when a query event may change an outbox table:
+// the column list in use for each table it may change ends here, and is
+// read again at that table's next row. A proof kept on the Source ends
+// here too, unless it starts after this statement: a stream reading part
+// of the binlog again (a reconnect, a second read of a large transaction,
+// a restart point; txn.go) meets the statements the proof was made after,
+// and they do not touch it. A table with no rows in this stream yet takes
+// the point after the last such statement of any outbox table as the
+// start of what the stream saw of it (stream.table): later than the truth
+// at worst, which only narrows what a proof covers.
 func (st *stream) ddl(ev *replication.BinlogEvent, e *replication.QueryEvent) {
-	if !st.match.isTableDDL(string(e.Schema), string(e.Query)) {
+	schema, q := string(e.Schema), string(e.Query)
+	if !st.match.isTableDDL(schema, q) {
 		return
 	}
-	st.layout, st.schema = nil, nil
 	at := binlogPoint{st.file, startOf(ev)}
-	if p := st.src.proven; p != nil && !at.before(p.validFrom) {
-		st.src.proven = nil
-	}
 	after := binlogPoint{st.file, ev.Header.LogPos}
-	st.scope = &after
-	st.lastDDL = &ddlEvent{at: at, stmt: shortStmt(string(e.Query))}
-	st.src.log.Info().Str("statement", st.lastDDL.stmt).Str("position", st.lastDDL.at.String()).
-		Msg("the outbox table may have changed; its columns are read again for the next row")
+	d := &ddlEvent{at: at, stmt: shortStmt(q)}
+	touches := func(k tableKey) bool {
+		return st.match.pats == nil || tableKeyMatcher(k).isTableDDL(schema, q)
+	}
+	for k, ts := range st.tables {
+		if touches(k) {
+			a := after
+			ts.layout, ts.schema, ts.scope, ts.lastDDL = nil, nil, &a, d
+		}
+	}
+	for k, p := range st.src.proven {
+		if !at.before(p.validFrom) && touches(k) {
+			delete(st.src.proven, k)
+		}
+	}
+	st.ddlScope, st.lastDDL = &after, d
+	st.src.log.Info().Str("statement", d.stmt).Str("position", d.at.String()).
+		Msg("an outbox table may have changed; its columns are read again for its next row")
 }
 
-// ensureLayout makes st.layout describe the rows of tm, which end at at.
-func (st *stream) ensureLayout(tm *replication.TableMapEvent, at binlogPoint) error {
-	if st.layout != nil && st.layout.sameMap(tm) {
+// ensureLayout makes ts.layout describe the rows of tm, which end at at.
+func (st *stream) ensureLayout(ts *tableState, tm *replication.TableMapEvent, at binlogPoint) error {
+	if ts.layout != nil && ts.layout.sameMap(tm) {
 		return nil
 	}
-	table := st.src.qualifiedTable
+	table := ts.key.String()
 	if len(tm.ColumnName) > 0 {
 		if len(tm.ColumnName) != int(tm.ColumnCount) {
 			return fmt.Errorf("%w: the table map at %s names %d of %d columns", ErrUnsupported, at, len(tm.ColumnName), tm.ColumnCount)
 		}
-		l, err := resolveLayout(tm, columnsFromBinlog(tm, st.mariadb), st.src.cols, table, true)
+		l, err := resolveLayout(tm, columnsFromBinlog(tm, st.mariadb), ts.cols, table, true)
 		if err != nil {
 			return fmt.Errorf("at %s: %w", at, err)
 		}
-		st.layout = l
+		ts.layout = l
 		return nil
 	}
-	if st.schema == nil {
-		if p := st.src.proven; p != nil && st.scope != nil && !st.scope.before(p.validFrom) && !at.before(p.validFrom) {
-			st.schema = p.schema // proven by an earlier session for rows from here on
+	if ts.schema == nil {
+		if p := st.src.proven[ts.key]; p != nil && ts.scope != nil && !ts.scope.before(p.validFrom) && !at.before(p.validFrom) {
+			ts.schema = p.schema // proven by an earlier session for rows from here on
 		}
 	}
-	if st.schema == nil {
+	if ts.schema == nil {
 		if st.db == nil {
 			return joinSentinel(ErrSchema, fmt.Errorf("the binlog has no column names at %s and no connection to read them", at), schemaHint)
 		}
-		sc, err := st.src.loadSchema(st.ctx, st.db, st.match, at)
+		sc, err := st.src.loadSchema(st.ctx, st.db, ts.match, at)
 		if err != nil {
 			return err
 		}
-		st.schema = sc
+		ts.schema = sc
 		if sc.next == nil {
-			st.src.log.Info().Str("from", at.String()).Str("to", sc.readAt.String()).Int("columns", len(sc.cols)).
+			st.src.log.Info().Str("table", table).Str("from", at.String()).Str("to", sc.readAt.String()).Int("columns", len(sc.cols)).
 				Msg("read the outbox table's columns from information_schema (the binlog carries no column names); no change to the table in between")
-			if st.scope != nil {
-				st.src.proven = &provenSchema{schema: sc, validFrom: *st.scope}
+			if ts.scope != nil {
+				if st.src.proven == nil {
+					st.src.proven = map[tableKey]*provenSchema{}
+				}
+				st.src.proven[ts.key] = &provenSchema{schema: sc, validFrom: *ts.scope}
 			}
 		}
 	}
-	if n := st.schema.next; n != nil && !n.at.before(at) {
+	if n := ts.schema.next; n != nil && !n.at.before(at) {
 		return joinSentinel(ErrSchema, fmt.Errorf("rows of %s up to %s were written before %s, which may have changed the table, "+
 			"and the binlog has no column names (binlog_row_metadata is not FULL)", table, at, n), schemaHint)
 	}
-	cols, err := columnsFromSchema(tm, st.schema.cols, st.mariadb)
+	cols, err := columnsFromSchema(tm, ts.schema.cols, st.mariadb)
 	if err != nil {
 		since := "information_schema's columns"
-		if st.lastDDL != nil {
-			since += " after " + st.lastDDL.String()
+		if ts.lastDDL != nil {
+			since += " after " + ts.lastDDL.String()
 		}
 		return joinSentinel(ErrSchema, fmt.Errorf("rows of %s up to %s do not fit %s: %v", table, at, since, err), schemaHint)
 	}
-	l, err := resolveLayout(tm, cols, st.src.cols, table, false)
+	l, err := resolveLayout(tm, cols, ts.cols, table, false)
 	if err != nil {
 		return fmt.Errorf("at %s: %w", at, err)
 	}
-	st.layout = l
+	ts.layout = l
 	return nil
 }

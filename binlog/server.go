@@ -19,6 +19,9 @@ type serverInfo struct {
 	rowMetadataFull bool          // table map events carry column names
 	table           resolvedTable // the outbox table as the server names it (match.go)
 	columns         []schemaColumn
+	// match tells the outbox tables' rows apart: the one table, or
+	// source.tables (tables.go).
+	match *tableMatcher
 }
 
 // inspect reads the server's version and binlog settings and the outbox
@@ -55,7 +58,12 @@ func (s *Source) inspect(ctx context.Context, db *sql.DB) (serverInfo, error) {
 			Msg("the binlog carries no column names: they are read from information_schema, an ALTER TABLE is followed while the connector is caught up, " +
 				"and a backlog holding rows written before an ALTER TABLE stops it; set binlog_row_metadata=FULL to follow every change")
 	}
+	if s.multi() {
+		_, info.match, err = s.tablesColumns(ctx, db)
+		return info, err
+	}
 	info.table, info.columns, err = s.tableColumns(ctx, db)
+	info.match = info.table.matcher()
 	return info, err
 }
 

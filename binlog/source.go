@@ -32,7 +32,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-mysql-org/go-mysql/client"
 	"github.com/go-mysql-org/go-mysql/mysql"
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
@@ -59,14 +58,15 @@ type Source struct {
 	baseLog  zerolog.Logger // as passed to New, for the drivers' components
 	m        *outboxcdc.SourceMetrics
 
-	db, table       string // from the DSN and Config.Table, as configured (match.go)
-	qualifiedTable  string // "db.table", for messages
+	db, table       string         // from the DSN and Config.Table, as configured (match.go)
+	qualifiedTable  string         // "db.table", for messages
+	pats            []tablePattern // Config.Tables parsed; nil: the one table (tables.go)
 	running         atomic.Bool
-	connID          atomic.Uint32 // the binlog dump connection's id, 0 when none
-	prevDump        dumpConn      // the last dump connection; Run's goroutine only
-	plan            *txPlan       // see txn.go; Run's goroutine only
-	proven          *provenSchema // the last proven column list (schema.go); Run's goroutine only
-	schemaLoads     atomic.Int64  // column lists read and proven (schema.go)
+	connID          atomic.Uint32              // the binlog dump connection's id, 0 when none
+	prevDump        dumpConn                   // the last dump connection; Run's goroutine only
+	plan            *txPlan                    // see txn.go; Run's goroutine only
+	proven          map[tableKey]*provenSchema // the last proven column list per table (schema.go); Run's goroutine only
+	schemaLoads     atomic.Int64               // column lists read and proven (schema.go)
 	mu              sync.Mutex
 	notReady        error // nil while streaming
 	lastAck         atomic.Pointer[outboxcdc.Position]
@@ -133,6 +133,12 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		qualifiedTable:  dc.DBName + "." + cfg.Table,
 		notReady:        errors.New("binlog source not started"),
 		emptyTxInterval: emptyTxInterval,
+	}
+	if len(cfg.Tables) > 0 {
+		if s.pats, err = parseTables(cfg.Tables, dc.DBName); err != nil {
+			return nil, fmt.Errorf("mysql source config: %w", err)
+		}
+		s.qualifiedTable = s.patternsText()
 	}
 	return s, nil
 }
@@ -267,7 +273,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	}
 	s.killPreviousDump(ctx, db, boot)
 
-	match := info.table.matcher()
+	match := info.match
 	decoder := &rowDecoder{match: match}
 	// The dump connection's reads time out after read_timeout of silence
 	// from the server, counted only while waiting for it (netconn.go).
@@ -289,9 +295,9 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		UseDecimal:          false,
 		HeartbeatPeriod:     s.cfg.HeartbeatPeriod,
 		Dialer:              dial.DialContext,
-		Option:              dumpSession,
-		DisableRetrySync:    true, // one retry layer: ours
-		DiscardGTIDSet:      true, // positions are tracked here, once per transaction
+		Option:              s.dumpSession, // dumplock.go
+		DisableRetrySync:    true,          // one retry layer: ours
+		DiscardGTIDSet:      true,          // positions are tracked here, once per transaction
 		EventCacheCount:     1024,
 		Logger:              replicationLogger(s.baseLog),
 		RowsEventDecodeFunc: decoder.decode, // outbox rows only (decode.go)
@@ -355,14 +361,6 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 			return streamed, err
 		}
 	}
-}
-
-// dumpSession prepares the binlog dump connection before it registers as a
-// replica: the server keeps the session while the connector does not read
-// for up to dumpWriteTimeout (a stalled sink), instead of its default 60 s.
-func dumpSession(c *client.Conn) error {
-	_, err := c.Execute("SET @@SESSION.net_write_timeout = " + strconv.Itoa(int(dumpWriteTimeout/time.Second)))
-	return err
 }
 
 func (s *Source) hostPort() (string, uint16) {

@@ -43,14 +43,16 @@ type stream struct {
 
 	lastEmit time.Time
 
-	// Columns of the outbox table (schema.go, table.go).
+	// Columns of the outbox tables (schema.go, table.go, tables.go).
 	streamEnv
-	layout  *layout
-	schema  *tableSchema // information_schema's list and its proof; nil: read at the next row
-	scope   *binlogPoint // the stream has seen every event from here on, with no boundary
-	lastDDL *ddlEvent    // the last statement that may have changed the table
-	fde     *replication.FormatDescriptionEvent
-	payload *replication.BinlogParser // for compressed transactions (decode.go)
+	tables   map[tableKey]*tableState
+	lastTM   *replication.TableMapEvent // the table map of lastTS's last rows
+	lastTS   *tableState
+	scope    *binlogPoint // where the stream really starts (markScope)
+	ddlScope *binlogPoint // just past the last statement that may have changed an outbox table
+	lastDDL  *ddlEvent    // that statement
+	fde      *replication.FormatDescriptionEvent
+	payload  *replication.BinlogParser // for compressed transactions (decode.go)
 }
 
 // streamEnv is what a stream needs of its session: the table matcher the
@@ -267,15 +269,17 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, en
 	}
 	// The columns these rows were written with (schema.go).
 	at := binlogPoint{st.file, endPos}
-	if err := st.ensureLayout(e.Table, at); err != nil {
+	ts := st.table(e.Table)
+	if err := st.ensureLayout(ts, e.Table, at); err != nil {
 		return err
 	}
-	if err := st.layout.checkImage(e, at); err != nil {
+	l := ts.layout
+	if err := l.checkImage(e, at); err != nil {
 		return err
 	}
-	if int(e.ColumnCount) != st.layout.ncols {
+	if int(e.ColumnCount) != l.ncols {
 		// go-mysql makes every row e.ColumnCount values long.
-		return fmt.Errorf("%w: rows event at %s has %d columns, its table map %d", ErrUnsupported, at, e.ColumnCount, st.layout.ncols)
+		return fmt.Errorf("%w: rows event at %s has %d columns, its table map %d", ErrUnsupported, at, e.ColumnCount, l.ncols)
 	}
 	origin := st.origin(ev)
 	for _, row := range e.Rows {
@@ -283,8 +287,9 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, en
 			st.g.ordinal++ // over the memory bound: counted, not decoded into an Event
 			continue
 		}
-		evt := st.layout.event(row)
+		evt := l.event(row)
 		evt.Origin = origin
+		evt.Schema, evt.Table = ts.key.db, ts.key.table
 		if err := st.row(evt); err != nil {
 			return err
 		}

@@ -680,13 +680,17 @@ func (st *stream) statement(ev *replication.BinlogEvent, schema, q []byte) error
 	if db == "" {
 		db = string(schema)
 	}
-	if !strings.EqualFold(db, st.src.db) || !strings.EqualFold(table, st.src.table) {
+	if st.match.pats != nil {
+		if !st.match.matchesFold(db, table) {
+			return nil
+		}
+	} else if !strings.EqualFold(db, st.src.db) || !strings.EqualFold(table, st.src.table) {
 		return nil
 	}
 	return fmt.Errorf("%w: an INSERT into %s at %s:%d%s was logged as a statement, not as rows, so its values cannot be read; "+
 		"the writing session ran with binlog_format=STATEMENT or MIXED: set binlog_format=ROW globally and for every session that writes the outbox, "+
 		"then re-send the rows from that transaction on (position set / start: pending)",
-		ErrServerSettings, st.src.qualifiedTable, st.file, startOf(ev), st.gtidSuffix())
+		ErrServerSettings, db+"."+table, st.file, startOf(ev), st.gtidSuffix())
 }
 
 func (st *stream) gtidSuffix() string {

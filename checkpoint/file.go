@@ -41,6 +41,7 @@ const DefaultPath = "./outbox-cdc.checkpoint"
 
 // FileConfig configures the file store (checkpoint.path).
 type FileConfig struct {
+	// Path is the checkpoint file; it is replaced atomically on every save.
 	Path string `yaml:"path"`
 }
 

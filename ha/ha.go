@@ -60,6 +60,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/dbconn"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Config is the ha: section.
@@ -289,12 +290,9 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 				conn.Close()
 				conn = nil
 			}
-			t := time.NewTimer(l.cfg.CheckInterval)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-			t.Stop()
+			// A fixed wait, not a growing one: a standby must notice a
+			// free lock within check_interval (ha.Config's bound).
+			_ = retry.Sleep(ctx, l.cfg.CheckInterval)
 			err = nil
 			continue
 		}

@@ -51,6 +51,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/dbconn"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Config is the lifecycle: section.
@@ -80,6 +81,7 @@ type Config struct {
 
 // CleanupConfig is lifecycle.cleanup.
 type CleanupConfig struct {
+	// Enabled turns the periodic deletion (or archiving) of delivered rows on.
 	Enabled bool `yaml:"enabled"`
 	// Retention: rows whose CreatedColumn is older than this are removed.
 	Retention time.Duration `yaml:"retention"`
@@ -478,7 +480,7 @@ func (l *Lifecycle) mark(ids []string) error {
 		args[i] = id
 	}
 	began := time.Now()
-	backoff := 200 * time.Millisecond
+	b := retry.New(retry.Default())
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.MarkTimeout)
 		n, err := l.exec(ctx, q, args...)
@@ -492,22 +494,21 @@ func (l *Lifecycle) mark(ids []string) error {
 		}
 		l.errs.Inc()
 		if permanentSQL(err) {
-			return fmt.Errorf("lifecycle.mark_sent: %s failed and retrying cannot help: %w (check lifecycle.mark_sent_set %q and lifecycle.message_id_column %q against the table, and that the user may UPDATE it)",
-				l.describe(len(ids)), err, l.cfg.MarkSentSet, l.cfg.MessageIDColumn)
+			return outboxcdc.Permanent(fmt.Errorf("lifecycle.mark_sent: %s failed and retrying cannot help: %w", l.describe(len(ids)), err),
+				fmt.Sprintf("check lifecycle.mark_sent_set %q and lifecycle.message_id_column %q against the table, and that the user may UPDATE it",
+					l.cfg.MarkSentSet, l.cfg.MessageIDColumn))
 		}
+		backoff := b.Next()
 		if time.Since(began)+backoff > l.cfg.MarkRetryTimeout {
-			return fmt.Errorf("lifecycle.mark_sent: %s kept failing for %s (%d attempts, lifecycle.mark_retry_timeout %s, each bounded by lifecycle.mark_timeout %s): %w (rows locked by long transactions, or the database overloaded)",
-				l.describe(len(ids)), time.Since(began).Round(time.Millisecond), attempt, l.cfg.MarkRetryTimeout, l.cfg.MarkTimeout, err)
+			return outboxcdc.Permanent(fmt.Errorf("lifecycle.mark_sent: %s kept failing for %s (%d attempts): %w",
+				l.describe(len(ids)), time.Since(began).Round(time.Millisecond), attempt, err),
+				fmt.Sprintf("rows locked by long transactions, or the database overloaded: end them, or raise lifecycle.mark_retry_timeout (%s) or lifecycle.mark_timeout (%s, each attempt)",
+					l.cfg.MarkRetryTimeout, l.cfg.MarkTimeout))
 		}
 		l.log.Warn().Err(err).Int("ids", len(ids)).Int("attempt", attempt).Dur("backoff", backoff).Msg("mark_sent UPDATE failed; retrying")
-		t := time.NewTimer(backoff)
-		select {
-		case <-l.ctx.Done():
-			t.Stop()
-			return l.ctx.Err()
-		case <-t.C:
+		if err := retry.Sleep(l.ctx, backoff); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/wal"
@@ -528,7 +528,7 @@ func (tr *translator) source() {
 		}
 		tr.out.set("source.publication", pub, "")
 		if plugin, ok := tr.get("plugin.name"); ok && plugin != "pgoutput" {
-			tr.unsupported("plugin.name", fmt.Sprintf("%s: outbox-cdc decodes pgoutput only, so Debezium's slot cannot be reused; create a pgoutput slot before stopping Debezium (README, Cut-over runbook)", plugin))
+			tr.unsupported("plugin.name", fmt.Sprintf("%s: outbox-cdc decodes pgoutput only, so Debezium's slot cannot be reused; create a pgoutput slot before stopping Debezium (docs/migration.md, Cut-over runbook)", plugin))
 		} else if !ok {
 			tr.unsupported("plugin.name", "not set: Debezium's default before 2.0 was decoderbufs, which outbox-cdc cannot read; if the slot is pgoutput, ignore this")
 		}
@@ -936,7 +936,7 @@ func (tr *translator) sink() {
 			case "security.protocol", "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.location", "ssl.keystore.location":
 				tr.unsupported(k, "set sink.tls and sink.sasl by hand (PEM files, not Java keystores; the JAAS password is not copied)")
 			default:
-				tr.unsupported(k, "a producer setting outbox-cdc does not take; see sink.* in the README")
+				tr.unsupported(k, "a producer setting outbox-cdc does not take; see sink.* in docs/configuration.md")
 			}
 		})
 	}

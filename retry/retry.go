@@ -23,7 +23,9 @@ import (
 
 // Policy bounds the waits between attempts.
 type Policy struct {
+	// Min is the first wait; it doubles with each failed attempt.
 	Min time.Duration `yaml:"min"`
+	// Max caps the wait between attempts.
 	Max time.Duration `yaml:"max"`
 	// Jitter is the fraction (0..1) by which a wait may be shortened or
 	// lengthened at random; 0 waits exactly.

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -30,7 +31,8 @@ type Config struct {
 	// Preset picks the column names and built-in headers: seed | debezium.
 	Preset string `yaml:"preset"`
 	// Topic is the topic template. Placeholders: {aggregate_type},
-	// {event_type}. Everything else is literal and must be legal in a Kafka
+	// {event_type}, and the source table's {schema} (or {database}, the
+	// same value by its MySQL name) and {table}. Everything else is literal and must be legal in a Kafka
 	// topic name.
 	Topic string `yaml:"topic"`
 	// TopicRegex and TopicReplacement name the topic as Debezium's
@@ -105,10 +107,61 @@ type Config struct {
 	Converters ConvertersConfig `yaml:"converters"`
 	// CloudEvents wraps records as CloudEvents 1.0.
 	CloudEvents CloudEventsConfig `yaml:"cloudevents"`
+	// Tables overrides the columns and the topic of single outbox tables,
+	// keyed "schema.table" (MySQL: "database.table"), for a connector
+	// reading several tables (source.tables) whose layouts or routes
+	// differ. Every other route key applies to every table.
+	Tables map[string]TableRoute `yaml:"tables"`
 	// Destination is what Topic names and which names are legal: the
 	// sink's kind of destination, set by the command from sink.type. nil
 	// is Kafka.
 	Destination *Destination `yaml:"-"`
+}
+
+// TableRoute is one table's entry in route.tables.
+type TableRoute struct {
+	// Columns overrides the column names for this table, field by field,
+	// over the preset's and route.columns' names.
+	Columns ColumnNames `yaml:"columns"`
+	// Topic, when set, is this table's topic template instead of
+	// route.topic (and route.topic_regex).
+	Topic string `yaml:"topic"`
+}
+
+// forTable returns the configuration of the table key in Tables: c with
+// the entry's columns and topic applied, and no Tables.
+func (c Config) forTable(key string) Config {
+	t := c.Tables[key]
+	d := c
+	d.Tables = nil
+	pick := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	pick(&d.ColumnNames.MessageID, t.Columns.MessageID)
+	pick(&d.ColumnNames.AggregateType, t.Columns.AggregateType)
+	pick(&d.ColumnNames.AggregateID, t.Columns.AggregateID)
+	pick(&d.ColumnNames.EventType, t.Columns.EventType)
+	pick(&d.ColumnNames.Payload, t.Columns.Payload)
+	pick(&d.ColumnNames.Timestamp, t.Columns.Timestamp)
+	pick(&d.ColumnNames.SchemaVersion, t.Columns.SchemaVersion)
+	if t.Topic != "" {
+		d.Topic, d.TopicRegex, d.TopicReplacement = t.Topic, "", ""
+	}
+	return d
+}
+
+// checkTableKey refuses a route.tables key that is not "schema.table".
+func checkTableKey(key string) error {
+	schema, table, ok := strings.Cut(key, ".")
+	if !ok || schema == "" || table == "" || strings.Contains(table, ".") {
+		return fmt.Errorf("route.tables: key %q is not schema.table (MySQL: database.table)", key)
+	}
+	if strings.ContainsAny(key, "*%") {
+		return fmt.Errorf("route.tables: key %q: name one table, not a pattern", key)
+	}
+	return nil
 }
 
 // ConvertersConfig chooses how key, value and header bytes are written. The
@@ -211,11 +264,21 @@ const (
 
 // ColumnNames names the outbox table column that plays each role.
 type ColumnNames struct {
-	MessageID     string `yaml:"message_id"`
+	// MessageID names the column of the event's unique id (the id header);
+	// empty: the preset's (message_id, or id for debezium).
+	MessageID string `yaml:"message_id"`
+	// AggregateType names the column that routes the record
+	// ({aggregate_type} in route.topic); empty: the preset's.
 	AggregateType string `yaml:"aggregate_type"`
-	AggregateID   string `yaml:"aggregate_id"`
-	EventType     string `yaml:"event_type"`
-	Payload       string `yaml:"payload"`
+	// AggregateID names the column whose value is the record key; empty:
+	// the preset's.
+	AggregateID string `yaml:"aggregate_id"`
+	// EventType names the column of the event type ({event_type}); empty:
+	// the preset's.
+	EventType string `yaml:"event_type"`
+	// Payload names the column whose bytes are the record value; empty:
+	// the preset's (payload).
+	Payload string `yaml:"payload"`
 	// Timestamp, when set, names the column whose value is the record
 	// timestamp (Debezium's table.field.event.timestamp): a DATETIME or
 	// TIMESTAMP column; a NULL value falls back to the commit time.
@@ -320,7 +383,27 @@ func (c Config) topic() string {
 // (a converter that cannot write a column's type) run in NewForTable.
 func (c Config) Validate() error {
 	_, err := c.compile(nil)
-	return err
+	if err != nil {
+		return err
+	}
+	for _, key := range sortedKeys(c.Tables) {
+		if err := checkTableKey(key); err != nil {
+			return err
+		}
+		if _, err := c.forTable(key).compile(nil); err != nil {
+			return fmt.Errorf("route.tables[%q]: %w", key, err)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]TableRoute) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // usesConverters reports whether any converter is not raw.
@@ -435,6 +518,12 @@ func (c Config) Columns() outboxcdc.Columns {
 	add(c.PartitionColumn)
 	add(n.Timestamp)
 	add(n.SchemaVersion)
+	if len(c.Tables) > 0 {
+		cols.Tables = make(map[string]outboxcdc.Columns, len(c.Tables))
+		for key := range c.Tables {
+			cols.Tables[key] = c.forTable(key).Columns()
+		}
+	}
 	return cols
 }
 
@@ -729,3 +818,23 @@ func contains(list []string, s string) bool {
 
 // errTemplate is wrapped by every topic template error.
 var errTemplate = errors.New("invalid topic template")
+
+// PresetHeaders lists the headers route.preset adds to every record, in
+// order, as "header=column" with the column names in effect (route.columns
+// applied). `config print` shows them.
+func (c Config) PresetHeaders() ([]string, error) {
+	p, err := c.preset()
+	if err != nil {
+		return nil, err
+	}
+	cols := c.columnNames(p)
+	out := make([]string, 0, len(p.roleHeaders))
+	for _, h := range p.roleHeaders {
+		col := h.column
+		if h.role != roleNone {
+			col = cols.columnOf(h.role)
+		}
+		out = append(out, h.key+"="+col)
+	}
+	return out, nil
+}

@@ -41,7 +41,9 @@ package router
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -51,6 +53,9 @@ import (
 // concurrent use.
 type Router struct {
 	c *compiled
+	// tables are the routers of the tables route.tables names, by schema
+	// (or database) and table name as configured.
+	tables map[string]map[string]*Router
 }
 
 // New validates cfg and builds a Router. A configuration whose converters
@@ -74,7 +79,47 @@ func NewForTable(cfg Config, table *Table) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Router{c: c}, nil
+	r := &Router{c: c}
+	for _, key := range sortedKeys(cfg.Tables) {
+		if err := checkTableKey(key); err != nil {
+			return nil, err
+		}
+		tc, err := cfg.forTable(key).compile(table)
+		if err != nil {
+			return nil, fmt.Errorf("route.tables[%q]: %w", key, err)
+		}
+		schema, name, _ := strings.Cut(key, ".")
+		if r.tables == nil {
+			r.tables = map[string]map[string]*Router{}
+		}
+		if r.tables[schema] == nil {
+			r.tables[schema] = map[string]*Router{}
+		}
+		r.tables[schema][name] = &Router{c: tc}
+	}
+	return r, nil
+}
+
+// forEvent returns the router of ev's table: its route.tables entry (the
+// name as configured, or differing only in letter case), else r.
+func (r *Router) forEvent(ev *outboxcdc.Event) *Router {
+	if r.tables == nil {
+		return r
+	}
+	if t := r.tables[ev.Schema][ev.Table]; t != nil {
+		return t
+	}
+	for schema, byName := range r.tables {
+		if !strings.EqualFold(schema, ev.Schema) {
+			continue
+		}
+		for name, t := range byName {
+			if strings.EqualFold(name, ev.Table) {
+				return t
+			}
+		}
+	}
+	return r
 }
 
 // Columns returns the column names the source must deliver (see
@@ -87,6 +132,7 @@ var empty = []byte{}
 // Route maps one event to a record. The record's Value and extra header
 // values share memory with ev; the caller must not modify them.
 func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
+	r = r.forEvent(ev)
 	c := r.c
 	if ev.Invalid != "" {
 		return outboxcdc.Record{}, r.bad(ev, ev.Invalid)
@@ -179,7 +225,10 @@ func (r *Router) topic(ev *outboxcdc.Event) (string, error) {
 	topic, why, badRole := c.template.render(ev)
 	if why != "" {
 		reason := "the topic template " + quote(c.template.String()) + " " + why
-		if badRole != roleNone {
+		if badRole != roleNone && badRole.source() {
+			reason = "the source table's " + badRole.name() + " " + quote(badRole.text(ev)) + " " + why +
+				" (topic template " + quote(c.template.String()) + ")"
+		} else if badRole != roleNone {
 			reason = badRole.name() + " column " + quote(c.names.columnOf(badRole)) + " " + why
 			if v := badRole.text(ev); v != "" {
 				reason += " (value " + quote(v) + ")"

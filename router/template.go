@@ -21,6 +21,10 @@ const (
 	roleAggregateID
 	roleEventType
 	rolePayload
+	// The source table, for topic templates only: not columns.
+	roleSchema   // {schema}: the Postgres schema or MySQL database
+	roleDatabase // {database}: the same value, by its MySQL name
+	roleTable    // {table}
 )
 
 // column returns the role's yaml name, for messages.
@@ -36,9 +40,18 @@ func (r role) name() string {
 		return "event_type"
 	case rolePayload:
 		return "payload"
+	case roleSchema:
+		return "schema"
+	case roleDatabase:
+		return "database"
+	case roleTable:
+		return "table"
 	}
 	return ""
 }
+
+// source reports whether r names the source table rather than a column.
+func (r role) source() bool { return r == roleSchema || r == roleDatabase || r == roleTable }
 
 // text returns the role's value in ev; only for the string roles.
 func (r role) text(ev *outboxcdc.Event) string {
@@ -51,6 +64,10 @@ func (r role) text(ev *outboxcdc.Event) string {
 		return ev.AggregateID
 	case roleEventType:
 		return ev.EventType
+	case roleSchema, roleDatabase:
+		return ev.Schema
+	case roleTable:
+		return ev.Table
 	}
 	return ""
 }
@@ -80,6 +97,9 @@ var placeholders = []struct {
 	{"aggregate_type", roleAggregateType},
 	{"event_type", roleEventType},
 	{"aggregate_id", roleAggregateID},
+	{"schema", roleSchema},
+	{"database", roleDatabase},
+	{"table", roleTable},
 }
 
 func parseTemplate(s string, d *Destination) (template, error) {
@@ -87,7 +107,7 @@ func parseTemplate(s string, d *Destination) (template, error) {
 	if s == "" {
 		return t, fmt.Errorf("%w: empty", errTemplate)
 	}
-	known := "{aggregate_type}, {event_type}"
+	known := "{aggregate_type}, {event_type}, {schema}, {database}, {table}"
 	if d.AggregateID {
 		known += ", {aggregate_id}"
 	}

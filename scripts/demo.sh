@@ -73,23 +73,9 @@ DROP DATABASE IF EXISTS $DB;
 CREATE DATABASE $DB;
 USE $DB;
 CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_no VARCHAR(32) NOT NULL, amount DECIMAL(10,2) NOT NULL);
-CREATE TABLE outbox_message (
-  id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
-  message_id VARCHAR(64) NOT NULL,
-  aggregate_type VARCHAR(64) NOT NULL,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSON NOT NULL,
-  status TINYINT NOT NULL DEFAULT 0,
-  retry_count INT NOT NULL DEFAULT 0,
-  next_retry_at DATETIME DEFAULT NULL,
-  created_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
-  updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-  INDEX idx_status_next_retry (status, next_retry_at),
-  INDEX idx_aggregate (aggregate_type, aggregate_id),
-  UNIQUE KEY uk_message_id (message_id)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 SQL
+# The outbox table's one definition (schema/mysql.sql).
+mariadb -uroot "$DB" <schema/mysql.sql
 
 cat >"$work/outbox-cdc.yaml" <<YAML
 name: outbox-demo

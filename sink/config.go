@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // KafkaConfig configures the Kafka sink. The producer is always idempotent
@@ -213,11 +215,9 @@ func (c *KafkaConfig) stallAfter() time.Duration { return c.ProduceTimeout + 10*
 // bounded by the read deadline (stallAfter) first.
 const keepAlive = 10 * time.Second
 
-// backoff returns min*2^n capped at max.
-func backoff(minD, maxD time.Duration, n int) time.Duration {
-	d := minD
-	for i := 0; i < n && d < maxD; i++ {
-		d *= 2
-	}
-	return min(d, maxD)
+// retryPolicy is the backoff between a Write's attempts: retry_backoff_min
+// doubling up to retry_backoff_max, ±20% jitter; every Write starts at the
+// minimum again.
+func (c *KafkaConfig) retryPolicy() retry.Policy {
+	return retry.Policy{Min: c.RetryBackoffMin, Max: c.RetryBackoffMax, Jitter: 0.2}
 }

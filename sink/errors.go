@@ -52,7 +52,38 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("kafka: %s error producing record %d to %s: %v", kind, e.Index, where, e.Err)
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap returns the cause classified (outboxcdc.Transient, or
+// outboxcdc.Permanent with the remedy as hint), so outboxcdc.IsTransient
+// and outboxcdc.Hint answer for the Kafka sinks as for the other sinks;
+// errors.Is and errors.As still reach the cause.
+func (e *Error) Unwrap() error {
+	if e.Err == nil || outboxcdc.IsClassified(e.Err) {
+		return e.Err
+	}
+	if !e.Permanent {
+		return outboxcdc.Transient(e.Err)
+	}
+	return outboxcdc.Permanent(e.Err, hint(e.Topic, e.Err))
+}
+
+// hint is the remedy for a permanent produce failure, by Kafka error code
+// where it has one.
+func hint(topic string, err error) string {
+	var blocked *TopicBlockedError
+	switch {
+	case errors.As(err, &blocked):
+		return blockedHint(blocked.Topic, blocked.Err)
+	case errors.Is(err, sarama.ErrMessageSizeTooLarge), errors.Is(err, sarama.ErrInvalidMessageSize):
+		return "raise sink.max_message_bytes and the topic's max.message.bytes, or set pipeline.on_error: dlq"
+	case errors.Is(err, sarama.ErrTopicAuthorizationFailed), errors.Is(err, sarama.ErrClusterAuthorizationFailed):
+		return blockedHint(topic, err)
+	case errors.Is(err, sarama.ErrInvalidTopic):
+		return "fix route.topic: Kafka topic names allow only [a-zA-Z0-9._-], up to 249 characters"
+	case errors.Is(err, sarama.ErrTransactionalIDAuthorizationFailed):
+		return "grant the connector's principal WRITE and DESCRIBE on its transactional id"
+	}
+	return ""
+}
 
 // FailedRecord implements outboxcdc.RecordError, so the pipeline can name
 // the row and, with on_error: dlq, divert just this record.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/IBM/sarama"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -54,31 +55,8 @@ import (
 // is reached. Records of an abandoned Write (ctx done, permanent error) stay
 // counted until the producer answers them.
 type Kafka struct {
-	cfg     KafkaConfig
-	log     zerolog.Logger
-	m       *metrics
-	mem     byteSem
-	blocked *blockedTopics
-
-	// headerKeys caches header keys as bytes; used by Write only, which is
-	// never called concurrently.
-	headerKeys headerKeyCache
-
-	writing sync.Mutex // held by Write, so Close can wait for it
-
-	mu     sync.Mutex
-	cur    *conn
-	dial   *dialing
-	closed bool
-	bg     sync.WaitGroup // retiring connections
-
-	*health
-	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
-	lastFail atomic.Int64 // unix nanos of the last failed attempt
-	probing  atomic.Bool  // a probe's request is pending
-
-	stop      chan struct{}
-	probeDone chan struct{}
+	*kafkaSink
+	mem byteSem
 }
 
 // NewKafka validates cfg and returns a Kafka sink. It does not wait for the
@@ -89,22 +67,17 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	k := &Kafka{
-		cfg:        cfg,
-		log:        log.With().Str("component", "sink").Str("sink", "kafka").Logger(),
-		m:          newMetrics(reg),
-		mem:        byteSem{limit: cfg.MaxInFlightBytes},
-		blocked:    newBlockedTopics(cfg.UnwritableTopicTimeout, reg),
-		headerKeys: headerKeyCache{},
-		stop:       make(chan struct{}),
-		probeDone:  make(chan struct{}),
+	k := &Kafka{mem: byteSem{limit: cfg.MaxInFlightBytes}}
+	log = log.With().Str("component", "sink").Str("sink", "kafka").Logger()
+	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig, k.answer)
+	k.producers.onStart = func(*producer) {
+		k.reached()
+		k.log.Debug().Msg("kafka producer started")
 	}
-	k.health = newHealth(errors.New("kafka: not connected yet"), k.m.connected, k.log, "kafka reachable")
-	cfg.warnSecurity(k.log)
 	k.log.Info().Strs("brokers", cfg.Brokers).Str("client_id", cfg.ClientID).
 		Str("compression", cfg.Compression).Dur("linger", cfg.Linger).
 		Msg("kafka sink starting (idempotent producer, acks=all, Java murmur2 partitioning)")
-	go k.probeLoop()
+	go k.probeLoop(true)
 	return k, nil
 }
 
@@ -124,13 +97,6 @@ type pending struct {
 	err       error
 	partition int32
 }
-
-// byteRef is a sarama.Encoder over a byte slice. Used by pointer so that
-// storing it in the Encoder interface does not allocate.
-type byteRef struct{ b []byte }
-
-func (r *byteRef) Encode() ([]byte, error) { return r.b, nil }
-func (r *byteRef) Length() int             { return len(r.b) }
 
 // attempt tracks the answers to one attempt's records.
 type attempt struct {
@@ -197,10 +163,11 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		todo[i] = p
 	}
 
+	b := retry.New(k.cfg.retryPolicy())
 	var lastErr error
 	var lastWarn time.Time
 	for n := 1; ; n++ {
-		retry, failErr, err := k.attempt(ctx, todo)
+		again, failErr, err := k.attempt(ctx, todo)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 				if lastErr != nil {
@@ -214,10 +181,10 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		if k.blocked.any() {
 			k.unblock(todo)
 		}
-		if retry == nil {
-			k.m.records.Add(float64(len(records)))
-			k.m.bytes.Add(bytes)
-			k.m.writeTime.Observe(time.Since(start).Seconds())
+		if again == nil {
+			k.m.Records.Add(float64(len(records)))
+			k.m.Bytes.Add(bytes)
+			k.m.WriteSeconds.Observe(time.Since(start).Seconds())
 			k.reached()
 			if n > 1 {
 				k.log.Info().Int("records", len(records)).Int("attempts", n).
@@ -226,10 +193,10 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 			return nil
 		}
 		lastErr = failErr
-		if err := k.checkBlocked(retry); err != nil {
+		if err := k.checkBlocked(again); err != nil {
 			return err
 		}
-		wait := backoff(k.cfg.RetryBackoffMin, k.cfg.RetryBackoffMax, n-1)
+		wait := b.Next()
 		// One warning when a Write starts failing, then one per
 		// retryLogInterval while it keeps failing; every attempt at debug.
 		ev := k.log.Debug()
@@ -237,10 +204,10 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 			lastWarn = time.Now()
 			ev = k.log.Warn()
 		}
-		ev.Err(failErr).Int("attempt", n).Int("resend", len(retry)).Int("records", len(records)).
+		ev.Err(failErr).Int("attempt", n).Int("resend", len(again)).Int("records", len(records)).
 			Dur("failing_for", time.Since(start).Round(time.Millisecond)).Dur("backoff", wait).
 			Msg("kafka write failed, retrying; nothing is checkpointed until it succeeds")
-		todo = retry
+		todo = again
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -287,7 +254,7 @@ func (k *Kafka) checkBlocked(retry []*pending) error {
 	if expired == nil {
 		return nil
 	}
-	k.m.permanent.Add(float64(1 + len(expired.Others)))
+	k.m.Permanent.Add(float64(1 + len(expired.Others)))
 	k.log.Error().Err(expired).Int("records", 1+len(expired.Others)).Msg("records for a topic that cannot be written: giving up on them")
 	return expired
 }
@@ -304,14 +271,6 @@ func (k *Kafka) unblock(todo []*pending) {
 	k.blocked.ok(clusterWide)
 }
 
-// Ready returns nil while the brokers answer and no topic is blocked.
-func (k *Kafka) Ready() error {
-	if err := k.blocked.ready(); err != nil {
-		return err
-	}
-	return k.health.Ready()
-}
-
 // retryLogInterval rate-limits the warnings of a Write that keeps failing.
 const retryLogInterval = 30 * time.Second
 
@@ -320,7 +279,7 @@ const retryLogInterval = 30 * time.Second
 // caused it (retry nil: all acknowledged), or err to end the Write
 // (permanent, ctx, closed).
 func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending, failure, err error) {
-	c, err := k.conn(ctx)
+	c, err := k.producers.get(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
@@ -337,19 +296,19 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 			}
 		}
 		if e.Permanent {
-			k.m.permanent.Add(float64(len(todo)))
+			k.m.Permanent.Add(float64(len(todo)))
 			k.log.Error().Err(e).Msg("kafka producer cannot start")
 			return nil, nil, e
 		}
 		k.failed(e)
-		k.m.retryable.Add(float64(len(todo)))
+		k.m.Retryable.Add(float64(len(todo)))
 		return todo, e, nil
 	}
 
 	a := &attempt{done: make(chan struct{}), failed: make(chan struct{})}
 	a.left.Store(int64(len(todo)))
 	a.last.Store(time.Now().UnixNano())
-	input := c.producer.Input()
+	input := c.async.Input()
 	// New messages for every attempt: sarama may still read a message
 	// after answering it.
 	msgs := make([]sarama.ProducerMessage, len(todo))
@@ -415,18 +374,18 @@ wait:
 	if first == nil {
 		return nil, nil, nil
 	}
-	k.m.retryable.Add(float64(failures))
+	k.m.Retryable.Add(float64(failures))
 	e := &Error{Index: first.index, Topic: first.rec.Topic, Partition: first.partition, Err: first.err}
 	k.failed(e)
 	// A fresh producer for the next attempt (see the type's documentation).
-	k.retire(c)
+	k.producers.retire(c)
 	return retry, e, nil
 }
 
 // stopped turns errClosed into a permanent Error (ctx errors pass).
 func (k *Kafka) stopped(ctx context.Context, err error) error {
 	if errors.Is(err, errClosed) {
-		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+		return closedError()
 	}
 	return err
 }
@@ -483,7 +442,7 @@ func resendSet(todo []*pending) (retry []*pending, first *pending, failures int)
 func (k *Kafka) permanentFailure(a *attempt) error {
 	p := a.permErr.Load()
 	e := &Error{Index: p.index, Topic: p.rec.Topic, Partition: p.partition, Err: p.err, Permanent: true}
-	k.m.permanent.Inc()
+	k.m.Permanent.Inc()
 	k.log.Error().Err(e).Msg("kafka rejected a record permanently")
 	return e
 }
@@ -500,46 +459,13 @@ func (k *Kafka) answer(msg *sarama.ProducerMessage, err error) {
 	p.att.answered(p)
 }
 
-// headerKeyCache caches header keys as bytes, so a record's headers do not
-// allocate a key each; bounded, as keys come from configuration. Not safe
-// for concurrent use: each sink uses it from its writing goroutine only.
-type headerKeyCache map[string][]byte
-
-func (h headerKeyCache) get(s string) []byte {
-	if b, ok := h[s]; ok {
-		return b
-	}
-	b := []byte(s)
-	if len(h) < 256 {
-		h[s] = b
-	}
-	return b
-}
-
-// reached records that a broker answered.
-func (k *Kafka) reached() {
-	k.lastOK.Store(time.Now().UnixNano())
-	k.health.reached()
-}
-
-// failed records a failed attempt or check.
-func (k *Kafka) failed(err error) {
-	k.lastFail.Store(time.Now().UnixNano())
-	k.health.failed(err)
-}
-
 // Close stops the sink: a Write in progress returns a permanent error, and
 // records still in flight (of abandoned Writes) get up to closeWait to be
 // answered before the producer is abandoned.
 func (k *Kafka) Close() error {
-	k.mu.Lock()
-	if k.closed {
-		k.mu.Unlock()
+	if !k.producers.shut() {
 		return nil
 	}
-	k.closed = true
-	d := k.dial
-	k.mu.Unlock()
 	close(k.stop)
 	deadline := time.Now().Add(closeWait)
 	// The probe may be inside a metadata request; it ends by itself.
@@ -548,260 +474,7 @@ func (k *Kafka) Close() error {
 	// producer.
 	k.writing.Lock()
 	defer k.writing.Unlock()
-	if d != nil {
-		waitUntil(d.done, deadline) // a connection that came up is retired by dialConn
-	}
-	k.mu.Lock()
-	c := k.cur
-	k.mu.Unlock()
-	if c != nil {
-		k.retire(c)
-	}
-	done := make(chan struct{})
-	go func() { k.bg.Wait(); close(done) }()
-	if !waitUntil(done, deadline) {
-		k.log.Warn().Dur("waited", closeWait).Msg("kafka producer did not shut down in time; abandoning it")
-	}
-	k.health.closed()
+	k.closeProducers(deadline)
 	k.log.Info().Msg("kafka sink closed")
 	return nil
-}
-
-const closeWait = 10 * time.Second
-
-// waitUntil waits for ch to close until deadline; it reports whether it did.
-func waitUntil(ch <-chan struct{}, deadline time.Time) bool {
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// conn is one sarama client and idempotent producer with the goroutine
-// that reads its answers.
-type conn struct {
-	client   sarama.Client
-	producer sarama.AsyncProducer
-	done     chan struct{} // answer goroutine finished
-}
-
-type dialing struct {
-	done chan struct{}
-	c    *conn
-	err  error
-}
-
-// conn returns the current connection, starting one if there is none. The
-// start runs in its own goroutine (sarama's producer setup is not
-// cancellable), shared by concurrent callers; conn returns when it is done
-// or ctx is.
-func (k *Kafka) conn(ctx context.Context) (*conn, error) {
-	k.mu.Lock()
-	if k.closed {
-		k.mu.Unlock()
-		return nil, errClosed
-	}
-	if k.cur != nil {
-		c := k.cur
-		k.mu.Unlock()
-		return c, nil
-	}
-	d := k.dial
-	if d == nil {
-		d = &dialing{done: make(chan struct{})}
-		k.dial = d
-		go k.dialConn(d)
-	}
-	k.mu.Unlock()
-	select {
-	case <-d.done:
-		return d.c, d.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-k.stop:
-		return nil, errClosed
-	}
-}
-
-func (k *Kafka) dialConn(d *dialing) {
-	c, err := k.newConn()
-	k.mu.Lock()
-	k.dial = nil
-	closed := k.closed
-	if err == nil && !closed {
-		k.cur = c
-	}
-	k.mu.Unlock()
-	switch {
-	case err != nil:
-		d.err = err
-	case closed:
-		d.err = errClosed
-		k.retire(c)
-	default:
-		d.c = c
-		k.reached()
-		k.log.Debug().Msg("kafka producer started")
-	}
-	close(d.done)
-}
-
-// newProducer connects a client and an async producer on it.
-func newProducer(brokers []string, sc *sarama.Config) (sarama.Client, sarama.AsyncProducer, error) {
-	client, err := sarama.NewClient(brokers, sc)
-	if err != nil {
-		return nil, nil, err
-	}
-	producer, err := sarama.NewAsyncProducerFromClient(client)
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, err
-	}
-	return client, producer, nil
-}
-
-func (k *Kafka) newConn() (*conn, error) {
-	sc, err := k.cfg.clientConfig()
-	if err != nil {
-		return nil, err
-	}
-	client, producer, err := newProducer(k.cfg.Brokers, sc)
-	if err != nil {
-		return nil, err
-	}
-	c := &conn{client: client, producer: producer, done: make(chan struct{})}
-	go c.answers(k)
-	return c, nil
-}
-
-func (c *conn) answers(k *Kafka) {
-	defer close(c.done)
-	ok, fail := c.producer.Successes(), c.producer.Errors()
-	for ok != nil || fail != nil {
-		select {
-		case m, open := <-ok:
-			if !open {
-				ok = nil
-				continue
-			}
-			k.answer(m, nil)
-		case e, open := <-fail:
-			if !open {
-				fail = nil
-				continue
-			}
-			k.answer(e.Msg, e.Err)
-		}
-	}
-}
-
-// retire makes c no longer current and shuts it down in the background,
-// after its in-flight records are answered.
-func (k *Kafka) retire(c *conn) {
-	k.mu.Lock()
-	if k.cur == c {
-		k.cur = nil
-	}
-	k.bg.Add(1)
-	k.mu.Unlock()
-	go func() {
-		defer k.bg.Done()
-		c.producer.AsyncClose()
-		<-c.done
-		_ = c.client.Close()
-	}()
-}
-
-// probeLoop keeps Ready current while no Write proves the connection: it
-// starts the producer early (so the first Write does not wait for it) and,
-// when no broker answered for ready_interval, asks one.
-func (k *Kafka) probeLoop() {
-	defer close(k.probeDone)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-k.stop
-		cancel()
-	}()
-	t := time.NewTicker(k.cfg.ReadyInterval)
-	defer t.Stop()
-	for {
-		k.probe(ctx)
-		select {
-		case <-k.stop:
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (k *Kafka) probe(ctx context.Context) {
-	iv := k.cfg.ReadyInterval.Nanoseconds()
-	now := time.Now().UnixNano()
-	if now-k.lastOK.Load() < iv {
-		return
-	}
-	c, err := k.conn(ctx)
-	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, errClosed) {
-			k.failed(err)
-		}
-		return
-	}
-	if time.Now().UnixNano()-k.lastOK.Load() < iv {
-		return // just connected
-	}
-	// sarama tries every known address in turn, each with its read
-	// deadline: a silent broker would take a multiple of it to fail. The
-	// probe waits one deadline, then reports the brokers silent; the
-	// request goes on in the background (one at a time).
-	if !k.probing.CompareAndSwap(false, true) {
-		k.failed(fmt.Errorf("no answer from the brokers for more than %s (a metadata request is still pending)", k.cfg.stallAfter()))
-		return
-	}
-	res := make(chan error, 1)
-	go func() {
-		defer k.probing.Store(false)
-		topics, err := c.client.Topics()
-		if err == nil {
-			if len(topics) > 0 {
-				err = c.client.RefreshMetadata(topics...)
-			} else if b := c.client.LeastLoadedBroker(); b == nil {
-				err = sarama.ErrOutOfBrokers
-			} else {
-				_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
-			}
-		}
-		res <- err
-	}()
-	t := time.NewTimer(k.cfg.stallAfter())
-	select {
-	case err = <-res:
-		t.Stop()
-	case <-t.C:
-		err = fmt.Errorf("no answer from the brokers within %s (produce_timeout + 10s): the network path may be cut", k.cfg.stallAfter())
-	case <-ctx.Done():
-		t.Stop()
-		return
-	}
-	if ctx.Err() != nil {
-		return
-	}
-	k.mu.Lock()
-	current := k.cur == c
-	k.mu.Unlock()
-	switch {
-	case !current:
-		// Retired meanwhile; the Write that retired it reports.
-	case err != nil:
-		k.failed(err)
-	case time.Now().UnixNano()-k.lastFail.Load() >= iv:
-		// Do not mark ready while Writes keep failing even though the
-		// cluster answers metadata (e.g. NOT_ENOUGH_REPLICAS).
-		k.reached()
-	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/IBM/sarama"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -186,10 +187,10 @@ func TestKafkaDeliversRecordsToJavaPartition(t *testing.T) {
 		t.Fatalf("null-key record: %+v", nullKey)
 	}
 
-	if v := value(k.m.records); v != float64(len(recs)) {
+	if v := value(k.m.Records); v != float64(len(recs)) {
 		t.Errorf("records_total = %v", v)
 	}
-	if v := value(k.m.connected); v != 1 {
+	if v := value(k.m.Connected); v != 1 {
 		t.Errorf("connected = %v", v)
 	}
 	mfs, err := reg.Gather()
@@ -209,7 +210,7 @@ func TestKafkaDeliversRecordsToJavaPartition(t *testing.T) {
 			t.Errorf("metric %s not registered", n)
 		}
 	}
-	if v := value(k.m.bytes); v <= 0 {
+	if v := value(k.m.Bytes); v <= 0 {
 		t.Errorf("bytes_total = %v", v)
 	}
 }
@@ -318,7 +319,7 @@ func TestKafkaRetriesFailingPartition(t *testing.T) {
 	if err := k.Write(context.Background(), recs); err != nil {
 		t.Fatal(err)
 	}
-	if v := value(k.m.retryable); v == 0 {
+	if v := value(k.m.Retryable); v == 0 {
 		t.Fatal("no retryable error counted: the fault did not fire")
 	}
 	got := consumeDistinct(t, addrs, topic, total+1)
@@ -377,7 +378,7 @@ func TestKafkaBrokerDownThenBack(t *testing.T) {
 	if k.Ready() == nil {
 		t.Error("Ready() is nil while the broker is down")
 	}
-	if v := value(k.m.connected); v != 0 {
+	if v := value(k.m.Connected); v != 0 {
 		t.Errorf("connected = %v while down", v)
 	}
 	_, addrs2 := testenv.Kafka(t, kfake.Ports(port(t, addrs[0])), kfake.SeedTopics(3, topic))
@@ -496,7 +497,7 @@ func TestKafkaRecordTooLargeForBroker(t *testing.T) {
 	if !strings.Contains(err.Error(), "code 10") || !strings.Contains(err.Error(), `topic "t" partition`) {
 		t.Errorf("message: %v", err)
 	}
-	if v := value(k.m.permanent); v != 1 {
+	if v := value(k.m.Permanent); v != 1 {
 		t.Errorf("permanent errors = %v", v)
 	}
 	// The sink stays usable.
@@ -637,11 +638,16 @@ func value(m prometheus.Metric) float64 {
 	return d.Gauge.GetValue()
 }
 
-func TestBackoff(t *testing.T) {
-	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
-	for i, w := range want {
-		if got := backoff(100, 1000, i); got != w {
-			t.Errorf("backoff(%d) = %v, want %v", i, got, w)
+// The waits between a Write's attempts double from retry_backoff_min to
+// retry_backoff_max, each within ±20%.
+func TestRetryPolicy(t *testing.T) {
+	cfg := DefaultKafkaConfig()
+	cfg.RetryBackoffMin, cfg.RetryBackoffMax = 100*time.Millisecond, time.Second
+	b := retry.New(cfg.retryPolicy())
+	for i, w := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
+		w *= time.Millisecond
+		if got := b.Next(); got < w*8/10 || got > w*12/10 {
+			t.Errorf("wait %d = %v, want %v ±20%%", i, got, w)
 		}
 	}
 }

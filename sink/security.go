@@ -1,8 +1,6 @@
 package sink
 
 import (
-	"crypto/sha256"
-	"crypto/sha512"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 // TLSConfig is sink.tls: TLS to the brokers (Kafka's security.protocol SSL,
 // or SASL_SSL with sink.sasl).
 type TLSConfig struct {
+	// Enabled turns TLS to the brokers on.
 	Enabled       bool `yaml:"enabled"`
 	tlsconf.Files `yaml:",inline"`
 	// InsecureSkipVerify accepts any broker certificate: encryption without
@@ -39,7 +38,8 @@ type SASLConfig struct {
 	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty turns SASL
 	// off.
 	Mechanism string `yaml:"mechanism"`
-	Username  string `yaml:"username"`
+	// Username is the SASL user name.
+	Username string `yaml:"username"`
 	// Password: prefer password_file (OUTBOX_CDC_SINK_SASL_PASSWORD_FILE).
 	Password string `yaml:"password"`
 	// AllowPlaintext lets PLAIN send the password over a connection without
@@ -124,10 +124,10 @@ func (c *KafkaConfig) applySecurity(s *sarama.Config) error {
 		n.Mechanism = sarama.SASLTypePlaintext
 	case SASLSCRAMSHA256:
 		n.Mechanism = sarama.SASLTypeSCRAMSHA256
-		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha256.New) }
+		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{} }
 	case SASLSCRAMSHA512:
 		n.Mechanism = sarama.SASLTypeSCRAMSHA512
-		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAMClient(sha512.New) }
+		n.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{sha512: true} }
 	default:
 		return fmt.Errorf("sink.sasl.mechanism: %q is not supported", c.SASL.Mechanism)
 	}

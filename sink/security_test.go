@@ -5,10 +5,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -26,13 +26,17 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
-// RFC 7677 section 3: the SCRAM-SHA-256 example exchange.
+// RFC 7677 section 3: the SCRAM-SHA-256 example exchange, through the
+// adapter sarama calls.
 func TestSCRAMRFC7677(t *testing.T) {
-	c := newSCRAMClient(sha256.New)
+	nonce, err := base64.RawStdEncoding.DecodeString("rOprNGfwEbeRWgbNEkqO")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &scramClient{nonce: nonce}
 	if err := c.Begin("user", "pencil", ""); err != nil {
 		t.Fatal(err)
 	}
-	c.nonce = "rOprNGfwEbeRWgbNEkqO"
 	first, _ := c.Step("")
 	if first != "n,,n=user,r=rOprNGfwEbeRWgbNEkqO" {
 		t.Fatalf("client-first %q", first)
@@ -44,19 +48,29 @@ func TestSCRAMRFC7677(t *testing.T) {
 	if want := "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="; final != want {
 		t.Fatalf("client-final\n got %s\nwant %s", final, want)
 	}
+	if c.Done() {
+		t.Fatal("done before the server's signature was checked")
+	}
 	if _, err := c.Step("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="); err != nil || !c.Done() {
 		t.Fatalf("server-final: %v, done %v", err, c.Done())
 	}
 	// A server that does not know the password cannot sign.
-	c2 := newSCRAMClient(sha256.New)
+	c2 := &scramClient{nonce: nonce}
 	_ = c2.Begin("user", "pencil", "")
 	c2.Step("")
-	c2.Step("r=" + c2.nonce + "x,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+	c2.Step("r=rOprNGfwEbeRWgbNEkqOx,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
 	if _, err := c2.Step("v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="); err == nil || c2.Done() {
 		t.Fatal("a wrong server signature was accepted")
 	}
-	if got := scramName("a=b,c"); got != "a=3Db=2Cc" {
-		t.Fatalf("saslname %q", got)
+	// A server error in the final message fails the exchange.
+	c3 := &scramClient{sha512: true}
+	_ = c3.Begin("a=b,c", "pw", "")
+	first, _ = c3.Step("")
+	if !strings.HasPrefix(first, "n,,n=a=3Db=2Cc,r=") {
+		t.Fatalf("saslname not escaped: %q", first)
+	}
+	if _, err := c3.Step("e=invalid-proof"); err == nil {
+		t.Fatal("a server error was accepted")
 	}
 }
 

@@ -78,3 +78,43 @@ func TestReadProgressSilentBroker(t *testing.T) {
 		t.Fatalf("ReadProgress = %v after %v; want an error within the request deadlines", err, took)
 	}
 }
+
+// TestTransactionalIdleBrokerLossNoticed: the exactly-once sink, idle after
+// Load, reports a broker path that went silent through Ready, as the
+// at-least-once sink does, and is ready again once it heals. It probes
+// through the producer Load started and never starts one itself (a start
+// fences other instances).
+func TestTransactionalIdleBrokerLossNoticed(t *testing.T) {
+	_, proxy, brokers := testenv.KafkaBehindProxy(t)
+	s := txnSink(t, brokers, "conn-idle", func(c *KafkaConfig, _ *TxnConfig) {
+		c.ProduceTimeout = 5 * time.Second
+		c.ReadyInterval = time.Second
+	})
+	if _, err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteAtomic(context.Background(), recs("events", "1"), "mysql:0-1-1"); err != nil {
+		t.Fatal(err)
+	}
+	inits := value(s.tm.inits)
+	time.Sleep(1500 * time.Millisecond) // the probe now has to ask the broker
+	proxy.Silence()
+	silenced := time.Now()
+	for s.Ready() == nil {
+		if time.Since(silenced) > silentBound {
+			t.Fatalf("Ready still nil %v after the broker path went silent", silentBound)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("noticed after %v: %v", time.Since(silenced).Round(100*time.Millisecond), s.Ready())
+	proxy.Heal()
+	for s.Ready() != nil {
+		if time.Since(silenced) > 2*silentBound {
+			t.Fatalf("Ready %v after the path healed", s.Ready())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := value(s.tm.inits); n != inits {
+		t.Fatalf("the probe started a transactional producer: %v inits, %v before", n, inits)
+	}
+}

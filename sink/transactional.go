@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // TxnConfig is the exactly-once part of the sink section (sink.* keys, used
@@ -86,7 +87,10 @@ func (e *FencedError) Error() string {
 		e.TransactionalID, e.Err)
 }
 
-func (e *FencedError) Unwrap() error { return e.Err }
+// Unwrap returns the cause marked permanent: this instance must stop.
+func (e *FencedError) Unwrap() error {
+	return outboxcdc.Permanent(e.Err, "another instance with this transactional id took over; this one exits")
+}
 
 // IsFenced reports whether err is or wraps a *FencedError.
 func IsFenced(err error) bool {
@@ -177,28 +181,15 @@ var ErrProgressUntrusted = errors.New("kafka progress record cannot be trusted")
 // read_uncommitted (the Kafka default) they may also see records of aborted
 // attempts.
 type Transactional struct {
-	cfg       KafkaConfig
+	*kafkaSink
 	tcfg      TxnConfig
 	connector string // progress record key
 	kind      string // expected position kind; "" accepts any
-	log       zerolog.Logger
-	m         *txnMetrics
-
-	headerKeys headerKeyCache // used by the writing goroutine only
-	blocked    *blockedTopics
-
-	writing sync.Mutex // held by Load and WriteAtomic, so Close can wait
-
-	mu     sync.Mutex
-	prod   *txnProducer
-	closed bool
-	stop   chan struct{}
+	tm        *txnMetrics
 
 	// open is the transaction WriteAtomic left open for a fragmented
 	// source transaction (writing goroutine, under writing).
 	open *openTxn
-
-	*health // Ready: nil while the last transaction (or the producer start) succeeded
 }
 
 var _ outboxcdc.AtomicSink = (*Transactional)(nil)
@@ -221,16 +212,16 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 	if v, _ := sarama.ParseKafkaVersion(cfg.KafkaVersion); !v.IsAtLeast(sarama.V2_5_0_0) {
 		return nil, fmt.Errorf("sink.kafka_version: %s is too old for exactly-once delivery; transactions with epoch bumps need 2.5.0 or later", cfg.KafkaVersion)
 	}
-	t := &Transactional{
-		cfg: cfg, tcfg: tcfg, connector: connector, kind: kind,
-		log:        log.With().Str("component", "sink").Str("sink", "kafka-transactional").Str("transactional_id", tcfg.TransactionalID).Logger(),
-		m:          newTxnMetrics(reg),
-		headerKeys: headerKeyCache{},
-		stop:       make(chan struct{}),
-		blocked:    newBlockedTopics(cfg.UnwritableTopicTimeout, reg),
+	t := &Transactional{tcfg: tcfg, connector: connector, kind: kind, tm: newTxnMetrics(reg)}
+	log = log.With().Str("component", "sink").Str("sink", "kafka-transactional").Str("transactional_id", tcfg.TransactionalID).Logger()
+	t.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: transactional producer not started yet", "kafka reachable, transactional producer ready",
+		t.saramaConfig, t.answer)
+	t.producers.onStart = func(*producer) {
+		t.tm.inits.Inc()
+		t.reached()
+		t.log.Info().Msg("transactional producer initialised (older producers with this transactional id are fenced)")
 	}
-	t.health = newHealth(errors.New("kafka: transactional producer not started yet"), t.m.connected, t.log, "kafka reachable, transactional producer ready")
-	cfg.warnSecurity(t.log)
+	go t.probeLoop(false)
 	return t, nil
 }
 
@@ -264,30 +255,33 @@ func (t *Transactional) saramaConfig() (*sarama.Config, error) {
 func (t *Transactional) Load(ctx context.Context) (outboxcdc.Position, error) {
 	t.writing.Lock()
 	defer t.writing.Unlock()
-	for n := 1; ; n++ {
-		pos, err := t.load(ctx)
-		if err == nil {
-			if pos.IsZero() {
-				t.log.Info().Str("progress_topic", t.tcfg.ProgressTopic).Msg("no committed progress yet; the source starts where source.start says")
-			} else {
-				t.log.Info().Str("position", string(pos)).Str("progress_topic", t.tcfg.ProgressTopic).Msg("committed progress loaded")
-			}
-			return pos, nil
-		}
-		if IsFenced(err) || errors.Is(err, ErrProgressUntrusted) || errors.Is(err, outboxcdc.ErrForeignPosition) ||
-			errors.Is(err, errProgressLayout) || errors.Is(err, errClosed) || ctx.Err() != nil {
-			if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-				return "", fmt.Errorf("%w (last failure: %v)", ctx.Err(), err)
-			}
-			return "", err
+	ctx, cancel := t.untilClosed(ctx)
+	defer cancel()
+	var pos outboxcdc.Position
+	err := retry.Do(ctx, t.cfg.retryPolicy(), func(ctx context.Context) error {
+		var err error
+		pos, err = t.load(ctx)
+		if err == nil || ctx.Err() != nil || IsFenced(err) || errors.Is(err, ErrProgressUntrusted) ||
+			errors.Is(err, outboxcdc.ErrForeignPosition) || errors.Is(err, errProgressLayout) || errors.Is(err, errClosed) {
+			return err
 		}
 		t.failed(err)
-		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
-		t.log.Warn().Err(err).Int("attempt", n).Dur("backoff", wait).Msg("cannot start the transactional producer or read progress; retrying")
-		if err := t.sleep(ctx, wait); err != nil {
-			return "", err
+		return outboxcdc.Transient(err)
+	}, func(err error, wait time.Duration) {
+		t.log.Warn().Err(err).Dur("backoff", wait).Msg("cannot start the transactional producer or read progress; retrying")
+	})
+	if err != nil {
+		if t.isClosed() {
+			return "", closedError()
 		}
+		return "", err
 	}
+	if pos.IsZero() {
+		t.log.Info().Str("progress_topic", t.tcfg.ProgressTopic).Msg("no committed progress yet; the source starts where source.start says")
+	} else {
+		t.log.Info().Str("position", string(pos)).Str("progress_topic", t.tcfg.ProgressTopic).Msg("committed progress loaded")
+	}
+	return pos, nil
 }
 
 func (t *Transactional) load(ctx context.Context) (outboxcdc.Position, error) {
@@ -309,7 +303,7 @@ func (t *Transactional) sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.stop:
-		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+		return closedError()
 	}
 }
 
@@ -390,13 +384,14 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 	// before it can spoil an open transaction (Kafka transactions do not
 	// survive a failed record).
 	if err := t.tooLarge(msgs); err != nil {
-		t.m.permanent.Inc()
+		t.m.Permanent.Inc()
 		t.log.Error().Err(err).Msg("record too large for sink.max_message_bytes")
 		return err
 	}
 	if t.open != nil {
 		return t.continueOpen(ctx, msgs, records, end, commit)
 	}
+	b := retry.New(t.cfg.retryPolicy())
 	var lastErr error
 	for n := 1; ; n++ {
 		err := t.attempt(ctx, msgs, records, end, commit)
@@ -404,9 +399,7 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 			if !commit {
 				return nil // open: counted when it commits
 			}
-			t.m.commits.Inc()
-			t.m.txnSeconds.Observe(time.Since(start).Seconds())
-			t.reached()
+			t.committed(len(records), recordBytes(records), start, start)
 			if n > 1 {
 				t.log.Info().Int("records", len(records)).Int("attempts", n).Dur("took", time.Since(start)).
 					Msg("kafka transaction committed after retries")
@@ -425,9 +418,10 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 				len(records), n, lastErr, ctxErr)
 		}
 		lastErr = err
-		t.m.aborts.Inc()
+		t.tm.aborts.Inc()
+		t.m.Retryable.Add(float64(len(records)))
 		t.failed(err)
-		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
+		wait := b.Next()
 		t.log.Warn().Err(err).Int("attempt", n).Int("records", len(records)).Dur("backoff", wait).
 			Msg("kafka transaction aborted, sending the whole batch again")
 		if err := t.sleep(ctx, wait); err != nil {
@@ -440,13 +434,40 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 	}
 }
 
+// committed counts a commit of n records: the sink family's records,
+// bytes and write time (this call, from start), and the transaction's time
+// from its begin (began).
+func (t *Transactional) committed(n int, bytes float64, start, began time.Time) {
+	t.m.Records.Add(float64(n))
+	t.m.Bytes.Add(bytes)
+	t.m.WriteSeconds.Observe(time.Since(start).Seconds())
+	t.tm.commits.Inc()
+	t.tm.txnSeconds.Observe(time.Since(began).Seconds())
+	t.reached()
+}
+
+// recordBytes is the key, value and header bytes of records, as the sink
+// metrics count them.
+func recordBytes(records []outboxcdc.Record) float64 {
+	var n int
+	for i := range records {
+		r := &records[i]
+		n += len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+	}
+	return float64(n)
+}
+
 // openTxn is a Kafka transaction kept open across WriteAtomic calls for a
 // fragmented source transaction.
 type openTxn struct {
-	p        *txnProducer
+	p        *producer
 	started  time.Time
 	deadline time.Time // started + 80% of transaction_timeout
 	records  int       // records of the earlier calls
+	bytes    float64   // and their key, value and header bytes
 }
 
 // continueOpen adds msgs to the open transaction and, with commit, commits
@@ -454,6 +475,7 @@ type openTxn struct {
 // calls included, which cannot be sent again from here: the error wraps
 // outboxcdc.ErrOpenWriteAborted.
 func (t *Transactional) continueOpen(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
+	start := time.Now()
 	o := t.open
 	if err := t.precheckTopics(ctx, o.p, msgs, o.deadline, len(records), o.records, end); err != nil {
 		var e *Error
@@ -463,30 +485,29 @@ func (t *Transactional) continueOpen(ctx context.Context, msgs []txnMsg, records
 			return err
 		}
 		t.open = nil
-		t.m.openRecords.Set(0)
-		t.m.aborts.Inc()
+		t.tm.openRecords.Set(0)
+		t.tm.aborts.Inc()
 		return fmt.Errorf("%w (%d records written into it by earlier batches): %w", outboxcdc.ErrOpenWriteAborted, o.records, err)
 	}
 	t.open = nil
 	err := t.produce(ctx, o.p, msgs, records, end, o.started, o.deadline, o.records)
 	if err == nil && !commit {
 		o.records += len(records)
+		o.bytes += recordBytes(records)
 		t.open = o
-		t.m.openRecords.Set(float64(o.records))
+		t.tm.openRecords.Set(float64(o.records))
 		return nil
 	}
 	if err == nil {
 		err = t.commit(ctx, o.p, records, end, o.started, o.deadline, o.records)
 		if err == nil {
-			t.m.openRecords.Set(0)
-			t.m.commits.Inc()
-			t.m.txnSeconds.Observe(time.Since(o.started).Seconds())
-			t.reached()
+			t.tm.openRecords.Set(0)
+			t.committed(o.records+len(records), o.bytes+recordBytes(records), start, o.started)
 			return nil
 		}
 	}
-	t.m.openRecords.Set(0)
-	t.m.aborts.Inc()
+	t.tm.openRecords.Set(0)
+	t.tm.aborts.Inc()
 	t.failed(err)
 	err = fmt.Errorf("%w (%d records written into it by earlier batches): %w", outboxcdc.ErrOpenWriteAborted, o.records, err)
 	t.log.Error().Err(err).Msg("kafka transaction of a large source transaction aborted; nothing of it is visible, a restart reads it again")
@@ -500,7 +521,7 @@ func (t *Transactional) abortOpen() {
 	if o == nil {
 		return
 	}
-	t.m.openRecords.Set(0)
+	t.tm.openRecords.Set(0)
 	done := make(chan struct{})
 	go func() {
 		_ = t.abort(o.p)
@@ -649,7 +670,7 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 	}
 	started := time.Now()
 	deadline := started.Add(t.tcfg.TransactionTimeout * 8 / 10)
-	if err := p.producer.BeginTxn(); err != nil {
+	if err := p.async.BeginTxn(); err != nil {
 		t.discard(p)
 		return t.classify(err, "begin transaction")
 	}
@@ -657,8 +678,8 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 		return err
 	}
 	if !commit {
-		t.open = &openTxn{p: p, started: started, deadline: deadline, records: len(records)}
-		t.m.openRecords.Set(float64(len(records)))
+		t.open = &openTxn{p: p, started: started, deadline: deadline, records: len(records), bytes: recordBytes(records)}
+		t.tm.openRecords.Set(float64(len(records)))
 		return nil
 	}
 	return t.commit(ctx, p, records, end, started, deadline, 0)
@@ -667,7 +688,7 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 // overBudget ends a transaction that would outlive the transaction
 // timeout: the producer is dropped, which leaves the transaction to be
 // aborted by the next InitProducerId.
-func (t *Transactional) overBudget(p *txnProducer, records, earlier int, end outboxcdc.Position) error {
+func (t *Transactional) overBudget(p *producer, records, earlier int, end outboxcdc.Position) error {
 	t.discard(p)
 	budget := t.tcfg.TransactionTimeout * 8 / 10
 	if earlier > 0 || end.IsZero() {
@@ -681,7 +702,7 @@ func (t *Transactional) overBudget(p *txnProducer, records, earlier int, end out
 // produce sends msgs into p's open transaction and waits for every answer.
 // On a failure the transaction is aborted (or p discarded) and the error
 // says which record failed and whether that is permanent.
-func (t *Transactional) produce(ctx context.Context, p *txnProducer, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, started, deadline time.Time, earlier int) error {
+func (t *Transactional) produce(ctx context.Context, p *producer, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, started, deadline time.Time, earlier int) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -694,7 +715,7 @@ func (t *Transactional) produce(ctx context.Context, p *txnProducer, msgs []txnM
 	a := &txnAttempt{done: make(chan struct{})}
 	a.left.Store(int64(len(msgs)))
 	a.last.Store(time.Now().UnixNano())
-	input := p.producer.Input()
+	input := p.async.Input()
 	refs := make([]txnRef, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
@@ -713,7 +734,7 @@ func (t *Transactional) produce(ctx context.Context, p *txnProducer, msgs []txnM
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-t.stop:
-			err = &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+			err = closedError()
 		case <-timer.C:
 			return t.overBudget(p, len(records), earlier, end)
 		}
@@ -734,7 +755,7 @@ wait:
 			return ctx.Err()
 		case <-t.stop:
 			t.discard(p)
-			return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+			return closedError()
 		case <-timer.C:
 			return t.overBudget(p, len(records), earlier, end)
 		case <-watch.tick():
@@ -756,7 +777,7 @@ wait:
 			return t.fenced(aerr, started)
 		}
 		if perm != nil {
-			t.m.permanent.Inc()
+			t.m.Permanent.Inc()
 			return &Error{Index: perm.index, Topic: perm.topic, Partition: perm.partition, Err: perm.err, Permanent: true}
 		}
 		if blockedCode(first.err) {
@@ -813,7 +834,7 @@ func (t *Transactional) checkBlocked(failures []*txnFailure) error {
 	if expired == nil {
 		return nil
 	}
-	t.m.permanent.Add(float64(1 + len(expired.Others)))
+	t.m.Permanent.Add(float64(1 + len(expired.Others)))
 	return expired
 }
 
@@ -824,8 +845,9 @@ func (t *Transactional) checkBlocked(failures []*txnFailure) error {
 // UnwritableTopicTimeout and, when deadline is set, the open transaction's
 // budget) and then returns a permanent *Error naming its records, leaving
 // an open transaction open. Topics already known cost a map lookup.
-func (t *Transactional) precheckTopics(ctx context.Context, p *txnProducer, msgs []txnMsg, deadline time.Time, records, earlier int, end outboxcdc.Position) error {
-	for n := 1; ; n++ {
+func (t *Transactional) precheckTopics(ctx context.Context, p *producer, msgs []txnMsg, deadline time.Time, records, earlier int, end outboxcdc.Position) error {
+	b := retry.New(t.cfg.retryPolicy())
+	for {
 		var failures []*txnFailure
 		bad := map[string]error{}
 		for i := range msgs {
@@ -848,7 +870,7 @@ func (t *Transactional) precheckTopics(ctx context.Context, p *txnProducer, msgs
 		if err := t.checkBlocked(failures); err != nil {
 			return err
 		}
-		wait := backoff(t.cfg.RetryBackoffMin, t.cfg.RetryBackoffMax, n-1)
+		wait := b.Next()
 		if !deadline.IsZero() && time.Until(deadline) < wait {
 			return t.overBudget(p, records, earlier, end)
 		}
@@ -860,20 +882,11 @@ func (t *Transactional) precheckTopics(ctx context.Context, p *txnProducer, msgs
 	}
 }
 
-// Ready returns nil while the transactional producer works and no topic is
-// blocked.
-func (t *Transactional) Ready() error {
-	if err := t.blocked.ready(); err != nil {
-		return err
-	}
-	return t.health.Ready()
-}
-
 // commit commits p's transaction within what is left of the budget. When
 // the outcome is unknown it restarts the producer, which makes the
 // coordinator finish the transaction one way or the other, and reads the
 // progress back.
-func (t *Transactional) commit(ctx context.Context, p *txnProducer, records []outboxcdc.Record, end outboxcdc.Position, started, deadline time.Time, earlier int) error {
+func (t *Transactional) commit(ctx context.Context, p *producer, records []outboxcdc.Record, end outboxcdc.Position, started, deadline time.Time, earlier int) error {
 	left := time.Until(deadline)
 	if left <= 0 {
 		return t.overBudget(p, len(records), earlier, end)
@@ -881,7 +894,7 @@ func (t *Transactional) commit(ctx context.Context, p *txnProducer, records []ou
 	timer := time.NewTimer(left)
 	defer timer.Stop()
 	commitDone := make(chan error, 1)
-	go func() { commitDone <- p.producer.CommitTxn() }()
+	go func() { commitDone <- p.async.CommitTxn() }()
 	var err error
 	select {
 	case err = <-commitDone:
@@ -890,7 +903,7 @@ func (t *Transactional) commit(ctx context.Context, p *txnProducer, records []ou
 		err = errTxnBudget
 	case <-t.stop:
 		t.discard(p)
-		return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
+		return closedError()
 	}
 	if err == nil {
 		return nil
@@ -925,7 +938,7 @@ func (t *Transactional) commit(ctx context.Context, p *txnProducer, records []ou
 // transaction timeout: the broker then aborted it and bumped the epoch
 // itself, which the producer sees as the same error codes.
 func (t *Transactional) fenced(err error, started time.Time) error {
-	t.m.fenced.Inc()
+	t.tm.fenced.Inc()
 	if took := time.Since(started); took >= t.tcfg.TransactionTimeout*8/10 {
 		return fmt.Errorf("%w: the transaction took %s and the broker aborted it (sink.transaction_timeout %s): %v",
 			errTxnBudget, took.Round(time.Millisecond), t.tcfg.TransactionTimeout, err)
@@ -959,12 +972,12 @@ func permanentTxn(err error) bool {
 // It returns the abort's error: a fenced producer may learn that it was
 // fenced only here, when its records failed with a consequence of the
 // fencing (such as INVALID_TXN_STATE) rather than with the fencing code.
-func (t *Transactional) abort(p *txnProducer) error {
-	if p.producer.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
+func (t *Transactional) abort(p *producer) error {
+	if p.async.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
 		t.discard(p)
 		return nil
 	}
-	err := p.producer.AbortTxn()
+	err := p.async.AbortTxn()
 	if err != nil {
 		t.log.Warn().Err(err).Msg("aborting the kafka transaction failed; restarting the producer, which aborts it")
 		t.discard(p)
@@ -977,14 +990,12 @@ func (t *Transactional) abort(p *txnProducer) error {
 // whose end did not come) is aborted, or, if the broker does not answer,
 // left to the next instance's InitProducerId or the transaction timeout.
 func (t *Transactional) Close() error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.producers.shut() {
 		return nil
 	}
-	t.closed = true
-	t.mu.Unlock()
 	close(t.stop)
+	// The probe may be inside a metadata request; it ends by itself.
+	waitUntil(t.probeDone, time.Now().Add(closeWait))
 	done := make(chan struct{})
 	go func() {
 		t.writing.Lock()
@@ -995,152 +1006,45 @@ func (t *Transactional) Close() error {
 	if !waitUntil(done, time.Now().Add(closeWait)) {
 		t.log.Warn().Msg("a kafka transaction did not stop in time; abandoning it")
 	}
-	t.mu.Lock()
-	p := t.prod
-	t.prod = nil
-	t.mu.Unlock()
-	if p != nil {
-		p.close(closeWait)
-	}
-	t.health.closed()
+	t.closeProducers(time.Now().Add(closeWait))
 	t.log.Info().Msg("kafka transactional sink closed")
 	return nil
 }
 
-// txnProducer is one sarama client with a transactional producer (one
-// producer id and epoch) and the goroutine that hands answers to attempts.
-type txnProducer struct {
-	client   sarama.Client
-	producer sarama.AsyncProducer
-	done     chan struct{}
-}
-
-// producer returns the current producer, starting one (InitProducerId)
-// when there is none. Starting fences every older producer with the
-// transactional id.
-func (t *Transactional) producer(ctx context.Context) (*txnProducer, error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
-	}
-	if p := t.prod; p != nil {
-		t.mu.Unlock()
+// producer returns the current transactional producer, starting one
+// (InitProducerId) when there is none. Starting fences every older
+// producer with the transactional id.
+func (t *Transactional) producer(ctx context.Context) (*producer, error) {
+	p, err := t.producers.get(ctx)
+	switch {
+	case err == nil:
 		return p, nil
-	}
-	t.mu.Unlock()
-	// sarama's start is not cancellable; run it aside.
-	type result struct {
-		p   *txnProducer
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		p, err := t.newProducer()
-		ch <- result{p, err}
-	}()
-	var r result
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.p != nil {
-				r.p.close(closeWait)
-			}
-		}()
-		return nil, ctx.Err()
-	case <-t.stop:
-		go func() {
-			if r := <-ch; r.p != nil {
-				r.p.close(closeWait)
-			}
-		}()
-		return nil, &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
-	}
-	if r.err != nil {
-		return nil, t.classify(r.err, "starting the transactional producer")
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		r.p.close(closeWait)
-		return nil, &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}
-	}
-	t.prod = r.p
-	t.mu.Unlock()
-	t.m.inits.Inc()
-	t.reached()
-	t.log.Info().Msg("transactional producer initialised (older producers with this transactional id are fenced)")
-	return r.p, nil
-}
-
-func (t *Transactional) newProducer() (*txnProducer, error) {
-	sc, err := t.saramaConfig()
-	if err != nil {
+	case errors.Is(err, errClosed):
+		return nil, closedError()
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return nil, err
 	}
-	client, prod, err := newProducer(t.cfg.Brokers, sc)
-	if err != nil {
-		return nil, err
-	}
-	p := &txnProducer{client: client, producer: prod, done: make(chan struct{})}
-	go p.answers()
-	return p, nil
+	return nil, t.classify(err, "starting the transactional producer")
 }
 
-func (p *txnProducer) answers() {
-	defer close(p.done)
-	ok, fail := p.producer.Successes(), p.producer.Errors()
-	for ok != nil || fail != nil {
-		select {
-		case m, open := <-ok:
-			if !open {
-				ok = nil
-				continue
-			}
-			if r, isRef := m.Metadata.(*txnRef); isRef {
-				r.a.answer(r, m, nil)
-			}
-		case e, open := <-fail:
-			if !open {
-				fail = nil
-				continue
-			}
-			if r, isRef := e.Msg.Metadata.(*txnRef); isRef {
-				r.a.answer(r, e.Msg, e.Err)
-			}
-		}
+// answer hands a producer's answer to the attempt that sent the message.
+func (t *Transactional) answer(m *sarama.ProducerMessage, err error) {
+	if r, ok := m.Metadata.(*txnRef); ok {
+		r.a.answer(r, m, err)
 	}
 }
 
-func (p *txnProducer) close(wait time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		p.producer.AsyncClose()
-		<-p.done
-		_ = p.client.Close()
-		close(done)
-	}()
-	waitUntil(done, time.Now().Add(wait))
-}
+// discard drops p (if current) and closes it in the background; the next
+// InitProducerId aborts a transaction it left open.
+func (t *Transactional) discard(p *producer) { t.producers.retire(p) }
 
-// discard drops p (if current) and closes it in the background.
-func (t *Transactional) discard(p *txnProducer) {
-	t.mu.Lock()
-	if t.prod == p {
-		t.prod = nil
-	}
-	t.mu.Unlock()
-	go p.close(closeWait)
-}
-
+// txnMetrics are the exactly-once sink's metrics beyond the sink family
+// (outboxcdc.SinkMetrics), under the same outbox_cdc_sink_ prefix.
 type txnMetrics struct {
 	commits     prometheus.Counter
 	aborts      prometheus.Counter
 	fenced      prometheus.Counter
 	inits       prometheus.Counter
-	permanent   prometheus.Counter
-	connected   prometheus.Gauge
 	txnSeconds  prometheus.Histogram
 	openRecords prometheus.Gauge
 }
@@ -1148,41 +1052,33 @@ type txnMetrics struct {
 func newTxnMetrics(reg prometheus.Registerer) *txnMetrics {
 	m := &txnMetrics{
 		commits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_cdc_kafka_transactions_committed_total",
-			Help: "Kafka transactions committed (one per batch, exactly-once mode).",
+			Name: "outbox_cdc_sink_transactions_committed_total",
+			Help: "Kafka transactions committed (exactly-once: one per batch).",
 		}),
 		aborts: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_cdc_kafka_transactions_aborted_total",
-			Help: "Kafka transaction attempts aborted and retried.",
+			Name: "outbox_cdc_sink_transactions_aborted_total",
+			Help: "Kafka transactions aborted (exactly-once), each batch then sent again or the connector restarted.",
 		}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_cdc_kafka_producer_fenced_total",
+			Name: "outbox_cdc_sink_producer_fenced_total",
 			Help: "Times this instance found its transactional producer fenced by another instance.",
 		}),
 		inits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_cdc_kafka_producer_inits_total",
+			Name: "outbox_cdc_sink_producer_inits_total",
 			Help: "Transactional producer starts (InitProducerId calls).",
 		}),
-		permanent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_cdc_kafka_transaction_permanent_errors_total",
-			Help: "Records Kafka refused permanently in exactly-once mode.",
-		}),
-		connected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "outbox_cdc_kafka_transactional_connected",
-			Help: "1 while the transactional producer works, 0 otherwise.",
-		}),
 		txnSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "outbox_cdc_kafka_transaction_seconds",
-			Help:    "Time from the first attempt of a batch to its commit.",
+			Name:    "outbox_cdc_sink_transaction_seconds",
+			Help:    "Time from the first attempt of a Kafka transaction (exactly-once) to its commit.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 		openRecords: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "outbox_cdc_kafka_transaction_open_records",
-			Help: "Records in the Kafka transaction kept open for a large source transaction whose end has not arrived yet.",
+			Name: "outbox_cdc_sink_transaction_open_records",
+			Help: "Records in the Kafka transaction kept open for a large source transaction whose end has not arrived yet (exactly-once).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.commits, m.aborts, m.fenced, m.inits, m.permanent, m.connected, m.txnSeconds, m.openRecords)
+		reg.MustRegister(m.commits, m.aborts, m.fenced, m.inits, m.txnSeconds, m.openRecords)
 	}
 	return m
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -295,5 +296,80 @@ func TestTxnConfigValidate(t *testing.T) {
 	c.TransactionTimeout = time.Hour
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "sink.transaction_timeout") {
 		t.Fatalf("Validate = %v", err)
+	}
+}
+
+// Both Kafka sinks export one metric family: the exactly-once sink counts
+// committed records, their bytes and write time, and its connection, under
+// the outbox_cdc_sink_ names the at-least-once sink uses, plus its
+// transaction counters under the same prefix.
+func TestTransactionalExportsSinkMetrics(t *testing.T) {
+	_, brokers := testenv.Kafka(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	cfg := DefaultKafkaConfig()
+	cfg.Brokers = brokers
+	tc := DefaultTxnConfig()
+	tc.ProgressTopic = "progress"
+	s, err := NewTransactional(cfg, tc, "conn-m", "mysql", zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batch := recs("events", "1", "2", "3")
+	if err := s.WriteAtomic(ctx, batch, "mysql:0-1-10"); err != nil {
+		t.Fatal(err)
+	}
+	// A source transaction in two fragments: counted once, at its commit.
+	if err := s.WriteAtomic(ctx, recs("events", "4"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteAtomic(ctx, recs("events", "5"), "mysql:0-1-11"); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				got[name] = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				got[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	want := map[string]float64{
+		"outbox_cdc_sink_records_total":                5,
+		"outbox_cdc_sink_bytes_total":                  float64(5 * (len("agg") + 1 + len("id") + 1)),
+		"outbox_cdc_sink_connected":                    1,
+		"outbox_cdc_sink_write_seconds":                2,
+		"outbox_cdc_sink_errors_total{kind=permanent}": 0,
+		"outbox_cdc_sink_transactions_committed_total": 2,
+		"outbox_cdc_sink_transaction_seconds":          2,
+		"outbox_cdc_sink_producer_inits_total":         1,
+		"outbox_cdc_sink_transaction_open_records":     0,
+	}
+	for name, v := range want {
+		if g, ok := got[name]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", name, g, ok, v)
+		}
+	}
+	for name := range got {
+		if !strings.HasPrefix(name, "outbox_cdc_sink_") {
+			t.Errorf("metric %s is outside the sink family", name)
+		}
 	}
 }

@@ -125,6 +125,9 @@ func (s *Source) checkPublication(ctx context.Context, db *pgx.Conn) outboxcdc.C
 	create := "CREATE PUBLICATION " + pgx.Identifier{pub}.Sanitize()
 	if s.table != "" {
 		create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert')"
+	} else if s.pats != nil {
+		target, _, _ := s.publicationTarget()
+		create += " FOR " + target + " WITH (publish = 'insert')"
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && s.cfg.Create:

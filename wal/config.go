@@ -42,6 +42,12 @@ type Config struct {
 	// Empty means no table: only logical decoding messages (Messages.Prefix)
 	// are read, and the publication is created empty.
 	Table string `yaml:"table"`
+	// Tables, when set, replaces Table: several outbox tables over one
+	// slot, each "schema.table" or "table" (schema public); either part
+	// may hold the wildcards * and % (any run of characters), e.g.
+	// "tenant_%.outbox". Tables created later that match are read; see
+	// tables.go for the publication this takes.
+	Tables []string `yaml:"tables"`
 	// Start is "earliest" or "latest" (see StartEarliest, StartLatest); it
 	// only matters when there is no checkpoint.
 	Start string `yaml:"start"`
@@ -110,6 +116,8 @@ type Config struct {
 // moves and the slot's confirmed position can follow it even when the
 // outbox is idle (see the idle advance in Source).
 type HeartbeatConfig struct {
+	// Interval between pg_logical_emit_message heartbeats, which let the
+	// slot advance while the outbox is idle; 0 turns them off.
 	Interval time.Duration `yaml:"interval"`
 }
 
@@ -118,12 +126,34 @@ type HeartbeatConfig struct {
 // transaction become events of that transaction. See DecodeMessage for the
 // JSON format.
 type MessagesConfig struct {
+	// Prefix of the transactional pg_logical_emit_message messages that
+	// are events (a table-less outbox); empty reads none.
 	Prefix string `yaml:"prefix"`
+	// Prefixes are further prefixes read the same way; an event's Table
+	// is the prefix it was emitted with.
+	Prefixes []string `yaml:"prefixes"`
+}
+
+// prefixes returns Prefix and Prefixes together.
+func (m MessagesConfig) all() []string {
+	var out []string
+	if m.Prefix != "" {
+		out = append(out, m.Prefix)
+	}
+	for _, p := range m.Prefixes {
+		if p != "" && p != m.Prefix {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // BackoffConfig is a capped exponential backoff.
 type BackoffConfig struct {
+	// Min is the wait before the first reconnection attempt; it doubles
+	// with each failed attempt.
 	Min time.Duration `yaml:"min"`
+	// Max caps the wait between reconnection attempts.
 	Max time.Duration `yaml:"max"`
 }
 
@@ -154,8 +184,18 @@ func (c *Config) Validate() error {
 		// The parse error can quote the DSN; do not repeat it.
 		bad("source.dsn: not a valid PostgreSQL connection string")
 	}
-	if c.Table == "" {
-		if c.Messages.Prefix == "" {
+	if len(c.Tables) > 0 {
+		if c.Table != "" && c.Table != DefaultConfig().Table {
+			bad("source.tables: set either source.table or source.tables, not both")
+		}
+		if _, err := parseTables(c.Tables); err != nil {
+			bad("%v", err)
+		}
+		if c.Start == StartPending {
+			bad("source.start: pending reads one table; it cannot be used with source.tables")
+		}
+	} else if c.Table == "" {
+		if len(c.Messages.all()) == 0 {
 			bad("source.table: required unless source.messages.prefix is set")
 		}
 	} else if _, _, err := splitTable(c.Table); err != nil {
@@ -164,7 +204,7 @@ func (c *Config) Validate() error {
 	switch c.Start {
 	case StartEarliest, StartLatest:
 	case StartPending:
-		if c.Table == "" {
+		if c.Table == "" && len(c.Tables) == 0 {
 			bad("source.start: pending needs source.table (the rows to publish are read from it)")
 		}
 		if err := c.Pending.Validate(); err != nil {
@@ -209,8 +249,10 @@ func (c *Config) Validate() error {
 	if c.Heartbeat.Interval < 0 {
 		bad("source.heartbeat.interval: must be >= 0 (0 = off)")
 	}
-	if c.Messages.Prefix == heartbeatPrefix {
-		bad("source.messages.prefix: %q is reserved for the heartbeat", heartbeatPrefix)
+	for _, p := range c.Messages.all() {
+		if p == heartbeatPrefix {
+			bad("source.messages.prefix: %q is reserved for the heartbeat", heartbeatPrefix)
+		}
 	}
 	if c.Reconnect.Min <= 0 || c.Reconnect.Max < c.Reconnect.Min {
 		bad("source.reconnect: need 0 < min <= max (min %s, max %s)", c.Reconnect.Min, c.Reconnect.Max)

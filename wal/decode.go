@@ -51,6 +51,9 @@ var errProtocol = errors.New("unexpected pgoutput message")
 // indexes are resolved here, once, not per row.
 type relation struct {
 	outbox  bool
+	schema  string            // the relation's schema and name
+	name    string            // (outbox relations only)
+	cols    outboxcdc.Columns // its role columns (route.tables)
 	ncols   int
 	bytea   []bool
 	role    [numRoles]int // column index, -1 when the role is unnamed
@@ -75,10 +78,14 @@ type colRef struct {
 type decoder struct {
 	schema, table string
 	prefix        string
-	cols          outboxcdc.Columns
-	metrics       *outboxcdc.SourceMetrics
-	onNonTxMsg    func(lsn pglogrepl.LSN)
-	log           zerolog.Logger // route.on_update: warn and error
+	// prefixes, when set, replaces prefix: every message prefix read.
+	prefixes []string
+	// match, when set, replaces schema and table: source.tables.
+	match      tableMatcher
+	cols       outboxcdc.Columns
+	metrics    *outboxcdc.SourceMetrics
+	onNonTxMsg func(lsn pglogrepl.LSN)
+	log        zerolog.Logger // route.on_update: warn and error
 
 	rels    map[uint32]*relation
 	lastID  uint32
@@ -270,10 +277,16 @@ func (d *decoder) relation(rm *pglogrepl.RelationMessage) {
 	r := &relation{ncols: len(rm.Columns), missing: -1}
 	d.rels[rm.RelationID] = r
 	d.lastRel = nil
-	if d.table == "" || rm.Namespace != d.schema || rm.RelationName != d.table {
+	if d.match != nil {
+		if !d.match.matches(rm.Namespace, rm.RelationName) {
+			return
+		}
+	} else if d.table == "" || rm.Namespace != d.schema || rm.RelationName != d.table {
 		return
 	}
 	r.outbox = true
+	r.schema, r.name = rm.Namespace, rm.RelationName
+	r.cols = d.cols.For(rm.Namespace, rm.RelationName)
 	r.bytea = make([]bool, len(rm.Columns))
 	index := func(name string) int {
 		for i, c := range rm.Columns {
@@ -286,7 +299,7 @@ func (d *decoder) relation(rm *pglogrepl.RelationMessage) {
 	for i, c := range rm.Columns {
 		r.bytea[i] = c.DataType == byteaOID
 	}
-	names := [numRoles]string{d.cols.MessageID, d.cols.AggregateType, d.cols.AggregateID, d.cols.EventType, d.cols.Payload}
+	names := [numRoles]string{r.cols.MessageID, r.cols.AggregateType, r.cols.AggregateID, r.cols.EventType, r.cols.Payload}
 	for role, name := range names {
 		r.role[role] = -1
 		if name == "" {
@@ -297,7 +310,7 @@ func (d *decoder) relation(rm *pglogrepl.RelationMessage) {
 			r.missing = role
 		}
 	}
-	for _, name := range d.cols.Extra {
+	for _, name := range r.cols.Extra {
 		if i := index(name); i >= 0 {
 			r.extra = append(r.extra, extraCol{name: name, idx: i})
 		}
@@ -327,11 +340,11 @@ func (d *decoder) insert(body []byte, lsn pglogrepl.LSN) error {
 		return nil
 	}
 	if r.missing >= 0 {
-		names := [numRoles]string{d.cols.MessageID, d.cols.AggregateType, d.cols.AggregateID, d.cols.EventType, d.cols.Payload}
-		return mark(ErrTable, fmt.Errorf("outbox table %s.%s has no column %q (the %s role) for the row inserted at LSN %s: "+
-			"it was dropped or renamed (ALTER TABLE). Restore the column, or change the route "+
-			"preset to match the table, then restart; rows are read again from the checkpoint",
-			d.schema, d.table, names[r.missing], roleYAML[r.missing], lsn))
+		names := [numRoles]string{r.cols.MessageID, r.cols.AggregateType, r.cols.AggregateID, r.cols.EventType, r.cols.Payload}
+		return fmt.Errorf("%w: outbox table %s.%s has no column %q (the %s role) for the row inserted at LSN %s: "+
+			"it was dropped or renamed (ALTER TABLE), or the table is new and laid out differently. Restore the column, or change the route "+
+			"preset (or give the table its columns in route.tables), then restart; rows are read again from the checkpoint",
+			ErrTableLayout, r.schema, r.name, names[r.missing], roleYAML[r.missing], lsn)
 	}
 	if !d.inTx {
 		return fmt.Errorf("%w: Insert outside a transaction at LSN %s", errProtocol, lsn)
@@ -418,6 +431,8 @@ func (d *decoder) insert(body []byte, lsn pglogrepl.LSN) error {
 		Payload:       bytesOf(r.role[rolePayload]),
 		CommitTime:    d.commitTime,
 		Origin:        unsafe.String(&buf[originStart], len(buf)-originStart),
+		Schema:        r.schema,
+		Table:         r.name,
 	}
 	if len(r.extra) > 0 {
 		ev.Extra = make([]outboxcdc.Column, len(r.extra))
@@ -468,7 +483,7 @@ const eventOverhead = int(unsafe.Sizeof(outboxcdc.Event{}))
 const MessageFormat = "json-v1"
 
 func (d *decoder) message(body []byte, lsn pglogrepl.LSN) error {
-	if d.prefix == "" {
+	if d.prefix == "" && len(d.prefixes) == 0 {
 		return nil
 	}
 	// flags(1) lsn(8) prefix\0 length(4) content
@@ -488,7 +503,8 @@ func (d *decoder) message(body []byte, lsn pglogrepl.LSN) error {
 	if end < 0 || len(rest) < end+5 {
 		return fmt.Errorf("%w: malformed logical message at LSN %s", errProtocol, lsn)
 	}
-	if string(rest[:end]) != d.prefix {
+	prefix := d.matchPrefix(rest[:end])
+	if prefix == "" {
 		return nil
 	}
 	n := int(binary.BigEndian.Uint32(rest[end+1:]))
@@ -520,10 +536,27 @@ func (d *decoder) message(body []byte, lsn pglogrepl.LSN) error {
 		ev.Payload = bytes.Clone(content)
 	}
 	ev.CommitTime = d.commitTime
+	ev.Table = prefix
 	ev.Origin = "LSN " + string(appendLSN(nil, msgLSN)) + " (logical message)"
 	d.events = append(d.events, ev)
 	d.txBytes += len(content) + eventOverhead
 	return nil
+}
+
+// matchPrefix returns the configured prefix p is, or "".
+func (d *decoder) matchPrefix(p []byte) string {
+	if d.prefixes == nil {
+		if string(p) == d.prefix {
+			return d.prefix
+		}
+		return ""
+	}
+	for _, want := range d.prefixes {
+		if string(p) == want {
+			return want
+		}
+	}
+	return ""
 }
 
 // DecodeMessage decodes a logical message's JSON content (see MessageFormat)

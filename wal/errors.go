@@ -111,8 +111,10 @@ var (
 	// ErrPublication: the publication is missing and may not be created,
 	// or does not include the outbox table.
 	ErrPublication = errors.New("publication unusable")
-	// ErrTable: the outbox table lacks a role column the route needs.
-	ErrTable = errors.New("outbox table unusable")
+	// ErrTableLayout: a row of an outbox table that lacks a role column
+	// its route names (a column dropped, or a new table matching
+	// source.tables laid out differently without a route.tables entry).
+	ErrTableLayout = errors.New("outbox table lacks a column the route needs")
 	// errSilent: nothing arrived on the replication connection for the
 	// receive timeout. Transient: the source reconnects.
 	errSilent = errors.New("replication connection silent")

@@ -75,6 +75,7 @@ import (
 type Source struct {
 	cfg           Config
 	schema, table string
+	pats          []tablePattern // Config.Tables; nil: the one table (tables.go)
 	cols          outboxcdc.Columns
 	log           zerolog.Logger
 	m             *outboxcdc.SourceMetrics
@@ -131,7 +132,10 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 			Help: "1 for the slot's current wal_status in pg_replication_slots (reserved, extended, unreserved, lost).",
 		}, []string{"status"}),
 	}
-	if cfg.Table != "" {
+	if len(cfg.Tables) > 0 {
+		s.pats, _ = parseTables(cfg.Tables)
+		s.cfg.Table = s.patternsText()
+	} else if cfg.Table != "" {
 		s.schema, s.table, _ = splitTable(cfg.Table)
 	}
 	if reg != nil {
@@ -312,7 +316,7 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 	args := []string{"publication_names '" + s.cfg.Publication + "'"}
 	if version >= 140000 {
 		args = append(args, "proto_version '2'")
-		if s.cfg.Messages.Prefix != "" {
+		if len(s.cfg.Messages.all()) > 0 {
 			args = append(args, "messages 'true'")
 		}
 	} else {
@@ -405,9 +409,13 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 	}()
 
 	dec := newDecoder(s.schema, s.table, s.cfg.Messages.Prefix, s.cols, s.m)
+	dec.prefixes = s.cfg.Messages.all()
+	if s.pats != nil {
+		dec.match = tableMatcher(s.pats)
+	}
 	dec.log = s.log
 	dec.onNonTxMsg = func(lsn pglogrepl.LSN) {
-		s.log.Warn().Str("lsn", lsn.String()).Str("prefix", s.cfg.Messages.Prefix).
+		s.log.Warn().Str("lsn", lsn.String()).Strs("prefixes", s.cfg.Messages.all()).
 			Msg("skipping a non-transactional logical message with the outbox prefix: emit it with pg_logical_emit_message(true, ...)")
 	}
 	// Transactions that end at or before the start were queued before;
@@ -665,7 +673,7 @@ func (s *Source) preflight(ctx context.Context, db *pgx.Conn) (int, error) {
 		return 0, err
 	}
 	version, _ := strconv.Atoi(versionText)
-	if s.cfg.Messages.Prefix != "" && version < 140000 {
+	if len(s.cfg.Messages.all()) > 0 && version < 140000 {
 		return 0, permanent(fmt.Errorf("source.messages.prefix needs PostgreSQL 14 or later (pgoutput's messages option); this server is %s", versionText))
 	}
 	if recovery && version < 160000 {
@@ -684,6 +692,9 @@ func checkWalLevel(level string) error {
 // ensurePublication verifies (or creates) the publication. checkpoint
 // says the connector streamed before.
 func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn, checkpoint bool) error {
+	if s.pats != nil {
+		return s.ensureTablesPublication(ctx, db, checkpoint)
+	}
 	pub := s.cfg.Publication
 	tableIdent := pgx.Identifier{s.schema, s.table}.Sanitize()
 	if s.table != "" {

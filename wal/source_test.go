@@ -542,8 +542,8 @@ func TestDroppedRoleColumnStops(t *testing.T) {
 	}
 	select {
 	case err := <-r.done:
-		if !errors.Is(err, ErrTable) || outboxcdc.IsTransient(err) {
-			t.Fatalf("want a permanent ErrTable for the dropped column, got %v", err)
+		if !errors.Is(err, ErrTableLayout) || outboxcdc.IsTransient(err) {
+			t.Fatalf("want a permanent ErrTableLayout for the dropped column, got %v", err)
 		}
 		t.Logf("error: %v", err)
 		r.once.Do(func() {})

@@ -304,8 +304,8 @@ func TestDecoderInsert(t *testing.T) {
 	must(d.handle(relationMsg(7, "public", "outbox", cols[:4], types[:4]), 0x200))
 	must(d.handle(beginMsg(), 0x201))
 	_, err := d.handle(insertMsg(7, []*string{sp("4"), sp("m4"), sp("O"), sp("1")}), 0x202)
-	if !errors.Is(err, ErrTable) {
-		t.Fatalf("want ErrTable for the missing role column, got %v", err)
+	if !errors.Is(err, ErrTableLayout) {
+		t.Fatalf("want ErrTableLayout for the missing role column, got %v", err)
 	}
 }
 

@@ -99,7 +99,7 @@ func checkRouteTable(ctx context.Context, cfg Config) outboxcdc.CheckResult {
 		return outboxcdc.Fail(name, err.Error(), "the converters read the outbox table's column types at start: make source.table readable")
 	}
 	if _, err := router.NewForTable(cfg.Route, table); err != nil {
-		return outboxcdc.Fail(name, err.Error(), "change the route.converters settings or the column (see README, Replacing Debezium)")
+		return outboxcdc.Fail(name, err.Error(), "change the route.converters settings or the column (see docs/routing.md, Kafka Connect converters)")
 	}
 	return outboxcdc.Pass(name, fmt.Sprintf("columns %s of %s.%s have types the converters write as Debezium does",
 		strings.Join(cfg.Route.TypedColumns(), ", "), table.Schema, table.Name))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -8,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
@@ -27,7 +28,8 @@ import (
 // the package that uses them; this struct only assembles them.
 type Config struct {
 	// Name identifies the connector: it derives the MySQL server_id, the
-	// Postgres slot and publication names and (later) the transactional id.
+	// Postgres slot and publication, the transactional id and the
+	// dead-letter topic unless they are set.
 	Name       string                   `yaml:"name"`
 	Source     SourceConfig             `yaml:"source"`
 	Route      router.Config            `yaml:"route"`
@@ -39,13 +41,15 @@ type Config struct {
 	HA         ha.Config                `yaml:"ha"`
 	// Lifecycle marks delivered rows sent and cleans old ones up.
 	Lifecycle lifecycle.Config `yaml:"lifecycle"`
-	// Delivery is at-least-once (default) or exactly-once; see delivery.go.
+	// Delivery is at-least-once or exactly-once (Kafka transactions and
+	// read_committed consumers; see docs/delivery.md).
 	Delivery string `yaml:"delivery"`
 }
 
 // SourceConfig selects the source; only the chosen type's section is used.
 // In the file the type's keys sit directly under source: (source.dsn, ...).
 type SourceConfig struct {
+	// Type is the source database: mysql (MySQL or MariaDB) or postgres.
 	Type     string        `yaml:"type"`
 	MySQL    binlog.Config `yaml:"-"`
 	Postgres wal.Config    `yaml:"-"`
@@ -55,6 +59,8 @@ type SourceConfig struct {
 // for another type its own section's keys do (see sinkKinds), and only
 // the chosen type's are used.
 type SinkConfig struct {
+	// Type is the broker: kafka, rabbitmq, nats, redis, or stdout (one
+	// JSON line per record, for trying things out).
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
 	sink.TxnConfig   `yaml:",inline"`   // exactly-once only
@@ -65,6 +71,9 @@ type SinkConfig struct {
 
 // CheckpointConfig selects the checkpoint store.
 type CheckpointConfig struct {
+	// Type is the store: file, or table (a row in the source database,
+	// for HA); with exactly-once it holds the witness of the progress in
+	// Kafka, and kafka means file.
 	Type                   string `yaml:"type"`
 	checkpoint.FileConfig  `yaml:",inline"`
 	checkpoint.TableConfig `yaml:",inline"` // type: table
@@ -72,8 +81,8 @@ type CheckpointConfig struct {
 
 // HTTPConfig is the metrics and health endpoint.
 type HTTPConfig struct {
-	// Listen is host:port; empty turns the endpoint off. Loopback by default:
-	// expose it deliberately.
+	// Listen is the host:port of /metrics, /healthz and /readyz; empty
+	// turns the endpoint off. Loopback by default: expose it deliberately.
 	Listen string `yaml:"listen"`
 }
 
@@ -173,8 +182,9 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 		return Config{}, err
 	}
 	if err := checkKeys(&root, "", keys); err != nil {
-		if path != "" {
-			return Config{}, configErrorf("%s: %v", path, err)
+		var ce *configError
+		if errors.As(err, &ce) {
+			ce.File = path
 		}
 		return Config{}, err
 	}
@@ -286,7 +296,7 @@ func (c Config) Validate() error {
 		if !strings.HasPrefix(msg, section+".") && !strings.HasPrefix(msg, section+":") {
 			msg = section + "." + msg
 		}
-		return &configError{msg: msg}
+		return &configError{Msg: msg}
 	}
 	if strings.TrimSpace(c.Name) == "" {
 		return configErrorf("name: must not be empty")
@@ -300,6 +310,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Route.Validate(); err != nil {
 		return wrap("route", err)
+	}
+	if err := c.validateTables(); err != nil {
+		return err
 	}
 	if err := c.validateSink(); err != nil {
 		return err
@@ -346,4 +359,31 @@ func (c Config) Validate() error {
 
 func (c Config) String() string {
 	return fmt.Sprintf("source=%s sink=%s checkpoint=%s", c.Source.Type, c.Sink.Type, c.Checkpoint.Type)
+}
+
+// sourceTables is source.tables of the chosen source type.
+func (c Config) sourceTables() []string {
+	if k, ok := sourceKinds[c.Source.Type]; ok {
+		return k.tables(c)
+	}
+	return nil
+}
+
+// validateTables refuses what works on one outbox table only when
+// source.tables names several.
+func (c Config) validateTables() error {
+	if len(c.sourceTables()) == 0 {
+		if len(c.Route.Tables) > 0 {
+			return configErrorf("route.tables: per-table routes need source.tables")
+		}
+		return nil
+	}
+	if c.Route.NeedsTable() {
+		return configErrorf("route.converters: with source.tables the converters cannot read one outbox table's column types; " +
+			"give every converted column's type in route.converters.column_types")
+	}
+	if c.Lifecycle.Enabled() {
+		return configErrorf("lifecycle: marks and cleans up one outbox table; it cannot be used with source.tables")
+	}
+	return nil
 }

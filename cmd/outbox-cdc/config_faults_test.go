@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -122,5 +123,49 @@ func TestDLQTopicDefaultsToName(t *testing.T) {
 	}
 	if cfg.Pipeline.DLQTopic != "dead" {
 		t.Fatalf("dlq_topic %q", cfg.Pipeline.DLQTopic)
+	}
+}
+
+// TestConfigTypeErrorNamesKeyLineAndForm: a value of the wrong type is a
+// *configError whose Key is the full key path and Line its line, and whose
+// message says what the key takes, not yaml's "cannot unmarshal !!int".
+func TestConfigTypeErrorNamesKeyLineAndForm(t *testing.T) {
+	cases := []struct {
+		name, file, key string
+		line            int
+		want            []string
+	}{
+		{"int for a duration", minimal + "pipeline:\n  shutdown_timeout: 5\n", "pipeline.shutdown_timeout", 9,
+			[]string{`"5" is not a duration`, `as "5s"`}},
+		{"int for a source duration", strings.Replace(minimal, "/shop\"\n", "/shop\"\n  read_timeout: 30\n", 1),
+			"source.read_timeout", 5, []string{`as "30s"`}},
+		{"word for a number", minimal + "pipeline:\n  max_batch_records: lots\n", "pipeline.max_batch_records", 9,
+			[]string{`"lots" is not a whole number`}},
+		{"word for a bool", minimal + "ha:\n  enabled: sometimes\n", "ha.enabled", 9,
+			[]string{"true or false"}},
+		{"scalar for a section", minimal + "lifecycle:\n  cleanup: yes\n", "lifecycle.cleanup", 9,
+			[]string{"a section of keys"}},
+		{"unknown key", minimal + "pipeline:\n  max_batch_record: 5\n", "pipeline.max_batch_record", 9,
+			[]string{"unknown configuration key", `did you mean "pipeline.max_batch_records"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := loadConfig(writeFile(t, c.file), nil)
+			var ce *configError
+			if !errors.As(err, &ce) {
+				t.Fatalf("not a *configError: %T %v", err, err)
+			}
+			if ce.Key != c.key || ce.Line != c.line {
+				t.Errorf("key %q line %d, want %q line %d (%v)", ce.Key, ce.Line, c.key, c.line, err)
+			}
+			for _, w := range append(c.want, c.key) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not say %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "unmarshal") || strings.Contains(err.Error(), "!!") {
+				t.Errorf("yaml's wording leaks: %q", err)
+			}
+		})
 	}
 }

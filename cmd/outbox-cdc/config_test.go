@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/outbox-cdc/outbox-cdc/binlog"
+	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -79,7 +83,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"unknown sink type", strings.Replace(minimal, "type: kafka", "type: pulsar", 1), nil, "sink.type"},
 		{"bad start", minimal, map[string]string{"OUTBOX_CDC_SOURCE_START": "yesterday"}, "source.start"},
 		{"no brokers", strings.Replace(minimal, `brokers: ["127.0.0.1:9092"]`, "brokers: []", 1), nil, "sink.brokers"},
-		{"bad type", minimal + "pipeline:\n  max_batch_records: lots\n", nil, "invalid configuration"},
+		{"bad type", minimal + "pipeline:\n  max_batch_records: lots\n", nil, "pipeline.max_batch_records"},
 		{"typo in env", minimal, map[string]string{"OUTBOX_CDC_SOURCE_DNS": "x"}, "OUTBOX_CDC_SOURCE_DSN"},
 		{"bad listen", minimal + "http:\n  listen: nope\n", nil, "http.listen"},
 	}
@@ -184,5 +188,53 @@ func TestSecretsFromFiles(t *testing.T) {
 	}
 	if _, err := loadConfig(writeFile(t, file), map[string]string{"OUTBOX_CDC_SOURCE_DSN_FILE": filepath.Join(dir, "missing")}); err == nil || !strings.Contains(err.Error(), "source.dsn_file") {
 		t.Fatalf("missing secret file: %v", err)
+	}
+}
+
+// TestConfigPrintShowsDerivedValues: config print names, beside each key
+// left for the connector to derive, the value it will use, as the code that
+// uses it derives it.
+func TestConfigPrintShowsDerivedValues(t *testing.T) {
+	print := func(file string) string {
+		t.Helper()
+		cfg, err := loadConfig(writeFile(t, file), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := printConfig(&out, cfg); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	my := print("name: orders-outbox\n" + minimal)
+	for _, want := range []string{
+		fmt.Sprintf("server_id: 0 # derived: %d", binlog.DeriveServerID("orders-outbox")),
+		`transactional_id: "" # derived: outbox-cdc-orders-outbox (used with delivery: exactly-once)`,
+		`dlq_topic: "" # derived: orders-outbox.dlq (used with on_error: dlq)`,
+		"preset: seed # derived: headers id=message_id, event_type=event_type, aggregate_type=aggregate_type",
+	} {
+		if !strings.Contains(my, want) {
+			t.Errorf("mysql: no %q in\n%s", want, my)
+		}
+	}
+	pg := print("name: orders-outbox\nsource:\n  type: postgres\n  dsn: postgres://u:secret@h/db\n" +
+		"route:\n  preset: debezium\n  columns:\n    message_id: event_id\nsink:\n  type: stdout\n")
+	slot := wal.DeriveName("orders-outbox")
+	for _, want := range []string{
+		`slot: "" # derived: ` + slot,
+		`publication: "" # derived: ` + slot,
+		"preset: debezium # derived: headers id=event_id",
+	} {
+		if !strings.Contains(pg, want) {
+			t.Errorf("postgres: no %q in\n%s", want, pg)
+		}
+	}
+	if strings.Contains(pg, "# derived: outbox-cdc-orders-outbox") {
+		t.Errorf("postgres with stdout sink shows a transactional id:\n%s", pg)
+	}
+	pinned := print("name: orders-outbox\n" + strings.Replace(minimal, "/shop\"\n", "/shop\"\n  server_id: 77\n", 1))
+	if strings.Contains(pinned, "server_id: 77 # derived") {
+		t.Errorf("a set server_id is marked derived:\n%s", pinned)
 	}
 }

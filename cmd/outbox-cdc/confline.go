@@ -7,35 +7,69 @@ import (
 	"strconv"
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
-var yamlLine = regexp.MustCompile(`^line (\d+): `)
+// yaml reports a value of the wrong type as
+// "line 5: cannot unmarshal !!int `5` into time.Duration".
+var yamlTypeMsg = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) `(.*)` into (.+)$")
 
-// keysAtLines turns the "line N: cannot unmarshal ..." messages of a yaml
-// type error into the key paths at those lines, as " (key: a.b, c)", so
-// that a value of the wrong type is reported by its key. It returns "" when
-// it finds none.
-func keysAtLines(prefix string, n *yaml.Node, err error) string {
+// typeError turns the first of a yaml type error's messages into a
+// configuration error naming the key at that line, the value and the form
+// the key expects. It returns nil when err is not a type error.
+func typeError(prefix string, n *yaml.Node, err error) *configError {
 	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return ""
+	if !errors.As(err, &te) || len(te.Errors) == 0 {
+		return nil
 	}
-	var keys []string
-	for _, msg := range te.Errors {
-		m := yamlLine.FindStringSubmatch(msg)
-		if m == nil {
-			continue
+	m := yamlTypeMsg.FindStringSubmatch(te.Errors[0])
+	if m == nil {
+		return &configError{Msg: te.Errors[0]}
+	}
+	line, _ := strconv.Atoi(m[1])
+	tag, value, goType := m[2], m[3], m[4]
+	what, hint := expectedForm(goType, tag, value)
+	return &configError{
+		Key:  keyAtLine(n, line, prefix),
+		Line: line,
+		Msg:  fmt.Sprintf("%s is not %s", describeValue(tag, value), what),
+		Hint: hint,
+	}
+}
+
+func describeValue(tag, value string) string {
+	switch tag {
+	case "map":
+		return "a mapping"
+	case "seq":
+		return "a list"
+	}
+	return strconv.Quote(value)
+}
+
+// expectedForm names what a Go type takes in the file, and how to write it.
+func expectedForm(goType, tag, value string) (what, hint string) {
+	switch {
+	case goType == "time.Duration":
+		hint = `write a number with a unit: "500ms", "5s", "2m", "1h"`
+		if _, err := strconv.Atoi(value); err == nil && tag == "int" {
+			hint = fmt.Sprintf("write it with a unit, as %q", value+"s")
 		}
-		line, _ := strconv.Atoi(m[1])
-		if k := keyAtLine(n, line, prefix); k != "" {
-			keys = append(keys, k)
-		}
+		return "a duration", hint
+	case goType == "bool":
+		return "true or false", ""
+	case strings.HasPrefix(goType, "int") || strings.HasPrefix(goType, "uint"):
+		return "a whole number", ""
+	case strings.HasPrefix(goType, "float"):
+		return "a number", ""
+	case goType == "string":
+		return "text", `quote it: key: "value"`
+	case strings.HasPrefix(goType, "[]"):
+		return "a list", `write [a, b] or one item per "- " line`
+	case strings.HasPrefix(goType, "map[") || strings.Contains(goType, "."):
+		return "a section of keys", "indent its keys below it"
 	}
-	if len(keys) == 0 {
-		return ""
-	}
-	return fmt.Sprintf(" (key: %s)", strings.Join(keys, ", "))
+	return goType, ""
 }
 
 // keyAtLine returns the path of the innermost mapping key whose value

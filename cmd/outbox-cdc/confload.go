@@ -5,22 +5,56 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // This file turns a YAML document plus OUTBOX_CDC_* environment variables
 // into typed configuration structs, strictly: every key must name a field,
 // and a wrong one gets a did-you-mean hint.
 
-// configError is a configuration mistake: the process exits 2.
-type configError struct{ msg string }
+// configError is a configuration mistake: the process exits 2. Key is
+// the dotted key it is about ("" when it concerns none), Line the key's
+// line in the file (0 when the value came from elsewhere), Hint the remedy.
+type configError struct {
+	File string // the configuration file, when the mistake is in it
+	Key  string
+	Line int
+	Msg  string
+	Hint string
+}
 
-func (e *configError) Error() string { return e.msg }
+func (e *configError) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File)
+		b.WriteString(": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, " (line %d)", e.Line)
+		}
+		b.WriteString(": ")
+	} else if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	b.WriteString(e.Msg)
+	if e.Hint != "" {
+		b.WriteString("; ")
+		b.WriteString(e.Hint)
+	}
+	return b.String()
+}
 
+// configErrorf is a mistake that concerns no single key.
 func configErrorf(format string, args ...any) error {
-	return &configError{msg: fmt.Sprintf(format, args...)}
+	return &configError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// keyErrorf is a mistake in the value of key.
+func keyErrorf(key, format string, args ...any) *configError {
+	return &configError{Key: key, Msg: fmt.Sprintf(format, args...)}
 }
 
 // keySet is every valid dotted key path of a config struct, with the Go type
@@ -32,34 +66,7 @@ func keysOf(t reflect.Type, prefix string, into keySet) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
-			continue
-		}
-		ft := f.Type
-		if strings.Contains(opts, "inline") {
-			keysOf(ft, prefix, into)
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		path := name
-		if prefix != "" {
-			path = prefix + "." + name
-		}
-		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(time.Time{}) && ft != reflect.TypeOf(yaml.Node{}) {
-			into[path] = ft
-			keysOf(ft, path, into)
-			continue
-		}
-		into[path] = ft
-	}
+	walkConfig(reflect.New(t).Elem(), prefix, func(k configKey) { into[k.Path] = k.Field.Type })
 }
 
 // fileSuffix marks a key whose value is read from a file: source.dsn_file
@@ -113,12 +120,12 @@ func resolveFileKeys(n *yaml.Node, prefix string, keys keySet, readFile func(str
 		}
 		for j := 0; j+1 < len(n.Content); j += 2 {
 			if n.Content[j].Value == base {
-				return configErrorf("%s and %s are both set; set one", basePath, path)
+				return &configError{Key: path, Line: k.Line, Msg: basePath + " and " + path + " are both set", Hint: "set one"}
 			}
 		}
 		raw, err := readFile(v.Value)
 		if err != nil {
-			return configErrorf("%s: %v", path, err)
+			return &configError{Key: path, Line: k.Line, Msg: err.Error()}
 		}
 		val := strings.TrimRight(string(raw), "\r\n")
 		leaf := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: val}
@@ -151,11 +158,21 @@ func checkKeys(n *yaml.Node, prefix string, keys keySet) error {
 		}
 		t, ok := keys[path]
 		if !ok {
-			return configErrorf("line %d: unknown configuration key %q%s", k.Line, path, didYouMean(path, keys))
+			return &configError{Key: path, Line: k.Line, Msg: fmt.Sprintf("unknown configuration key %q%s", path, didYouMean(path, keys))}
 		}
 		if t.Kind() == reflect.Struct {
 			if err := checkKeys(v, path, keys); err != nil {
 				return err
+			}
+		}
+		if t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Struct && v.Kind == yaml.MappingNode {
+			// route.tables: every entry's keys are the element struct's.
+			sub := keySet{}
+			keysOf(t.Elem(), "", sub)
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				if err := checkKeys(v.Content[j+1], "", sub); err != nil {
+					return configErrorf("%s[%q]: %v", path, v.Content[j].Value, err)
+				}
 			}
 		}
 	}
@@ -340,11 +357,14 @@ func decode(n *yaml.Node, out any) error {
 	return decodeAt("", n, out)
 }
 
-// decodeAt decodes n, whose keys sit under prefix, and names the key of a
-// value of the wrong type (see keysAtLines).
+// decodeAt decodes n, whose keys sit under prefix; a value of the wrong
+// type is reported by its key and line (see typeErrors).
 func decodeAt(prefix string, n *yaml.Node, out any) error {
 	if err := n.Decode(out); err != nil {
-		return configErrorf("invalid configuration: %v%s", err, keysAtLines(prefix, n, err))
+		if ce := typeError(prefix, n, err); ce != nil {
+			return ce
+		}
+		return configErrorf("invalid configuration: %v", err)
 	}
 	return nil
 }

@@ -117,7 +117,7 @@ func openStore(cfg Config, kind string, log zerolog.Logger) (store outboxcdc.Che
 		}
 		t, err := checkpoint.NewTable(cfg.Source.Type, dsn, cfg.Checkpoint.TableConfig, cfg.Name, log)
 		if err != nil {
-			return nil, nil, nil, &configError{msg: err.Error()}
+			return nil, nil, nil, &configError{Msg: err.Error()}
 		}
 		return checkpoint.Expect(kind, t), t, func() { t.Close() }, nil
 	}
@@ -200,7 +200,7 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 	}
 	l, err := ha.New(h.cfg.Source.Type, dsn, h.cfg.Name, h.cfg.HA, h.log)
 	if err != nil {
-		return nil, &configError{msg: err.Error()}
+		return nil, &configError{Msg: err.Error()}
 	}
 	h.log.Info().Str("lock", ha.LockName(h.cfg.Name)).Dur("session_timeout", h.cfg.HA.SessionTimeout).
 		Dur("takeover_within", h.cfg.HA.TakeoverWithin()).

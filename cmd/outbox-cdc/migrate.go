@@ -69,7 +69,7 @@ func runMigrate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 func debeziumConfigReport(tr *migrate.Translation) []byte {
 	var b bytes.Buffer
 	b.WriteString("# outbox-cdc configuration translated from a Debezium connector by `outbox-cdc migrate debezium-config`.\n")
-	b.WriteString("# Next: outbox-cdc check --config FILE, then outbox-cdc position import-debezium (README, Cut-over runbook).\n")
+	b.WriteString("# Next: outbox-cdc check --config FILE, then outbox-cdc position import-debezium (docs/migration.md, Cut-over runbook).\n")
 	section := func(title string, lines []string) {
 		if len(lines) == 0 {
 			return

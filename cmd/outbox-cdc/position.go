@@ -237,13 +237,13 @@ func openLocalStore(cfg Config, kind string, log zerolog.Logger) (positionStore,
 		}
 		t, err := checkpoint.NewTable(cfg.Source.Type, dsn, cfg.Checkpoint.TableConfig, cfg.Name, log)
 		if err != nil {
-			return nil, &configError{msg: err.Error()}
+			return nil, &configError{Msg: err.Error()}
 		}
 		return &tableStore{t: t, cp: checkpoint.Expect(kind, t), claim: cfg.HA.Enabled}, nil
 	}
 	f, err := checkpoint.NewFile(cfg.Checkpoint.FileConfig, log)
 	if err != nil {
-		return nil, &configError{msg: err.Error()}
+		return nil, &configError{Msg: err.Error()}
 	}
 	return &fileStore{f: f, cp: checkpoint.Expect(kind, f)}, nil
 }

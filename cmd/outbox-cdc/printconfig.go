@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -31,7 +31,8 @@ func printConfig(w io.Writer, cfg Config) error {
 		}
 	}
 	redactNode(root, "")
-	if _, err := fmt.Fprintln(w, "# effective configuration (secrets redacted)"); err != nil {
+	markDerived(root, cfg)
+	if _, err := fmt.Fprintln(w, "# effective configuration (secrets redacted; \"# derived:\" marks what an empty or zero key becomes)"); err != nil {
 		return err
 	}
 	enc := yaml.NewEncoder(w)
@@ -40,6 +41,36 @@ func printConfig(w io.Writer, cfg Config) error {
 		return err
 	}
 	return enc.Close()
+}
+
+// markDerived notes, beside each key left empty (or 0) for the connector
+// to derive, the value it will actually use: the MySQL server_id, the
+// Postgres slot and publication, the Kafka transactional id, the
+// dead-letter topic, and the headers route.preset adds. Comments keep the
+// output a configuration that loads back to the same one.
+func markDerived(root *yaml.Node, cfg Config) {
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
+	note := func(path, text string) {
+		if n := lookup(doc, path); n != nil {
+			n.LineComment = "derived: " + text
+		}
+	}
+	for _, d := range cfg.source().derived(cfg) { // sources.go
+		note(d.key, d.value)
+	}
+	if cfg.Sink.Type == "kafka" && cfg.Sink.TransactionalID == "" {
+		id := cfg.Sink.TxnConfig.WithName(cfg.Name).TransactionalID
+		if cfg.Delivery != deliveryExactlyOnce {
+			id += " (used with delivery: exactly-once)"
+		}
+		note("sink.transactional_id", id)
+	}
+	if cfg.Pipeline.DLQTopic == "" {
+		note("pipeline.dlq_topic", outboxcdc.DefaultDeadLetterTopic(cfg.Name)+" (used with on_error: dlq)")
+	}
+	if h, err := cfg.Route.PresetHeaders(); err == nil {
+		note("route.preset", "headers "+strings.Join(h, ", "))
+	}
 }
 
 func scalar(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s} }
@@ -62,20 +93,13 @@ func toNode(v reflect.Value) *yaml.Node {
 		m := &yaml.Node{Kind: yaml.MappingNode}
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			if !f.IsExported() {
+			name, inline, skip := yamlKey(t.Field(i))
+			if skip {
 				continue
 			}
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name == "-" {
-				continue
-			}
-			if strings.Contains(opts, "inline") {
+			if inline {
 				m.Content = append(m.Content, toNode(v.Field(i)).Content...)
 				continue
-			}
-			if name == "" {
-				name = strings.ToLower(f.Name)
 			}
 			m.Content = append(m.Content, scalar(name), toNode(v.Field(i)))
 		}

@@ -143,7 +143,7 @@ func (c Config) validateSink() error {
 		if !strings.HasPrefix(msg, "sink.") {
 			msg = "sink." + msg
 		}
-		return &configError{msg: msg}
+		return &configError{Msg: msg}
 	}
 	return nil
 }

@@ -39,6 +39,11 @@ type sourceKind struct {
 	// check is the source's part of `outbox-cdc check`; from is the
 	// checkpoint (may be zero). It changes nothing.
 	check func(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult
+	// tables is source.tables.
+	tables func(Config) []string
+	// derived lists the keys left empty for the source to derive, with
+	// the value it will use (config print).
+	derived func(Config) []derivedKey
 	// table reads the outbox table's columns for route.converters (table.go).
 	table func(ctx context.Context, cfg Config) (*router.Table, error)
 	// lifecycleTable names the outbox table for the lifecycle's UPDATEs
@@ -67,16 +72,31 @@ type sourceKind struct {
 	preferFileForm func(Config) bool
 }
 
+// derivedKey is a key left empty and the value the source derives for it.
+type derivedKey struct{ key, value string }
+
 var sourceKinds = map[string]sourceKind{
 	binlog.Kind: {
 		config:   func(s *SourceConfig) any { return &s.MySQL },
 		validate: func(c Config) error { return c.Source.MySQL.Validate() },
 		dsn:      mysqlDSN,
 		build: func(cfg Config, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics, reg prometheus.Registerer) (outboxcdc.Source, error) {
-			return binlog.New(cfg.Source.MySQL, cfg.Name, cols, log, m, reg)
+			mc := cfg.Source.MySQL
+			// Under HA this instance streams only while it holds the lock, so a
+			// previous binlog dump of this connector belongs to a fenced
+			// instance and is ended at once (binlog/dumplock.go).
+			mc.TakeOver = cfg.HA.Enabled
+			return binlog.New(mc, cfg.Name, cols, log, m, reg)
 		},
 		check: func(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult {
 			return binlog.Check(ctx, cfg.Source.MySQL, cfg.Name, cols, from)
+		},
+		tables: func(c Config) []string { return c.Source.MySQL.Tables },
+		derived: func(c Config) []derivedKey {
+			if c.Source.MySQL.ServerID != 0 {
+				return nil
+			}
+			return []derivedKey{{"source.server_id", fmt.Sprint(binlog.DeriveServerID(c.Name))}}
 		},
 		table: readMySQLTable,
 		lifecycleTable: func(cfg Config, dsn string) (string, error) {
@@ -114,6 +134,17 @@ var sourceKinds = map[string]sourceKind{
 		check: func(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult {
 			return wal.Check(ctx, cfg.Source.Postgres, cfg.Name, cols, from)
 		},
+		tables: func(c Config) []string { return c.Source.Postgres.Tables },
+		derived: func(c Config) []derivedKey {
+			var out []derivedKey
+			if c.Source.Postgres.Slot == "" {
+				out = append(out, derivedKey{"source.slot", wal.DeriveName(c.Name)})
+			}
+			if c.Source.Postgres.Publication == "" {
+				out = append(out, derivedKey{"source.publication", wal.DeriveName(c.Name)})
+			}
+			return out
+		},
 		table:          readPostgresTable,
 		lifecycleTable: func(cfg Config, _ string) (string, error) { return cfg.Source.Postgres.Table, nil },
 		latest: func(ctx context.Context, cfg Config, form string) (outboxcdc.Position, error) {
@@ -133,7 +164,7 @@ var sourceKinds = map[string]sourceKind{
 			err := wal.CheckResume(ctx, pc, cfg.Name, pos)
 			if errors.Is(err, wal.ErrBehindSlot) {
 				return err.Error() + "\nNothing between that position and the slot's can be published again from the slot. " +
-					"To re-publish rows that are still in the outbox table, see README \"Positions and replay\" (source.start: pending with a pending.where selecting them).", nil
+					"To re-publish rows that are still in the outbox table, see docs/operations.md \"Positions and replay\" (source.start: pending with a pending.where selecting them).", nil
 			}
 			return "", err
 		},

@@ -32,7 +32,7 @@ func newRouter(ctx context.Context, cfg Config, log zerolog.Logger) (*router.Rou
 	if !cfg.Route.NeedsTable() {
 		rt, err := router.New(cfg.Route)
 		if err != nil {
-			return nil, &configError{msg: err.Error()}
+			return nil, &configError{Msg: err.Error()}
 		}
 		return rt, nil
 	}
@@ -42,7 +42,7 @@ func newRouter(ctx context.Context, cfg Config, log zerolog.Logger) (*router.Rou
 		if err == nil {
 			rt, err := router.NewForTable(cfg.Route, table)
 			if err != nil {
-				return nil, &configError{msg: err.Error()}
+				return nil, &configError{Msg: err.Error()}
 			}
 			log.Info().Str("component", "route").Str("table", table.Schema+"."+table.Name).
 				Strs("typed_columns", cfg.Route.TypedColumns()).Msg("read the outbox table's column types for route.converters")

@@ -147,7 +147,7 @@ type Writer struct {
 	cfg  Config
 	dial Dialer
 	log  zerolog.Logger
-	m    *metrics
+	m    *outboxcdc.SinkMetrics
 
 	writing sync.Mutex // held by Write, so Close can wait for it
 
@@ -176,7 +176,7 @@ func New(sink string, cfg Config, dial Dialer, log zerolog.Logger, reg prometheu
 	w := &Writer{
 		sink: sink, cfg: cfg, dial: dial,
 		log:       log,
-		m:         newMetrics(reg),
+		m:         outboxcdc.NewSinkMetrics(reg),
 		stop:      make(chan struct{}),
 		probeDone: make(chan struct{}),
 	}
@@ -205,7 +205,7 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 		todo[i] = &msgs[i]
 		n := r.Size()
 		if n > w.cfg.MaxMessageBytes {
-			w.m.permanent.Inc()
+			w.m.Permanent.Inc()
 			return &Error{Sink: w.sink, Index: i, Dest: r.Topic, Permanent: true, Err: outboxcdc.Permanent(
 				fmt.Errorf("record of %d bytes is larger than sink.max_message_bytes (%d)", n, w.cfg.MaxMessageBytes),
 				"raise sink.max_message_bytes if the broker takes it, or keep such payloads out of the outbox")}
@@ -244,12 +244,12 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 		if first == nil {
 			for _, m := range todo {
 				if m.Duplicate {
-					w.m.duplicates.Inc()
+					w.m.Duplicates.Inc()
 				}
 			}
-			w.m.records.Add(float64(len(records)))
-			w.m.bytes.Add(bytes)
-			w.m.writeTime.Observe(time.Since(start).Seconds())
+			w.m.Records.Add(float64(len(records)))
+			w.m.Bytes.Add(bytes)
+			w.m.WriteSeconds.Observe(time.Since(start).Seconds())
 			w.reached()
 			if n > 1 {
 				w.log.Info().Int("records", len(records)).Int("attempts", n).Dur("took", time.Since(start)).
@@ -258,7 +258,7 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 			return nil
 		}
 		if !outboxcdc.IsTransient(first.Err) {
-			w.m.permanent.Inc()
+			w.m.Permanent.Inc()
 			e := &Error{Sink: w.sink, Index: first.Index, Dest: first.Rec.Topic, Err: first.Err, Permanent: true}
 			var nr *noRecord
 			if errors.As(first.Err, &nr) {
@@ -267,7 +267,7 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 			w.log.Error().Err(e).Msg("the broker refused a record permanently")
 			return e
 		}
-		w.m.retryable.Add(float64(failures))
+		w.m.Retryable.Add(float64(failures))
 		lastErr = &Error{Sink: w.sink, Index: first.Index, Dest: first.Rec.Topic, Err: first.Err}
 		w.failed(lastErr)
 		wait := b.Next()
@@ -315,7 +315,7 @@ func (w *Writer) attempt(ctx context.Context, todo []*Msg) error {
 		case errors.Is(err, ErrClosed):
 			return w.closedErr()
 		case !outboxcdc.IsTransient(err):
-			w.m.permanent.Inc()
+			w.m.Permanent.Inc()
 			e := &Error{Sink: w.sink, Index: -1, Err: err, Permanent: true}
 			w.log.Error().Err(e).Msg("cannot connect")
 			return e
@@ -440,7 +440,7 @@ func (w *Writer) Ready() error { return w.ready.Load().err }
 func (w *Writer) reached() {
 	w.lastOK.Store(time.Now().UnixNano())
 	if prev := w.ready.Swap(&readiness{}); prev.err != nil {
-		w.m.connected.Set(1)
+		w.m.Connected.Set(1)
 		w.log.Info().Msg(w.sink + " reachable")
 	}
 }
@@ -448,7 +448,7 @@ func (w *Writer) reached() {
 func (w *Writer) failed(err error) {
 	w.lastFail.Store(time.Now().UnixNano())
 	prev := w.ready.Swap(&readiness{fmt.Errorf("%s unreachable or failing: %w", w.sink, err)})
-	w.m.connected.Set(0)
+	w.m.Connected.Set(0)
 	if prev.err == nil {
 		w.log.Warn().Err(err).Msg(w.sink + " not reachable")
 	}
@@ -476,7 +476,7 @@ func (w *Writer) Close() error {
 		c.Close()
 	}
 	w.ready.Store(&readiness{ErrClosed})
-	w.m.connected.Set(0)
+	w.m.Connected.Set(0)
 	w.log.Info().Msg(w.sink + " sink closed")
 	return nil
 }

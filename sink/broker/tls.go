@@ -15,6 +15,7 @@ import (
 // A URL scheme that implies TLS (amqps://, rediss://, tls://) turns it on
 // too; these keys then choose the certificates.
 type TLS struct {
+	// Enabled turns TLS to the broker on (a TLS URL scheme does too).
 	Enabled       bool `yaml:"enabled"`
 	tlsconf.Files `yaml:",inline"`
 	// InsecureSkipVerify accepts any server certificate: encryption

@@ -37,8 +37,8 @@ type Config struct {
 	// DuplicateWindow is a created stream's duplicate window: a record
 	// sent again within it with the same Nats-Msg-Id is not stored twice.
 	DuplicateWindow time.Duration `yaml:"duplicate_window"`
-	StreamStorage   string        `yaml:"stream_storage"` // file | memory
-	StreamReplicas  int           `yaml:"stream_replicas"`
+	StreamStorage   string        `yaml:"stream_storage"`  // file | memory
+	StreamReplicas  int           `yaml:"stream_replicas"` // 1 to 5
 	// PingInterval is how often the client pings an idle server; a
 	// connection that misses two pings is given up.
 	PingInterval time.Duration `yaml:"ping_interval"`

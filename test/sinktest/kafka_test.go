@@ -15,10 +15,16 @@ import (
 
 // TestKafka holds the Kafka sink to the contract, against kfake (an
 // in-process Kafka-protocol broker, stopped and started again on the same
-// port with its data for an outage), read back with franz-go.
-func TestKafka(t *testing.T) { Run(t, kafkaTarget{}) }
+// port with its data for an outage), read back with franz-go: the
+// at-least-once sink, and the exactly-once sink (delivery: exactly-once,
+// read back with read_committed), which must leave no duplicate even
+// after kill -9.
+func TestKafka(t *testing.T) {
+	t.Run("AtLeastOnce", func(t *testing.T) { Run(t, kafkaTarget{}) })
+	t.Run("ExactlyOnce", func(t *testing.T) { Run(t, kafkaTarget{exactlyOnce: true}) })
+}
 
-type kafkaTarget struct{}
+type kafkaTarget struct{ exactlyOnce bool }
 
 // kafkaBroker is a kfake cluster that can be stopped and started again.
 type kafkaBroker struct {
@@ -52,7 +58,7 @@ func (b *kafkaBroker) stop() {
 	}
 }
 
-func (kafkaTarget) Prepare(t *testing.T, o Options) *Setup {
+func (k kafkaTarget) Prepare(t *testing.T, o Options) *Setup {
 	_, port, _ := net.SplitHostPort(freeAddr(t))
 	p, _ := strconv.Atoi(port)
 	b := &kafkaBroker{port: p, dir: t.TempDir()}
@@ -70,6 +76,16 @@ func (kafkaTarget) Prepare(t *testing.T, o Options) *Setup {
 	if o.MaxMessageBytes > 0 {
 		s.Sink += fmt.Sprintf("  max_message_bytes: %d\n", o.MaxMessageBytes)
 	}
+	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.ConsumeRegex(), kgo.ConsumeTopics(`^` + prefix + `.*`),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.MetadataMinAge(50 * time.Millisecond), kgo.MetadataMaxAge(250 * time.Millisecond), kgo.FetchMaxWait(100 * time.Millisecond)}
+	if k.exactlyOnce {
+		// The progress topic's name must not match the consumer's regex.
+		s.Delivery = "exactly-once"
+		s.Sink += fmt.Sprintf("  progress_topic: progress-%s\n", prefix)
+		s.BrokerDedupes = true
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
 	var mu sync.Mutex
 	var got []Message
 	var cl *kgo.Client
@@ -77,9 +93,7 @@ func (kafkaTarget) Prepare(t *testing.T, o Options) *Setup {
 		t.Helper()
 		if cl == nil {
 			var err error
-			cl, err = kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeRegex(), kgo.ConsumeTopics(prefix+`.*`),
-				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-				kgo.MetadataMinAge(50*time.Millisecond), kgo.MetadataMaxAge(250*time.Millisecond), kgo.FetchMaxWait(100*time.Millisecond))
+			cl, err = kgo.NewClient(opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -55,10 +55,12 @@ type Setup struct {
 	// Down makes the broker unreachable for the connector (no answers),
 	// Up reachable again (set when Options.Outage).
 	Down, Up func(t *testing.T)
-	// BrokerDedupes says the broker drops a record sent again with the
-	// same dedupe id (JetStream's duplicate window): then even kill -9
-	// must leave no duplicate.
+	// BrokerDedupes says no record arrives twice even after kill -9: the
+	// broker drops a record sent again with the same dedupe id
+	// (JetStream's duplicate window), or the sink is exactly-once.
 	BrokerDedupes bool
+	// Delivery is the connector's delivery: key (empty: at-least-once).
+	Delivery string
 }
 
 // Message is one message read back.
@@ -116,7 +118,11 @@ func objectName(t *testing.T) string {
 
 // config writes the connector's configuration.
 func config(t *testing.T, name string, src *source, s *Setup, pipeline string) string {
-	return writeConfig(t, fmt.Sprintf(`name: %s
+	delivery := ""
+	if s.Delivery != "" {
+		delivery = "delivery: " + s.Delivery + "\n"
+	}
+	return writeConfig(t, fmt.Sprintf(`%sname: %s
 source:
 %sroute:
   preset: seed
@@ -127,7 +133,7 @@ sink:
   path: %q
 pipeline:
   dlq_topic: %q
-%s`, name, src.yaml, s.Topic, s.Sink, t.TempDir()+"/checkpoint", s.DLQTopic, pipeline))
+%s`, delivery, name, src.yaml, s.Topic, s.Sink, t.TempDir()+"/checkpoint", s.DLQTopic, pipeline))
 }
 
 // check asserts that every id in want arrived (exactly once when exact),

@@ -13,13 +13,19 @@ import (
 // without closing anything, as a cut network or a dead firewall state
 // looks: bytes are neither delivered nor refused, no RST and no FIN reach
 // either side. Heal delivers again (what was held back while silent is
-// dropped, as a partition loses it). Cut closes every connection (a RST-free
-// FIN both ways), as a server restart looks.
+// dropped, as a partition loses it). Freeze stops reading in both
+// directions, so the peers' kernel buffers fill and their writes block, as a
+// SIGSTOPped process looks (its kernel keeps the connection up, acks
+// nothing beyond a full window, and the application reads nothing); Thaw
+// delivers what was held back. Cut closes every connection (a RST-free FIN
+// both ways), as a server restart looks.
 type Proxy struct {
 	target string
 	ln     net.Listener
 
 	mu     sync.Mutex
+	thawed *sync.Cond // signalled when frozen turns false
+	frozen bool
 	silent bool
 	conns  map[*proxyConn]struct{}
 	accept int
@@ -40,6 +46,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 		t.Fatalf("proxy listen: %v", err)
 	}
 	p := &Proxy{target: target, ln: ln, conns: map[*proxyConn]struct{}{}}
+	p.thawed = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(p.Close)
@@ -74,6 +81,35 @@ func (p *Proxy) Heal() {
 	p.mu.Unlock()
 }
 
+// Freeze stops reading from every connection, existing and new, in both
+// directions, without closing any: what each side sends piles up in the
+// kernel buffers until its writes block. New connections are accepted but
+// not forwarded until Thaw.
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	p.frozen = true
+	p.mu.Unlock()
+}
+
+// Thaw reads and delivers again, what was held back included.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	p.frozen = false
+	p.thawed.Broadcast()
+	p.mu.Unlock()
+}
+
+// waitThawed blocks while the proxy is frozen; it returns false once the
+// proxy is closed.
+func (p *Proxy) waitThawed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.frozen && !p.closed {
+		p.thawed.Wait()
+	}
+	return !p.closed
+}
+
 // Cut closes every open connection (both sides see EOF), leaving the proxy
 // accepting new ones.
 func (p *Proxy) Cut() {
@@ -95,6 +131,7 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
+	p.thawed.Broadcast()
 	p.mu.Unlock()
 	p.ln.Close()
 	p.Cut()
@@ -118,6 +155,10 @@ func (p *Proxy) serve() {
 		p.accept++
 		silent := p.silent
 		p.mu.Unlock()
+		if !p.waitThawed() {
+			client.Close()
+			return
+		}
 		if silent {
 			// Hold the connection open and answer nothing, until Close.
 			p.mu.Lock()
@@ -154,7 +195,15 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
 	defer p.wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
+		if !p.waitThawed() {
+			return
+		}
 		n, err := src.Read(buf)
+		// A read that was under way when the proxy froze delivers nothing
+		// (and reports no error to the other side) until the thaw.
+		if !p.waitThawed() {
+			return
+		}
 		if n > 0 && !p.isSilent() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr

@@ -72,3 +72,56 @@ func TestProxySilenceHealCut(t *testing.T) {
 		t.Fatalf("accepted %d connections, want 1", p.Accepted())
 	}
 }
+
+// TestProxyFreezeThaw: a frozen proxy reads nothing, so a sender's writes
+// block once the kernel buffers are full; thawed, everything held back
+// arrives.
+func TestProxyFreezeThaw(t *testing.T) {
+	p := NewProxy(t, echo(t))
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("a\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.ReadString('\n'); err != nil || got != "a\n" {
+		t.Fatalf("through the proxy: %q, %v", got, err)
+	}
+	p.Freeze()
+	time.Sleep(50 * time.Millisecond) // the pipes finish the read they were in
+	line := make([]byte, 1<<10)
+	for i := range line {
+		line[i] = 'x'
+	}
+	line[len(line)-1] = '\n'
+	sent := 0
+	c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	for sent < 256<<20 {
+		n, err := c.Write(line)
+		sent += n
+		if err != nil {
+			if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+				t.Fatalf("write to a frozen path: %v", err)
+			}
+			break
+		}
+	}
+	if sent >= 256<<20 {
+		t.Fatal("256 MiB written to a frozen path without blocking")
+	}
+	t.Logf("a write blocked after %d KiB", sent>>10)
+	p.Thaw()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	got := 0
+	for got < sent-sent%len(line) {
+		s, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v", got, sent, err)
+		}
+		got += len(s)
+	}
+}

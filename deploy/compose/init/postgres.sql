@@ -1,19 +1,6 @@
 -- Runs once when the postgres volume is created (docker-entrypoint-initdb.d)
--- in the database "shop" (POSTGRES_DB).
-CREATE TABLE public.outbox_message (
-  id BIGSERIAL PRIMARY KEY,
-  message_id VARCHAR(64) NOT NULL UNIQUE,
-  aggregate_type VARCHAR(64) NOT NULL,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSONB NOT NULL,
-  status SMALLINT NOT NULL DEFAULT 0,
-  retry_count INT NOT NULL DEFAULT 0,
-  next_retry_at TIMESTAMPTZ,
-  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-  updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-
+-- in the database "shop" (POSTGRES_DB), after 10-outbox.sql, which is the
+-- outbox table's one definition (schema/postgres.sql).
 CREATE TABLE public.orders (
   id BIGSERIAL PRIMARY KEY,
   order_no VARCHAR(32) NOT NULL

@@ -1,0 +1,267 @@
+package binlog
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/go-mysql-org/go-mysql/replication"
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+)
+
+// Several outbox tables (source.tables).
+//
+// source.tables lists tables as "database.table" or "table" (in the DSN's
+// database); either part may hold the wildcards * or % (any run of
+// characters; _ is an ordinary character, as in table names). One binlog
+// stream serves every table that matches: a table created after the start
+// is an outbox table from its first row on, since matching is by name and
+// the binlog names the table in every table map event. Each table keeps
+// its own column layout and its own schema proof (schema.go, stream.go's
+// tableState); rows of all tables reach the pipeline in commit order, in
+// the transactions they were written in, under one position.
+
+// namePart is one side of a pattern: a literal name, or one with
+// wildcards.
+type namePart struct {
+	text string
+	wild bool
+}
+
+func parseNamePart(s string) namePart {
+	return namePart{text: s, wild: strings.ContainsAny(s, "*%")}
+}
+
+// matches compares name with the part; fold compares letters without case
+// (ASCII letters only in wildcard patterns).
+func (p namePart) matches(name []byte, fold bool) bool {
+	if !p.wild {
+		if fold {
+			return bytes.EqualFold(name, []byte(p.text))
+		}
+		return string(name) == p.text
+	}
+	return globMatch(p.text, name, fold)
+}
+
+// globMatch matches name against pat, where * and % stand for any run of
+// bytes. It backtracks to the last wildcard only, so it is linear in
+// practice.
+func globMatch(pat string, name []byte, fold bool) bool {
+	p, n := 0, 0
+	star, mark := -1, 0
+	for n < len(name) {
+		switch {
+		case p < len(pat) && (pat[p] == '*' || pat[p] == '%'):
+			star, mark = p, n
+			p++
+		case p < len(pat) && sameByte(pat[p], name[n], fold):
+			p++
+			n++
+		case star >= 0:
+			p = star + 1
+			mark++
+			n = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pat) && (pat[p] == '*' || pat[p] == '%') {
+		p++
+	}
+	return p == len(pat)
+}
+
+func sameByte(a, b byte, fold bool) bool {
+	if a == b {
+		return true
+	}
+	if !fold {
+		return false
+	}
+	if 'A' <= a && a <= 'Z' {
+		a += 'a' - 'A'
+	}
+	if 'A' <= b && b <= 'Z' {
+		b += 'a' - 'A'
+	}
+	return a == b
+}
+
+// matchesFold reports whether a pattern matches db.table, compared
+// without case (statements name tables as written, not as stored).
+func (m *tableMatcher) matchesFold(db, table string) bool {
+	for i := range m.pats {
+		if m.pats[i].matches([]byte(db), []byte(table), true) {
+			return true
+		}
+	}
+	return false
+}
+
+// tablePattern is one source.tables entry.
+type tablePattern struct {
+	db, table namePart
+}
+
+func (p *tablePattern) matches(schema, table []byte, fold bool) bool {
+	return p.table.matches(table, fold) && p.db.matches(schema, fold)
+}
+
+func (p tablePattern) String() string { return p.db.text + "." + p.table.text }
+
+func (p tablePattern) literal() bool { return !p.db.wild && !p.table.wild }
+
+// parseTables parses source.tables; unqualified entries are in dsnDB.
+func parseTables(entries []string, dsnDB string) ([]tablePattern, error) {
+	var out []tablePattern
+	for i, e := range entries {
+		db, table, ok := strings.Cut(e, ".")
+		if !ok {
+			db, table = dsnDB, e
+		}
+		if db == "" || table == "" || strings.Contains(table, ".") {
+			return nil, fmt.Errorf("tables[%d]: %q is not database.table or table (wildcards * and %% allowed in either part)", i, e)
+		}
+		out = append(out, tablePattern{db: parseNamePart(db), table: parseNamePart(table)})
+	}
+	return out, nil
+}
+
+// multi reports whether the source reads source.tables rather than the
+// one source.table.
+func (s *Source) multi() bool { return len(s.pats) > 0 }
+
+// resolveTables finds the tables source.tables names now: each literal
+// entry must exist (as resolveTable requires of source.table), a pattern
+// may match none yet. The matcher it returns matches the literal entries
+// by their names as stored and the patterns as written.
+func (s *Source) resolveTables(ctx context.Context, db *sql.DB) ([]resolvedTable, *tableMatcher, error) {
+	var lctn int
+	if err := db.QueryRowContext(ctx, "SELECT @@lower_case_table_names").Scan(&lctn); err != nil {
+		return nil, nil, classifyConnErr(fmt.Errorf("read lower_case_table_names: %w", err))
+	}
+	m := &tableMatcher{fold: lctn != 0}
+	var found []resolvedTable
+	seen := map[resolvedTable]bool{}
+	add := func(r resolvedTable) {
+		if !seen[r] {
+			seen[r] = true
+			found = append(found, r)
+		}
+	}
+	wild := false
+	for _, p := range s.pats {
+		if !p.literal() {
+			wild = true
+			m.pats = append(m.pats, p)
+			continue
+		}
+		r, err := s.resolveNamed(ctx, db, lctn, p.db.text, p.table.text)
+		if err != nil {
+			return nil, nil, err
+		}
+		add(r)
+		m.pats = append(m.pats, tablePattern{db: namePart{text: r.db}, table: namePart{text: r.table}})
+	}
+	if wild {
+		rows, err := db.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
+		if err != nil {
+			return nil, nil, classifyConnErr(fmt.Errorf("list tables: %w", err))
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r := resolvedTable{lctn: lctn}
+			if err := rows.Scan(&r.db, &r.table); err != nil {
+				return nil, nil, classifyConnErr(fmt.Errorf("list tables: %w", err))
+			}
+			if m.matches([]byte(r.db), []byte(r.table)) {
+				add(r)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return nil, nil, classifyConnErr(fmt.Errorf("list tables: %w", err))
+		}
+	}
+	return found, m, nil
+}
+
+// tablesColumns resolves source.tables and checks that every table found
+// has the role columns its route names (route.tables), so a table whose
+// layout does not fit stops the source at the start with ErrTable.
+func (s *Source) tablesColumns(ctx context.Context, db *sql.DB) ([]resolvedTable, *tableMatcher, error) {
+	found, m, err := s.resolveTables(ctx, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range found {
+		if _, err := s.readColumnsOf(ctx, db, r, s.cols.For(r.db, r.table)); err != nil {
+			return nil, nil, err
+		}
+	}
+	names := make([]string, len(found))
+	for i, r := range found {
+		names[i] = r.db + "." + r.table
+	}
+	s.log.Info().Strs("tables", names).Str("patterns", s.patternsText()).Msg("outbox tables found; tables created later that match are read too")
+	return found, m, nil
+}
+
+func (s *Source) patternsText() string {
+	parts := make([]string, len(s.pats))
+	for i, p := range s.pats {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tableKey is an outbox table as the binlog names it.
+type tableKey struct{ db, table string }
+
+func (k tableKey) String() string { return k.db + "." + k.table }
+
+// tableKeyMatcher matches the one table k.
+func tableKeyMatcher(k tableKey) *tableMatcher {
+	return &tableMatcher{db: []byte(k.db), table: []byte(k.table)}
+}
+
+// tableState is what a stream knows of one outbox table's columns
+// (schema.go): every table keeps its own layout, column list and proof,
+// and a statement changing one table leaves the others' alone.
+type tableState struct {
+	key     tableKey
+	cols    outboxcdc.Columns // its role columns (route.tables)
+	match   *tableMatcher     // this table alone, for the DDL scan
+	layout  *layout
+	schema  *tableSchema // information_schema's list and its proof; nil: read at the next row
+	scope   *binlogPoint // the stream has seen every event from here on, with no boundary of this table
+	lastDDL *ddlEvent    // the last statement that may have changed the table
+}
+
+// table returns the state of tm's table, making it at its first rows.
+func (st *stream) table(tm *replication.TableMapEvent) *tableState {
+	if tm == st.lastTM && st.lastTS != nil {
+		return st.lastTS
+	}
+	k := tableKey{string(tm.Schema), string(tm.Table)}
+	ts := st.tables[k]
+	if ts == nil {
+		ts = &tableState{key: k, cols: st.src.cols.For(k.db, k.table), match: tableKeyMatcher(k), lastDDL: st.lastDDL}
+		scope := st.scope
+		if st.ddlScope != nil {
+			scope = st.ddlScope
+		}
+		if scope != nil {
+			sc := *scope
+			ts.scope = &sc
+		}
+		if st.tables == nil {
+			st.tables = map[tableKey]*tableState{}
+		}
+		st.tables[k] = ts
+	}
+	st.lastTM, st.lastTS = tm, ts
+	return ts
+}

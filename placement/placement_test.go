@@ -1,0 +1,94 @@
+package placement
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	ok.Enabled = true
+	ok.Deployment = "orders-eu.1"
+	ok.Brokers = []string{"k:9092"}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("disabled default: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		edit func(*Config)
+		want string
+	}{
+		"deployment empty":     {func(c *Config) { c.Deployment = "" }, "placement.deployment"},
+		"deployment illegal":   {func(c *Config) { c.Deployment = "a/b" }, "placement.deployment"},
+		"no brokers":           {func(c *Config) { c.Brokers = nil }, "placement.brokers"},
+		"session too short":    {func(c *Config) { c.SessionTimeout = 10 * time.Millisecond }, "placement.session_timeout"},
+		"rebalance < session":  {func(c *Config) { c.RebalanceTimeout = 5 * time.Second }, "placement.rebalance_timeout"},
+		"replication factor 0": {func(c *Config) { c.ReplicationFactor = 0 }, "placement.replication_factor"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := ok
+			tc.edit(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTopicNameIsTheSortedList(t *testing.T) {
+	a := TopicName("d", []string{"b", "a", "c"})
+	if b := TopicName("d", []string{"c", "b", "a"}); a != b {
+		t.Fatalf("order changes the topic: %s vs %s", a, b)
+	}
+	if b := TopicName("d", []string{"a", "b", "c", "d"}); a == b {
+		t.Fatalf("another list, same topic %s", a)
+	}
+	if b := TopicName("e", []string{"a", "b", "c"}); a == b {
+		t.Fatalf("another deployment, same topic %s", a)
+	}
+	if !strings.HasPrefix(a, GroupName("d")+"-") || len(a) != len(GroupName("d"))+13 {
+		t.Fatalf("topic %s", a)
+	}
+}
+
+type nopConnectors struct{}
+
+func (nopConnectors) Start(string) error { return nil }
+func (nopConnectors) Stop(string) error  { return nil }
+
+// A placement topic with another partition count than connectors would
+// make partition numbers name the wrong connectors: Run refuses it.
+func TestRunRefusesTopicWithOtherPartitionCount(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	topic := TopicName("wrongcount", names)
+	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kf.Close()
+	cfg := DefaultConfig()
+	cfg.Enabled, cfg.Deployment, cfg.Brokers = true, "wrongcount", kf.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = Run(ctx, cfg, names, nopConnectors{}, zerolog.New(zerolog.NewTestWriter(t)))
+	if err == nil || !strings.Contains(err.Error(), "has 2 partitions, want 3") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestRunRefusesDuplicateNames(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Enabled, cfg.Deployment, cfg.Brokers = true, "dup", []string{"127.0.0.1:1"}
+	err := Run(context.Background(), cfg, []string{"a", "b", "a"}, nopConnectors{}, zerolog.Nop())
+	if err == nil || !strings.Contains(err.Error(), "unique") {
+		t.Fatalf("got %v", err)
+	}
+}
