@@ -87,7 +87,8 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		st.file = string(e.NextLogName)
-		st.src.curFile.Store(&st.file)
+		file := st.file // watchFilesBehind reads it from another goroutine
+		st.src.curFile.Store(&file)
 		if !st.inTx && !st.pos.IsGTID() {
 			// Not a transaction end, but the next one will be in this file;
 			// keep pos meaningful for logs.
