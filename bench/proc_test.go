@@ -52,9 +52,9 @@ func TestParseMetrics(t *testing.T) {
 # TYPE go_memstats_alloc_bytes_total counter
 go_memstats_alloc_bytes_total 3.912345e+09
 go_memstats_mallocs_total 1.8e+07
-outbox_cdc_records_delivered_total 1e+06
+outbox_cdc_records_delivered_total{connector="bench"} 1e+06
 outbox_cdc_records_delivered_total_extra 5
-outbox_cdc_sink_records_total{topic="a"} 7
+outbox_cdc_sink_records_total{connector="bench",topic="a"} 7
 go_memstats_alloc_bytes 1234 1700000000000
 `
 	got, err := parseMetrics(strings.NewReader(text), "go_memstats_alloc_bytes_total", "outbox_cdc_records_delivered_total", "go_memstats_alloc_bytes", "missing")

@@ -28,6 +28,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
 	asJSON := fs.Bool("json", false, "print the results as a JSON array")
+	name := fs.String("connector", "", "the connector to check, by name (required when the configuration lists several)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -35,7 +36,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox-cdc check: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := loadConfig(*cfgPath, environ())
+	cfg, err := loadConnectorConfig(*cfgPath, *name, environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
 		return 2

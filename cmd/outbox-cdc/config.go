@@ -138,77 +138,96 @@ func validKeys(sourceType, sinkType string) keySet {
 
 // loadConfig reads the file at path (optional), applies OUTBOX_CDC_*
 // environment overrides, decodes strictly and validates every section. Any
-// mistake is a *configError.
+// mistake is a *configError. The file must hold one connector (the
+// single-connector layout or a connectors: list of one); see
+// loadProcessConfig for several.
 func loadConfig(path string, env map[string]string) (Config, error) {
+	return loadConnectorConfig(path, "", env)
+}
+
+// readConfigFile parses the YAML file at path; an empty path is an empty
+// document.
+func readConfigFile(path string) (yaml.Node, error) {
 	var root yaml.Node
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
-			return Config{}, configErrorf("read configuration: %v", err)
+			return root, configErrorf("read configuration: %v", err)
 		}
 		if err := yaml.Unmarshal(raw, &root); err != nil {
-			return Config{}, configErrorf("%s: %v", path, err)
+			return root, configErrorf("%s: %v", path, err)
 		}
 	}
+	return root, nil
+}
+
+// configFromNode is loadConfig on a parsed document: one connector's keys
+// plus http and log. It also returns the keys valid for the connector's
+// source and sink types. checkEnv rejects OUTBOX_CDC_* variables that
+// match none of them (a connectors: list checks them against every
+// connector's keys instead, see loadProcessConfig).
+func configFromNode(root *yaml.Node, path string, env map[string]string, checkEnv bool) (Config, keySet, error) {
 	cfg := defaultConfig()
 	// The source type decides which source keys exist.
 	if v, ok := env[envName("source.type")]; ok {
 		cfg.Source.Type = v
-	} else if n := lookup(&root, "source.type"); n != nil {
+	} else if n := lookup(root, "source.type"); n != nil {
 		cfg.Source.Type = n.Value
 	}
 	if _, ok := sourceKinds[cfg.Source.Type]; !ok {
-		return Config{}, configErrorf("source.type: unknown source %q (want %s)", cfg.Source.Type, sourceTypeNames())
+		return Config{}, nil, configErrorf("source.type: unknown source %q (want %s)", cfg.Source.Type, sourceTypeNames())
 	}
 	// So does the sink type: its keys, and what route.topic names.
 	if v, ok := env[envName("sink.type")]; ok {
 		cfg.Sink.Type = v
-	} else if n := lookup(&root, "sink.type"); n != nil {
+	} else if n := lookup(root, "sink.type"); n != nil {
 		cfg.Sink.Type = n.Value
 	}
 	kind, ok := sinkKinds[cfg.Sink.Type]
 	if !ok {
-		return Config{}, configErrorf("sink.type: unknown sink %q (want %s)", cfg.Sink.Type, sinkTypeNames)
+		return Config{}, nil, configErrorf("sink.type: unknown sink %q (want %s)", cfg.Sink.Type, sinkTypeNames)
 	}
 	if kind.dest != nil {
 		cfg.Route.Destination, cfg.Route.Topic = kind.dest, kind.dest.Default
 		cfg.Pipeline.DLQTopicCheck = dlqTopicCheck(kind.dest)
 	}
 	keys := validKeys(cfg.Source.Type, cfg.Sink.Type)
-	if _, err := applyEnv(&root, keys, env); err != nil {
-		return Config{}, err
+	if _, err := applyEnv(root, keys, env); err != nil {
+		return Config{}, nil, err
 	}
-	if err := warnUnknownEnv(env, keys); err != nil {
-		return Config{}, err
+	if checkEnv {
+		if err := warnUnknownEnv(env, keys); err != nil {
+			return Config{}, nil, err
+		}
 	}
-	if err := checkKeys(&root, "", keys); err != nil {
+	if err := checkKeys(root, "", keys); err != nil {
 		var ce *configError
 		if errors.As(err, &ce) {
 			ce.File = path
 		}
-		return Config{}, err
+		return Config{}, nil, err
 	}
-	if err := resolveFileKeys(&root, "", keys, os.ReadFile); err != nil {
-		return Config{}, err
+	if err := resolveFileKeys(root, "", keys, os.ReadFile); err != nil {
+		return Config{}, nil, err
 	}
 	if len(root.Content) > 0 {
 		doc := root.Content[0]
-		sinkNode := lookup(&root, "sink")
+		sinkNode := lookup(root, "sink")
 		if kind.config != nil && sinkNode != nil {
 			// The broker's keys are not the Kafka keys SinkConfig inlines.
 			doc = withKeyNode(doc, "sink", onlyKey(sinkNode, "type"))
 		}
 		if err := decode(doc, &cfg); err != nil {
-			return Config{}, err
+			return Config{}, nil, err
 		}
-		if n := lookup(&root, "source"); n != nil {
+		if n := lookup(root, "source"); n != nil {
 			if err := decodeAt("source", withoutKey(n, "type"), cfg.source().config(&cfg.Source)); err != nil {
-				return Config{}, err
+				return Config{}, nil, err
 			}
 		}
 		if kind.config != nil && sinkNode != nil {
 			if err := decodeAt("sink", withoutKey(sinkNode, "type"), kind.config(&cfg.Sink)); err != nil {
-				return Config{}, err
+				return Config{}, nil, err
 			}
 		}
 	}
@@ -219,9 +238,9 @@ func loadConfig(path string, env map[string]string) (Config, error) {
 		ce.Source = "/outbox-cdc/" + cfg.Name
 	}
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
-	return cfg, nil
+	return cfg, keys, nil
 }
 
 // warnUnknownEnv rejects OUTBOX_CDC_* variables that match no key, which

@@ -59,17 +59,21 @@ func main() {
 
 const usage = `usage:
   outbox-cdc run --config FILE [--fresh-start]
-                                         stream committed outbox rows to the sink
-  outbox-cdc config print --config FILE  print the effective configuration, secrets redacted
-  outbox-cdc position show --config FILE [--json]
+                                         stream committed outbox rows to the sink (every connector)
+  outbox-cdc config print --config FILE [--connector NAME]
+                                         print the effective configuration, secrets redacted
+  outbox-cdc position show --config FILE [--connector NAME] [--json]
                                          print the checkpoint's position
-  outbox-cdc position set --config FILE --to POS|latest [--force]
+  outbox-cdc position set --config FILE [--connector NAME] --to POS|latest [--force]
                                          replace it (stop the connector first)
-  outbox-cdc position import-debezium --config FILE --offset FILE|- [--force]
+  outbox-cdc position import-debezium --config FILE [--connector NAME] --offset FILE|- [--force]
                                          take over a Debezium connector's offset
   outbox-cdc migrate debezium-config [--input FILE|-] [--strict]
                                          translate a Debezium connector's configuration
-  outbox-cdc check --config FILE [--json] connect and check every prerequisite (exit 0: all pass)
+  outbox-cdc check --config FILE [--connector NAME] [--json]
+                                         connect and check every prerequisite (exit 0: all pass)
+
+--connector is required when the configuration lists several connectors.
   outbox-cdc version                     print the version
 
 Every configuration key can be set from the environment: source.dsn is
@@ -90,7 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "run":
 		var opts runOptions
-		cfg, code := parseConfigFlags("run", args[1:], stderr, func(fs *flag.FlagSet) {
+		pc, code := parseProcessFlags("run", args[1:], stderr, func(fs *flag.FlagSet) {
 			fs.BoolVar(&opts.freshStart, "fresh-start", false,
 				"exactly-once: start where source.start says although the progress record is missing and the connector ran before (rows committed in between are not sent)")
 		})
@@ -99,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		if err := runConnector(ctx, cfg, opts, stderr); err != nil {
+		if err := runProcess(ctx, pc, opts, stderr); err != nil {
 			var ce *configError
 			if errors.As(err, &ce) {
 				fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
@@ -134,9 +138,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// parseConfigFlags parses --config and loads the configuration; a non-zero
-// code means the caller exits with it (the problem is already printed).
+// parseConfigFlags parses --config and --connector and loads that
+// connector's configuration (--connector may be left out when the file
+// holds one); a non-zero code means the caller exits with it (the problem
+// is already printed).
 func parseConfigFlags(cmd string, args []string, stderr io.Writer, more ...func(*flag.FlagSet)) (Config, int) {
+	var name string
+	pc, code := parseProcessFlags(cmd, args, stderr, append(more, func(fs *flag.FlagSet) {
+		fs.StringVar(&name, "connector", "", "the connector to act on, by name (required when the configuration lists several)")
+	})...)
+	if code != 0 {
+		return Config{}, code
+	}
+	cfg, err := pickConnector(pc, name)
+	if err != nil {
+		fmt.Fprintf(stderr, "outbox-cdc %s: %v\n", cmd, err)
+		return Config{}, 2
+	}
+	return cfg, 0
+}
+
+// parseProcessFlags parses --config and loads every connector of the
+// configuration.
+func parseProcessFlags(cmd string, args []string, stderr io.Writer, more ...func(*flag.FlagSet)) (processConfig, int) {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
@@ -144,18 +168,18 @@ func parseConfigFlags(cmd string, args []string, stderr io.Writer, more ...func(
 		m(fs)
 	}
 	if err := fs.Parse(args); err != nil {
-		return Config{}, 2
+		return processConfig{}, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "outbox-cdc %s: unexpected argument %q\n", cmd, fs.Arg(0))
-		return Config{}, 2
+		return processConfig{}, 2
 	}
-	cfg, err := loadConfig(*cfgPath, environ())
+	pc, err := loadProcessConfig(*cfgPath, environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
-		return Config{}, 2
+		return processConfig{}, 2
 	}
-	return cfg, 0
+	return pc, 0
 }
 
 func environ() map[string]string {

@@ -34,9 +34,14 @@ import (
 //     instance holds it;
 //   - otherwise a running instance cannot be detected: stop it first.
 const positionUsage = `usage:
-  outbox-cdc position show --config FILE [--json]
-  outbox-cdc position set --config FILE --to POS|latest [--force] [--dry-run]
-  outbox-cdc position import-debezium --config FILE --offset FILE|- [--connector NAME] [--force] [--dry-run]
+  outbox-cdc position show --config FILE [--connector NAME] [--json]
+  outbox-cdc position set --config FILE [--connector NAME] --to POS|latest [--force] [--dry-run]
+  outbox-cdc position import-debezium --config FILE [--connector NAME] --offset FILE|-
+                                      [--debezium-connector NAME] [--force] [--dry-run]
+
+--connector chooses the connector of the configuration (required when it
+lists several). import-debezium takes the offset of the Debezium connector
+of the same name, or of --debezium-connector, when the input holds several.
 
 The commands act on the position store run uses: the checkpoint file or
 table (delivery at-least-once), or the progress topic (delivery
@@ -63,7 +68,8 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 	fset.SetOutput(stderr)
 	cfgPath := fset.String("config", "", "configuration file (YAML)")
 	var asJSON, force, dryRun *bool
-	var to, offset, connector *string
+	var to, offset, debeziumName *string
+	name := fset.String("connector", "", "the connector to act on, by name (required when the configuration lists several)")
 	switch sub {
 	case "show":
 		asJSON = fset.Bool("json", false, "print JSON")
@@ -71,7 +77,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		to = fset.String("to", "", "the new position, or latest")
 	case "import-debezium":
 		offset = fset.String("offset", "", "Debezium offset: a file (offsets topic dump, offset value, Debezium Server offsets file) or - for stdin")
-		connector = fset.String("connector", "", "connector (or Debezium Server engine) name, when the input holds several offsets")
+		debeziumName = fset.String("debezium-connector", "", "the Debezium connector (or Debezium Server engine) whose offset to take, when the input holds several (default: the --connector name)")
 	case "help", "--help", "-h":
 		fmt.Fprint(stdout, positionUsage)
 		return 0
@@ -90,9 +96,22 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox-cdc position %s: unexpected argument %q\n", sub, fset.Arg(0))
 		return 2
 	}
-	cfg, err := loadConfig(*cfgPath, environ())
+	pc, err := loadProcessConfig(*cfgPath, environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+		return 2
+	}
+	if sub == "import-debezium" && *debeziumName == "" {
+		*debeziumName = *name
+		// Before connectors: lists, --connector named the Debezium
+		// connector only; with one connector configured it still may.
+		if len(pc.Connectors) == 1 && *name != pc.Connectors[0].Name {
+			*name = ""
+		}
+	}
+	cfg, err := pickConnector(pc, *name)
+	if err != nil {
+		fmt.Fprintf(stderr, "outbox-cdc position %s: %v\n", sub, err)
 		return 2
 	}
 	kind := cfg.Source.Type
@@ -159,7 +178,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		pos, notes, err := migrate.Convert(kind, data, migrate.Options{
-			Connector:  *connector,
+			Connector:  *debeziumName,
 			PreferFile: cfg.source().preferFileForm(cfg),
 		})
 		if err != nil {

@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -43,29 +39,20 @@ type runOptions struct {
 	freshStart bool
 }
 
-// runConnector builds the parts from cfg and runs the pipeline until ctx is
-// done. It logs its own failures.
+// runConnector runs the process with cfg as its only connector (see
+// runProcess).
 func runConnector(ctx context.Context, cfg Config, opts runOptions, logOut io.Writer) error {
-	log := newLogger(cfg.Log, logOut)
-	routeLibraryLogs(log)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildInfo(),
-	)
+	return runProcess(ctx, processConfig{HTTP: cfg.HTTP, Log: cfg.Log, Connectors: []Config{cfg}}, opts, logOut)
+}
 
-	// HTTP is up while standby too: /readyz says "standby" (see delivery.go).
+// runOne runs one connector until ctx is done: it waits as a standby
+// while HA is on, then builds the parts from cfg and runs the pipeline.
+// reg is the connector's own registry (its metrics carry the connector
+// label); started receives the connector's HA role as soon as it exists,
+// for /readyz. It logs its own failures.
+func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger, reg prometheus.Registerer, started func(*haState)) error {
 	role := newHAState(cfg, log, reg)
-	if cfg.HTTP.Listen != "" {
-		srv, err := serveHTTP(cfg.HTTP.Listen, reg, role)
-		if err != nil {
-			log.Error().Err(err).Str("listen", cfg.HTTP.Listen).Msg("cannot serve http (set http.listen to a free address, or empty to turn it off)")
-			return err
-		}
-		defer srv.Close()
-		log.Info().Str("listen", srv.Addr).Msg("serving /metrics, /healthz, /readyz")
-	}
+	started(role)
 	ctx, err := role.acquire(ctx)
 	if err != nil {
 		if ctx == nil && errors.Is(err, context.Canceled) {
@@ -97,7 +84,7 @@ func runConnector(ctx context.Context, cfg Config, opts runOptions, logOut io.Wr
 		}
 	}()
 
-	log.Info().Str("version", buildVersion()).Str("connector", cfg.Name).Str("source", cfg.Source.Type).
+	log.Info().Str("version", buildVersion()).Str("source", cfg.Source.Type).
 		Str("sink", cfg.Sink.Type).Msg("starting")
 	ran := make(chan error, 1)
 	go func() { ran <- b.p.Run(ctx) }()
@@ -227,32 +214,5 @@ func buildInfo() prometheus.Collector {
 	return g
 }
 
+// readiness is what /readyz asks: nil means ready.
 type readiness interface{ Ready() error }
-
-// serveHTTP serves /metrics, /healthz (the process is alive) and /readyz
-// (200 only while the source stream and the sink are connected).
-func serveHTTP(addr string, reg *prometheus.Registry, ready readiness) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready.Ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Fprintf(os.Stderr, "outbox-cdc: http server: %v\n", err)
-		}
-	}()
-	return srv, nil
-}

@@ -44,6 +44,10 @@ type sourceKind struct {
 	// derived lists the keys left empty for the source to derive, with
 	// the value it will use (config print).
 	derived func(Config) []derivedKey
+	// exclusive is the server-side identity two connectors of one process
+	// must not share: its key, the scope it is unique in ("": everywhere)
+	// and its value, derived when the key is not set.
+	exclusive func(Config) (key, scope, value string)
 	// table reads the outbox table's columns for route.converters (table.go).
 	table func(ctx context.Context, cfg Config) (*router.Table, error)
 	// lifecycleTable names the outbox table for the lifecycle's UPDATEs
@@ -98,6 +102,13 @@ var sourceKinds = map[string]sourceKind{
 			}
 			return []derivedKey{{"source.server_id", fmt.Sprint(binlog.DeriveServerID(c.Name))}}
 		},
+		exclusive: func(c Config) (string, string, string) {
+			id := c.Source.MySQL.ServerID
+			if id == 0 {
+				id = binlog.DeriveServerID(c.Name)
+			}
+			return "source.server_id", "", fmt.Sprint(id)
+		},
 		table: readMySQLTable,
 		lifecycleTable: func(cfg Config, dsn string) (string, error) {
 			dc, err := mysqldriver.ParseDSN(dsn)
@@ -144,6 +155,13 @@ var sourceKinds = map[string]sourceKind{
 				out = append(out, derivedKey{"source.publication", wal.DeriveName(c.Name)})
 			}
 			return out
+		},
+		exclusive: func(c Config) (string, string, string) {
+			slot := c.Source.Postgres.Slot
+			if slot == "" {
+				slot = wal.DeriveName(c.Name)
+			}
+			return "source.slot", c.Source.Postgres.DSN, slot
 		},
 		table:          readPostgresTable,
 		lifecycleTable: func(cfg Config, _ string) (string, error) { return cfg.Source.Postgres.Table, nil },

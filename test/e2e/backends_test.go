@@ -46,14 +46,16 @@ func testObjectName(t *testing.T) string {
 	return "e2e_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
 }
 
-func mysqlBackend(t *testing.T) *backend {
+func mysqlBackend(t *testing.T) *backend { return mysqlBackendNamed(t, testObjectName(t)) }
+
+// mysqlBackendNamed is mysqlBackend with the database called name.
+func mysqlBackendNamed(t *testing.T, name string) *backend {
 	t.Helper()
 	base := testenv.MySQLDSN(t)
 	cfg, err := mysql.ParseDSN(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := testObjectName(t)
 	admin := testenv.MySQL(t)
 	for _, q := range []string{"DROP DATABASE IF EXISTS " + name, "CREATE DATABASE " + name} {
 		if _, err := admin.Exec(q); err != nil {
@@ -84,10 +86,13 @@ func mysqlBackend(t *testing.T) *backend {
 	}
 }
 
-func postgresBackend(t *testing.T) *backend {
+func postgresBackend(t *testing.T) *backend { return postgresBackendNamed(t, testObjectName(t)) }
+
+// postgresBackendNamed is postgresBackend with the schema, slot and
+// publication called schema.
+func postgresBackendNamed(t *testing.T, schema string) *backend {
 	t.Helper()
 	dsn := testenv.PostgresDSN(t)
-	schema := testObjectName(t)
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)

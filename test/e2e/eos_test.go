@@ -103,6 +103,33 @@ func (c *connector) readyz() (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// streaming says whether the process streams its connector: /active and
+// /readyz both 200 (a standby answers 200 on /readyz, 503 on /active).
+func (c *connector) streaming() bool {
+	return c.status("/active") == 200 && c.status("/readyz") == 200
+}
+
+// waitStreaming polls until the process streams (see streaming) and
+// returns how long that took.
+func (c *connector) waitStreaming(timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	for time.Since(start) < timeout {
+		select {
+		case <-c.done:
+			c.t.Fatalf("connector exited: %v\n%s", c.exitErr, c.log.String())
+		default:
+		}
+		if c.streaming() {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got, body := c.readyz()
+	c.t.Fatalf("not streaming after %s: /readyz %d %q\n%s", timeout, got, body, c.log.String())
+	return 0
+}
+
 // waitStatus polls /readyz until it answers code (with want in the body).
 func (c *connector) waitStatus(code int, want string, timeout time.Duration) time.Duration {
 	c.t.Helper()
@@ -250,10 +277,9 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 		// Exactly one becomes active; the other reports standby.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			ca, _ := a.readyz()
-			cs, _ := s.readyz()
-			if ca == 200 || cs == 200 {
-				if cs == 200 {
+			ca, cs := a.streaming(), s.streaming()
+			if ca || cs {
+				if cs {
 					a, s = s, a
 				}
 				break
@@ -263,7 +289,7 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		s.waitStatus(503, "standby", 5*time.Second)
+		s.waitStatus(200, "standby", 5*time.Second)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "ha", 2*time.Millisecond)
 		time.Sleep(time.Second)
@@ -271,7 +297,7 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 			t.Fatalf("the standby started streaming:\n%s", s.log.String())
 		}
 		a.kill()
-		took := s.waitStatus(200, "ready", 15*time.Second)
+		took := s.waitStreaming(15 * time.Second)
 		t.Logf("%s: standby took over %s after the active one was killed", b.kind, took)
 		time.Sleep(time.Second)
 		want := w.finish()
@@ -295,14 +321,14 @@ func TestFencedZombie(t *testing.T) {
 		cfg := b.eosConfig(t, name, brokers, true)
 		old := start(t, cfg)
 		standby := launch(t, cfg)
-		standby.waitStatus(503, "standby", 10*time.Second)
+		standby.waitStatus(200, "standby", 10*time.Second)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "zb", 2*time.Millisecond)
 		time.Sleep(500 * time.Millisecond)
 
 		old.cmd.Process.Signal(syscall.SIGSTOP)
 		killSessions(t, b, name)
-		took := standby.waitStatus(200, "ready", 20*time.Second)
+		took := standby.waitStreaming(20 * time.Second)
 		t.Logf("%s: standby active %s after the paused instance lost its sessions", b.kind, took)
 		time.Sleep(500 * time.Millisecond)
 		old.cmd.Process.Signal(syscall.SIGCONT)
@@ -347,7 +373,7 @@ func TestFencedWithoutLock(t *testing.T) {
 			!strings.Contains(log, "took over") {
 			t.Fatalf("no fencing message:\n%s", log)
 		}
-		second.waitStatus(200, "ready", 20*time.Second)
+		second.waitStreaming(20 * time.Second)
 		time.Sleep(500 * time.Millisecond)
 		want := w.finish()
 		got := cons.waitFor(t, len(want), 30*time.Second)

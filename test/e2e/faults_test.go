@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,7 +97,7 @@ func (c *connector) metric(name string) float64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
+		line := withoutConnectorLabel(sc.Text())
 		if strings.HasPrefix(line, name+" ") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(line[len(name):]), 64)
 			if err == nil {
@@ -105,6 +106,18 @@ func (c *connector) metric(name string) float64 {
 		}
 	}
 	return -1
+}
+
+// connectorLabel is the label every connector metric carries.
+var connectorLabel = regexp.MustCompile(`connector="[^"]*",?`)
+
+// withoutConnectorLabel drops the connector label from a sample line, so
+// that name{class="x"} and an unlabelled name match whichever connector
+// exported them (the tests' processes run one).
+func withoutConnectorLabel(line string) string {
+	line = connectorLabel.ReplaceAllString(line, "")
+	line = strings.ReplaceAll(line, ",}", "}")
+	return strings.ReplaceAll(line, "{}", "")
 }
 
 // status returns the HTTP status of path on the connector, 0 if unreachable.

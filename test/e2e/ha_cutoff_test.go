@@ -96,7 +96,7 @@ func testHACutOff(t *testing.T, b *backend, how, delivery, checkpoint string) {
 	}
 	active := start(t, b.haCutoffConfig(t, name, brokers, delivery, checkpoint, proxy))
 	standby := launch(t, b.haCutoffConfig(t, name, brokers, delivery, checkpoint, nil))
-	standby.waitStatus(503, "standby", 15*time.Second)
+	standby.waitStatus(200, "standby", 15*time.Second)
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	w := startChaosWriter(t, b, "cut", 2*time.Millisecond)
 	time.Sleep(time.Second)
@@ -120,7 +120,7 @@ func testHACutOff(t *testing.T, b *backend, how, delivery, checkpoint string) {
 		if acquired == 0 && strings.Contains(standby.log.String(), "lock acquired") {
 			acquired = time.Since(cut)
 		}
-		if code, _ := standby.readyz(); code == 200 {
+		if standby.streaming() {
 			ready = time.Since(cut)
 		}
 		select {

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,7 +88,8 @@ func writeConfig(t *testing.T, yaml string) string {
 	return p
 }
 
-// start runs the binary with the config and waits until /readyz says 200.
+// start runs the binary with the config and waits until it streams
+// (/readyz and /active say 200).
 func start(t *testing.T, configPath string, env ...string) *connector {
 	t.Helper()
 	c := &connector{t: t, httpAddr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
@@ -113,12 +113,8 @@ func start(t *testing.T, configPath string, env ...string) *connector {
 			t.Fatalf("connector exited during start: %v\n%s", c.exitErr, c.log.String())
 		default:
 		}
-		resp, err := http.Get("http://" + c.httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return c
-			}
+		if c.streaming() {
+			return c
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -327,7 +327,7 @@ func startArgs(t *testing.T, configPath string, args []string, env ...string) *c
 			t.Fatalf("connector exited during start: %v\n%s", c.exitErr, c.log.String())
 		default:
 		}
-		return c.status("/readyz") == 200
+		return c.streaming()
 	})
 	return c
 }

@@ -191,7 +191,7 @@ func srcMetric(t *testing.T, c *connector, name string) float64 {
 	if err != nil {
 		t.Fatalf("metrics: %v", err)
 	}
-	if m := re.FindStringSubmatch(resp); m != nil {
+	if m := re.FindStringSubmatch(withoutConnectorLabel(resp)); m != nil {
 		fmt.Sscan(m[1], &v)
 	}
 	return v
@@ -324,7 +324,7 @@ func TestSourceServerIDConflict(t *testing.T) {
 	// The survivor streams on.
 	srcWaitUntil(t, "the remaining connector to be ready", 20*time.Second, func() bool {
 		resp, err := srcHTTPGet("http://" + winner.httpAddr + "/readyz")
-		return err == nil && strings.HasPrefix(resp, "ready")
+		return err == nil && strings.Contains(resp, `"status": "ready"`)
 	})
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sid-1", "ORDER", "A-1", "E", `{}`}}, true)

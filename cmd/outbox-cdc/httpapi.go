@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+)
+
+// The process's one HTTP server:
+//
+//	GET  /metrics                    every connector's metrics, each with a connector label, and the process's
+//	GET  /healthz                    200 while the process serves; JSON: every connector's state
+//	GET  /readyz[?connector=NAME]    200 when every connector (or NAME) is ready, else 503; JSON body
+//	GET  /active[?connector=NAME]    200 when this replica streams at least one connector (or NAME), else 503
+//	GET  /connectors                 the states, as /healthz
+//	POST /connectors/NAME/restart    stop NAME if it runs, then start it afresh (a halted one too)
+//
+// Ready means nothing here needs attention before traffic moves on: a
+// running connector whose source stream and sink are connected, and a
+// standby or stopped one, which has nothing to do on this replica (a
+// replica holding no connector is ready, so that a rolling update does not
+// stall on it). A starting, stopping or halted connector is not ready.
+// Whether a replica streams is /active, and "active" in the JSON.
+
+// healthAnswer is the JSON body of /healthz, /readyz, /active and
+// /connectors.
+type healthAnswer struct {
+	Status     string            `json:"status"` // ok | ready | not ready | active | not active
+	Ready      bool              `json:"ready"`
+	Active     int               `json:"active"` // connectors this replica streams
+	Connectors []connectorStatus `json:"connectors"`
+}
+
+func serveHTTP(addr string, g prometheus.Gatherer, sup *supervisor, log zerolog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: httpHandler(g, sup), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server stopped")
+		}
+	}()
+	return srv, nil
+}
+
+func httpHandler(g prometheus.Gatherer, sup *supervisor) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	// selected returns the connectors the query names (all without
+	// ?connector=), or false after answering 404.
+	selected := func(w http.ResponseWriter, r *http.Request) (healthAnswer, bool) {
+		all := sup.status()
+		a := healthAnswer{Ready: true, Connectors: all}
+		if name := r.URL.Query().Get("connector"); name != "" {
+			a.Connectors = nil
+			for _, c := range all {
+				if c.Name == name {
+					a.Connectors = append(a.Connectors, c)
+				}
+			}
+			if a.Connectors == nil {
+				http.Error(w, "no connector "+name+" (the process runs "+strings.Join(sup.sortedNames(), ", ")+")", http.StatusNotFound)
+				return a, false
+			}
+		}
+		for _, c := range a.Connectors {
+			a.Ready = a.Ready && c.Ready
+			if c.Active {
+				a.Active++
+			}
+		}
+		return a, true
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if a, ok := selected(w, r); ok {
+			a.Status = "ok"
+			writeJSON(w, http.StatusOK, a)
+		}
+	})
+	mux.HandleFunc("/connectors", func(w http.ResponseWriter, r *http.Request) {
+		if a, ok := selected(w, r); ok {
+			a.Status = "ok"
+			writeJSON(w, http.StatusOK, a)
+		}
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		a, ok := selected(w, r)
+		if !ok {
+			return
+		}
+		code := http.StatusOK
+		a.Status = "ready"
+		if !a.Ready {
+			a.Status, code = "not ready", http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, a)
+	})
+	mux.HandleFunc("/active", func(w http.ResponseWriter, r *http.Request) {
+		a, ok := selected(w, r)
+		if !ok {
+			return
+		}
+		code := http.StatusOK
+		a.Status = "active"
+		if a.Active == 0 {
+			a.Status, code = "not active", http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, a)
+	})
+	mux.HandleFunc("/connectors/", func(w http.ResponseWriter, r *http.Request) {
+		name, action, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/connectors/"), "/")
+		if !ok || action != "restart" || name == "" {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			http.Error(w, "use POST", http.StatusMethodNotAllowed)
+			return
+		}
+		if err := sup.Restart(name); err != nil {
+			code := http.StatusConflict
+			if errors.Is(err, errNoConnector) {
+				code = http.StatusNotFound
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		r.URL.RawQuery = "connector=" + name
+		if a, ok := selected(w, r); ok {
+			a.Status = "restarted"
+			writeJSON(w, http.StatusOK, a)
+		}
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

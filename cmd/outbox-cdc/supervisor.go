@@ -1,0 +1,430 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+)
+
+// One process runs every connector of the configuration, each in its own
+// goroutine with its own context, connections, queues and metrics
+// registry. A connector that stops on an error stops alone:
+//
+//   - Halted (bad input with on_error halt, a lost binlog or slot, a
+//     configuration the servers refuse, a failed lifecycle): the connector
+//     stays stopped in state "halted" with its error, visible on /readyz,
+//     /healthz and outbox_cdc_connector_state, as Kafka Connect leaves a
+//     FAILED task. Restarting it by itself would replay the same poison
+//     row or the same missing position forever; an operator fixes the
+//     cause and restarts it with POST /connectors/NAME/restart (or
+//     restarts the process). The others keep running.
+//   - HA lock lost (ha.enabled): another replica holds the connector now.
+//     The connector's parts are aborted as before (fenced checkpoint,
+//     closed sink) and, with several connectors in the process, it
+//     returns to standby with fresh connections after haRestandbyDelay.
+//     A process with a single connector exits 1 instead, as it always
+//     did; its supervisor restarts it as a standby.
+//
+// The process exits when no connector is left running or waiting: 0 when
+// none stopped on an error, else 1. A single-connector process therefore
+// exits exactly as before.
+
+// Connector states, as /readyz, /healthz and outbox_cdc_connector_state
+// name them.
+const (
+	stateStopped  = "stopped"  // not started, or stopped by Stop (placement)
+	stateStandby  = "standby"  // waiting for its HA lock: another replica is active
+	stateStarting = "starting" // building its parts, or loading the checkpoint
+	stateRunning  = "running"  // streaming (ready when its source and sink are connected)
+	stateStopping = "stopping" // draining after Stop or the process's signal
+	stateHalted   = "halted"   // stopped on an error; stays until restarted
+)
+
+var allStates = []string{stateStopped, stateStandby, stateStarting, stateRunning, stateStopping, stateHalted}
+
+// haRestandbyDelay is the pause before a connector that lost its HA lock
+// waits for it again (in a process with several connectors).
+const haRestandbyDelay = time.Second
+
+// supervisor runs the connectors of one process. Start, Stop and Restart
+// may be called from any goroutine (the HTTP server, a placement loop).
+type supervisor struct {
+	ctx  context.Context // the process's: cancelled by SIGINT/SIGTERM
+	opts runOptions
+	log  zerolog.Logger
+	// exitOnLost: a lost HA lock halts the connector (one connector in
+	// the process) instead of returning it to standby.
+	exitOnLost bool
+
+	mu      sync.Mutex
+	order   []string
+	conns   map[string]*managed
+	changed chan struct{} // closed and replaced at every state change
+}
+
+// managed is one connector and its current run. Fields after mu are
+// guarded by supervisor.mu.
+type managed struct {
+	cfg Config
+
+	state  string
+	err    error // why it halted
+	since  time.Time
+	role   *haState             // the current run's, nil before it exists
+	reg    *prometheus.Registry // the current (or last) run's metrics
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the run's goroutine returns
+}
+
+func newSupervisor(ctx context.Context, cs []Config, opts runOptions, log zerolog.Logger) *supervisor {
+	s := &supervisor{ctx: ctx, opts: opts, log: log, exitOnLost: len(cs) == 1,
+		conns: map[string]*managed{}, changed: make(chan struct{})}
+	for _, c := range cs {
+		s.order = append(s.order, c.Name)
+		s.conns[c.Name] = &managed{cfg: c, state: stateStopped, since: time.Now(), reg: prometheus.NewRegistry()}
+	}
+	return s
+}
+
+var errNoConnector = errors.New("no such connector")
+
+// setState records a state change and wakes whoever waits for one.
+// Callers hold s.mu.
+func (s *supervisor) setState(m *managed, state string, err error) {
+	m.state, m.err, m.since = state, err, time.Now()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Start starts the named connector unless it runs already (standby,
+// starting, running). A halted or stopped connector starts afresh: new
+// connections, new metrics registry, from its checkpoint.
+func (s *supervisor) Start(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.conns[name]
+	if !ok {
+		return fmt.Errorf("%w %q", errNoConnector, name)
+	}
+	if m.done != nil {
+		select {
+		case <-m.done:
+		default:
+			return nil // running, or stopping (Stop waits for it)
+		}
+	}
+	if s.ctx.Err() != nil {
+		return s.ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	m.cancel, m.done = cancel, make(chan struct{})
+	s.setState(m, stateStarting, nil)
+	go s.loop(ctx, m, m.done)
+	return nil
+}
+
+// Stop stops the named connector gracefully (what it received is
+// delivered and checkpointed, bounded by pipeline.shutdown_timeout, and
+// its HA lock is released) and waits until it has.
+func (s *supervisor) Stop(name string) error {
+	s.mu.Lock()
+	m, ok := s.conns[name]
+	if !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("%w %q", errNoConnector, name)
+	}
+	done, cancel := m.done, m.cancel
+	if done != nil {
+		select {
+		case <-done:
+		default:
+			s.setState(m, stateStopping, nil)
+		}
+	}
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	<-done
+	return nil
+}
+
+// Restart stops the named connector if it runs, then starts it.
+func (s *supervisor) Restart(name string) error {
+	if err := s.Stop(name); err != nil {
+		return err
+	}
+	return s.Start(name)
+}
+
+// loop runs m until its context ends or it halts.
+func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
+	defer close(done)
+	log := s.log.With().Str("connector", m.cfg.Name).Logger()
+	for {
+		reg := prometheus.NewRegistry()
+		var role *haState
+		s.mu.Lock()
+		m.reg, m.role = reg, nil
+		if m.state != stateStarting {
+			s.setState(m, stateStarting, nil) // after a lost lock: live again
+		}
+		s.mu.Unlock()
+		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg),
+			func(r *haState) {
+				role = r
+				s.mu.Lock()
+				m.role = r
+				s.mu.Unlock()
+			})
+		lost := role != nil && role.err() != nil
+		s.mu.Lock()
+		switch {
+		case err == nil:
+			s.setState(m, stateStopped, nil)
+			s.mu.Unlock()
+			return
+		case lost && !s.exitOnLost:
+			s.setState(m, stateStandby, nil)
+			m.role = nil
+			s.mu.Unlock()
+			log.Warn().Dur("in", haRestandbyDelay).Msg("lost the HA lock: back to standby with fresh connections")
+			select {
+			case <-ctx.Done():
+				s.mu.Lock()
+				s.setState(m, stateStopped, nil)
+				s.mu.Unlock()
+				return
+			case <-time.After(haRestandbyDelay):
+			}
+			continue
+		default:
+			// Also an error while stopping (the final flush did not finish
+			// within pipeline.shutdown_timeout): the process exits 1.
+			s.setState(m, stateHalted, err)
+			single := len(s.order) == 1
+			s.mu.Unlock()
+			if !single && ctx.Err() == nil {
+				log.Error().Err(err).Msg("connector halted; the others keep running (restart it with POST /connectors/" + m.cfg.Name + "/restart once the cause is fixed)")
+			}
+			return
+		}
+	}
+}
+
+// connectorStatus is one connector in the /readyz, /healthz and
+// /connectors answers.
+type connectorStatus struct {
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	Active bool   `json:"active"` // holds its HA lock (or HA is off) and streams
+	Ready  bool   `json:"ready"`
+	// Reason says why it is not ready, or why it halted.
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
+}
+
+// status reports every connector in configuration order. A standby or
+// stopped connector is ready: it has nothing to do on this replica, and a
+// replica that holds no connector must not stall a rolling update.
+func (s *supervisor) status() []connectorStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]connectorStatus, 0, len(s.order))
+	for _, name := range s.order {
+		m := s.conns[name]
+		st := connectorStatus{Name: name, State: m.state, Since: m.since}
+		switch m.state {
+		case stateStopped:
+			st.Ready = true
+		case stateHalted:
+			st.Reason = m.err.Error()
+		case stateStarting:
+			st.State, st.Ready, st.Active = s.phase(m)
+			if !st.Ready {
+				if err := readyErr(m.role); err != nil {
+					st.Reason = err.Error()
+				}
+			}
+		case stateStandby:
+			st.Ready = true
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// phase derives a live connector's state from its HA role: standby while
+// it waits for the lock, starting until its pipeline exists, then running.
+// Callers hold s.mu.
+func (s *supervisor) phase(m *managed) (state string, ready, active bool) {
+	r := m.role
+	if r == nil {
+		return stateStarting, false, false
+	}
+	r.mu.Lock()
+	standby, lost, pipeline := r.standby, r.lost, r.ready
+	r.mu.Unlock()
+	switch {
+	case lost:
+		return stateStopping, false, false
+	case standby:
+		return stateStandby, true, false
+	case pipeline == nil:
+		return stateStarting, false, true
+	}
+	return stateRunning, r.Ready() == nil, true
+}
+
+func readyErr(r *haState) error {
+	if r == nil {
+		return errors.New("starting")
+	}
+	return r.Ready()
+}
+
+// wait blocks until no connector is live (all stopped or halted) or ctx
+// is done.
+func (s *supervisor) wait(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		live := false
+		for _, m := range s.conns {
+			if m.state != stateStopped && m.state != stateHalted {
+				live = true
+			}
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		if !live {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// stopAll stops every connector at once and waits for them.
+func (s *supervisor) stopAll() {
+	var wg sync.WaitGroup
+	for _, name := range s.order {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Stop(name) }()
+	}
+	wg.Wait()
+}
+
+// halted returns the errors of the halted connectors, joined.
+func (s *supervisor) halted() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, name := range s.order {
+		if m := s.conns[name]; m.state == stateHalted {
+			errs = append(errs, fmt.Errorf("connector %s: %w", name, m.err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Gather implements prometheus.Gatherer over every connector's current
+// registry (each wraps its metrics with the connector label).
+func (s *supervisor) Gather() ([]*dto.MetricFamily, error) {
+	s.mu.Lock()
+	gs := make(prometheus.Gatherers, 0, len(s.order))
+	for _, name := range s.order {
+		gs = append(gs, s.conns[name].reg)
+	}
+	s.mu.Unlock()
+	return gs.Gather()
+}
+
+// stateCollector exports outbox_cdc_connector_state{connector, state}: 1
+// for the state each connector is in, 0 for the others.
+type stateCollector struct {
+	s    *supervisor
+	desc *prometheus.Desc
+}
+
+func newStateCollector(s *supervisor) *stateCollector {
+	return &stateCollector{s: s, desc: prometheus.NewDesc("outbox_cdc_connector_state",
+		"1 for the state each connector of the process is in (stopped, standby, starting, running, stopping, halted), else 0.",
+		[]string{"connector", "state"}, nil)}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.s.status() {
+		for _, state := range allStates {
+			v := 0.0
+			if st.State == state {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, st.Name, state)
+		}
+	}
+}
+
+// runProcess runs every connector of pc until ctx is done or none is left
+// running, with one HTTP server for all. It returns nil after a clean stop
+// and the halted connectors' errors otherwise (a *configError when the
+// process could not start at all).
+func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut io.Writer) error {
+	log := newLogger(pc.Log, logOut)
+	routeLibraryLogs(log)
+	procReg := prometheus.NewRegistry()
+	procReg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(),
+	)
+	sup := newSupervisor(ctx, pc.Connectors, opts, log)
+	procReg.MustRegister(newStateCollector(sup))
+
+	// HTTP is up while standby too: /readyz says "standby".
+	if pc.HTTP.Listen != "" {
+		srv, err := serveHTTP(pc.HTTP.Listen, prometheus.Gatherers{procReg, sup}, sup, log)
+		if err != nil {
+			log.Error().Err(err).Str("listen", pc.HTTP.Listen).Msg("cannot serve http (set http.listen to a free address, or empty to turn it off)")
+			return err
+		}
+		defer srv.Close()
+		log.Info().Str("listen", srv.Addr).Msg("serving /metrics, /healthz, /readyz, /active, /connectors")
+	}
+	if len(pc.Connectors) > 1 {
+		log.Info().Int("connectors", len(pc.Connectors)).Str("names", connectorNames(pc.Connectors)).Msg("starting every connector")
+	}
+	for _, c := range pc.Connectors {
+		if err := sup.Start(c.Name); err != nil {
+			return err
+		}
+	}
+	sup.wait(ctx)
+	sup.stopAll()
+	err := sup.halted()
+	if err != nil && len(pc.Connectors) > 1 {
+		log.Error().Err(err).Msg("every connector has stopped; exiting")
+	}
+	return err
+}
+
+// sortedNames returns the connector names in order, for messages.
+func (s *supervisor) sortedNames() []string {
+	names := append([]string(nil), s.order...)
+	sort.Strings(names)
+	return names
+}
