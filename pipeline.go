@@ -45,7 +45,7 @@ type Router interface {
 // source's own bounded read buffers and the Kafka sink's
 // max_in_flight_bytes, however long an outage lasts and however large a
 // transaction is. With the defaults and fragmenting sources that is about
-// 3 × 8 + 8 + 4 MiB of rows, 16 MiB in the producer and the source's
+// 3 × 8 + 2 + 4 MiB of rows, 16 MiB in the producer and the source's
 // buffers (8 MiB on Postgres): the connector stays below 128 MiB resident.
 // One exception: with an observer (lifecycle.mark_sent) the message ids of
 // a transaction are kept until its end is checkpointed.
@@ -90,10 +90,10 @@ type PipelineConfig struct {
 // DefaultPipelineConfig returns the defaults.
 func DefaultPipelineConfig() PipelineConfig {
 	return PipelineConfig{
-		MaxBatchRecords:    10000,
+		MaxBatchRecords:    4096,
 		MaxBatchBytes:      4 << 20,
 		QueueTransactions:  16,
-		QueueBytes:         8 << 20,
+		QueueBytes:         2 << 20,
 		CheckpointInterval: 100 * time.Millisecond,
 		ShutdownTimeout:    30 * time.Second,
 		LogInterval:        30 * time.Second,

@@ -167,7 +167,10 @@ func startConnector(o *options, s connSpec) (*connector, error) {
 	}
 	delivery, cp := "at-least-once", fmt.Sprintf("  type: file\n  path: %q\n", c.cpPath)
 	if s.exactly {
-		delivery, cp = "exactly-once", "  type: kafka\n"
+		// The witness file of exactly-once mode lives in the run's own
+		// directory: the default (the working directory) would carry one
+		// drain's witness into the next database's drain.
+		delivery, cp = "exactly-once", fmt.Sprintf("  type: kafka\n  path: %q\n", c.cpPath)
 	}
 	cfg := fmt.Sprintf(`name: %s
 source:

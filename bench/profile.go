@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -101,6 +102,12 @@ func runProfile(ctx context.Context, o *options) error {
 	}
 	defer f.Close()
 	runtime.MemProfileRate = 64 << 10
+	// The connector's soft memory limit and GOGC (cmd/outbox-cdc), so the collector
+	// works as hard here as it does there.
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(100 << 20))
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(200))
+	}
 	// The allocation profile is cumulative and the backlog was loaded by
 	// this process: keep a snapshot from before the drain for pprof -base.
 	runtime.GC()
@@ -117,9 +124,19 @@ func runProfile(ctx context.Context, o *options) error {
 	perr := make(chan error, 1)
 	start := time.Now()
 	go func() { perr <- p.Run(pctx) }()
+	heapTaken := false
 	for {
-		if n := delivered(reg); n >= float64(o.rows) {
+		n := delivered(reg)
+		if n >= float64(o.rows) {
 			break
+		}
+		if !heapTaken && n >= float64(o.rows)/2 {
+			// What is live in the middle of the drain: the heap the
+			// collector marks on every cycle.
+			heapTaken = true
+			if err := writeProfile("heap", o.profile+".heap"); err != nil {
+				return err
+			}
 		}
 		select {
 		case err := <-perr:
@@ -163,6 +180,7 @@ func runProfile(ctx context.Context, o *options) error {
 	stop()
 	<-perr
 	fmt.Printf("inspect: go tool pprof -top %s | head -40\n", o.profile)
+	fmt.Printf("         go tool pprof -sample_index=inuse_space -top %s.heap | head -30   (live in mid-drain)\n", o.profile)
 	fmt.Printf("         go tool pprof -sample_index=alloc_space -base %s.allocs.base -top %s.allocs | head -30\n", o.profile, o.profile)
 	return nil
 }

@@ -220,7 +220,7 @@ func TestSchemaProofSurvivesReconnect(t *testing.T) {
 	a.check(t, r.next().Events[0])
 	id := r.src.connID.Load()
 	f.exec(fmt.Sprintf("KILL %d", id))
-	waitFor(t, "a new dump connection", func() bool { n := r.src.connID.Load(); return n != 0 && n != id })
+	testenv.Eventually(t, 20*time.Second, "a new dump connection", func() bool { n := r.src.connID.Load(); return n != 0 && n != id })
 	f.exec(b.insert(f.table))
 	b.check(t, r.next().Events[0])
 	if n := r.src.schemaLoads.Load(); n != 1 {
@@ -231,17 +231,6 @@ func TestSchemaProofSurvivesReconnect(t *testing.T) {
 	c.check(t, r.next().Events[0])
 	if n := r.src.schemaLoads.Load(); n != 2 {
 		t.Fatalf("the column list was read %d times, want twice (once more after the ALTER)", n)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -345,7 +334,7 @@ func TestReadAgainAcrossAlterKeepsSchemaProof(t *testing.T) {
 			t.Logf("%d fragments", len(txs))
 			// The kill may land after the last fragment was read: the loss
 			// is then seen when the source next reads.
-			waitFor(t, "the killed dump connection is seen as a lost stream", func() bool {
+			testenv.Eventually(t, 20*time.Second, "the killed dump connection is seen as a lost stream", func() bool {
 				return counter(t, r.m.Reconnects) >= 1
 			})
 

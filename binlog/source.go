@@ -298,7 +298,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		Option:              s.dumpSession, // dumplock.go
 		DisableRetrySync:    true,          // one retry layer: ours
 		DiscardGTIDSet:      true,          // positions are tracked here, once per transaction
-		EventCacheCount:     1024,
+		EventCacheCount:     128,
 		Logger:              replicationLogger(s.baseLog),
 		RowsEventDecodeFunc: decoder.decode, // outbox rows only (decode.go)
 	})

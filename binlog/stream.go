@@ -42,6 +42,10 @@ type stream struct {
 	hasMariaGTID bool
 
 	lastEmit time.Time
+	// rowsHint is the number of outbox rows of the last transaction
+	// delivered: the next one's events are allocated for as many at once
+	// (group.reserve), not grown by doubling.
+	rowsHint int
 
 	// Columns of the outbox tables (schema.go, table.go, tables.go).
 	streamEnv
@@ -87,8 +91,10 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 	switch e := ev.Event.(type) {
 	case *replication.RotateEvent:
 		st.file = string(e.NextLogName)
-		file := st.file // watchFilesBehind reads it from another goroutine
-		st.src.curFile.Store(&file)
+		// A copy: st.file changes at the next rotation while the
+		// files-behind watcher reads what was stored.
+		cur := st.file
+		st.src.curFile.Store(&cur)
 		if !st.inTx && !st.pos.IsGTID() {
 			// Not a transaction end, but the next one will be in this file;
 			// keep pos meaningful for logs.
@@ -283,6 +289,7 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, en
 		return fmt.Errorf("%w: rows event at %s has %d columns, its table map %d", ErrUnsupported, at, e.ColumnCount, l.ncols)
 	}
 	origin := st.origin(ev)
+	st.g.reserve(len(e.Rows), st.rowsHint)
 	for _, row := range e.Rows {
 		if !st.wants() {
 			st.g.ordinal++ // over the memory bound: counted, not decoded into an Event
@@ -371,6 +378,13 @@ func (st *stream) deliver(events []outboxcdc.Event, commitTime time.Time, closes
 	st.src.m.EventsRead.Add(float64(len(events)))
 	if len(events) == 0 {
 		events = nil
+	} else {
+		st.rowsHint = len(events)
+		if cap(events) > 2*len(events) {
+			// Room reserved for a larger transaction than this one: do
+			// not hold it while the rows wait for delivery.
+			events = append(make([]outboxcdc.Event, 0, len(events)), events...)
+		}
 	}
 	st.lastEmit = now
 	return st.send(outboxcdc.Tx{Events: events, End: st.endPos(), CommitTime: commitTime})

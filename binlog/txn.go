@@ -62,6 +62,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -244,6 +245,22 @@ func eventSize(e *outboxcdc.Event) int {
 		n += len(c.Value)
 	}
 	return n
+}
+
+// reserve makes room for n more held rows before they are decoded. A
+// group's first rows get room for hint rows (the size of the last
+// transaction, so a stream of equal transactions allocates each one's
+// events once), capped at the fragment bound; later growth doubles.
+func (g *group) reserve(n, hint int) {
+	need := len(g.events) + n
+	if need <= cap(g.events) {
+		return
+	}
+	want := max(need, 2*cap(g.events))
+	if len(g.events) == 0 {
+		want = max(need, min(hint, outboxcdc.MaxFragmentEvents))
+	}
+	g.events = slices.Grow(g.events, want-len(g.events))
 }
 
 func (g *group) hold(e outboxcdc.Event) {

@@ -19,7 +19,7 @@ import (
 // session is one connection of the test, for statements that must run on
 // the same session (BEGIN ... COMMIT, XA, SET SESSION).
 type session struct {
-	t    *testing.T
+	t    testing.TB
 	conn *sql.Conn
 }
 

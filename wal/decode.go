@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -98,6 +99,7 @@ type decoder struct {
 	events     []outboxcdc.Event
 	txBytes    int
 	pieces     int // fragments of the open transaction handed on
+	rowsHint   int // events of the last transaction with any (hold)
 
 	// skipBelow: a transaction whose commit LSN is below it was handed on
 	// before (the stream's start position); skipTx marks the open one so.
@@ -145,6 +147,21 @@ func (d *decoder) resume(from, final pglogrepl.LSN, sent int) {
 // full reports whether the open transaction reached a fragment bound.
 func (d *decoder) full() bool {
 	return len(d.events) >= outboxcdc.MaxFragmentEvents || d.txBytes >= outboxcdc.MaxFragmentBytes
+}
+
+// hold appends ev to the open transaction. A transaction's first event
+// gets room for as many as the last transaction had (rowsHint), so a
+// stream of equal transactions allocates each one's events once instead
+// of growing them by doubling.
+func (d *decoder) hold(ev outboxcdc.Event) {
+	if len(d.events) == cap(d.events) {
+		more := cap(d.events)
+		if len(d.events) == 0 {
+			more = max(1, min(d.rowsHint, outboxcdc.MaxFragmentEvents))
+		}
+		d.events = slices.Grow(d.events, more)
+	}
+	d.events = append(d.events, ev)
 }
 
 // fragment hands on the events of the open transaction decoded so far.
@@ -197,6 +214,14 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 			return nil, fmt.Errorf("%w: Commit outside a transaction at LSN %s", errProtocol, lsn)
 		}
 		skip := d.skipTx
+		if n := len(d.events); n > 0 {
+			d.rowsHint = n
+			if cap(d.events) > 2*n {
+				// Room reserved for a larger transaction than this one:
+				// not held while the rows wait for delivery.
+				d.events = append(make([]outboxcdc.Event, 0, n), d.events...)
+			}
+		}
 		c := &txOut{
 			final:      d.final,
 			end:        pglogrepl.LSN(binary.BigEndian.Uint64(body[9:17])),
@@ -212,7 +237,7 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 		return c, nil
 	case msgRelation:
 		var rm pglogrepl.RelationMessage
-		if err := rm.Decode(body); err != nil {
+		if err := decodeSafely(rm.Decode, body); err != nil {
 			return nil, fmt.Errorf("%w: Relation at LSN %s: %v", errProtocol, lsn, err)
 		}
 		d.relation(&rm)
@@ -235,10 +260,12 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 		}
 	case msgTruncate:
 		var tm pglogrepl.TruncateMessage
-		if len(body) < 9 {
+		// relations(4) options(1) relation ids(4 each): check the count
+		// before pglogrepl allocates it.
+		if len(body) < 9 || uint64(len(body)) < 5+4*uint64(binary.BigEndian.Uint32(body)) {
 			return nil, fmt.Errorf("%w: short Truncate at LSN %s", errProtocol, lsn)
 		}
-		if err := tm.Decode(body); err != nil {
+		if err := decodeSafely(tm.Decode, body); err != nil {
 			return nil, fmt.Errorf("%w: Truncate at LSN %s: %v", errProtocol, lsn, err)
 		}
 		for _, id := range tm.RelationIDs {
@@ -260,6 +287,18 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 		return nil, fmt.Errorf("%w: type %q at LSN %s", errProtocol, data[0], lsn)
 	}
 	return nil, nil
+}
+
+// decodeSafely runs a pglogrepl Decode method, which indexes into the
+// message without bounds checks (a short Relation panics), and turns a
+// panic into an error.
+func decodeSafely(decode func([]byte) error, body []byte) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed message: %v", r)
+		}
+	}()
+	return decode(body)
 }
 
 func (d *decoder) lookup(id uint32) *relation {
@@ -441,7 +480,7 @@ func (d *decoder) insert(body []byte, lsn pglogrepl.LSN) error {
 			ev.Extra[i] = outboxcdc.Column{Name: x.name, Value: v, Null: v == nil}
 		}
 	}
-	d.events = append(d.events, ev)
+	d.hold(ev)
 	d.txBytes += cap(buf) + eventOverhead
 	return nil
 }
@@ -538,7 +577,7 @@ func (d *decoder) message(body []byte, lsn pglogrepl.LSN) error {
 	ev.CommitTime = d.commitTime
 	ev.Table = prefix
 	ev.Origin = "LSN " + string(appendLSN(nil, msgLSN)) + " (logical message)"
-	d.events = append(d.events, ev)
+	d.hold(ev)
 	d.txBytes += len(content) + eventOverhead
 	return nil
 }

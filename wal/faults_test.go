@@ -250,7 +250,7 @@ func TestFragmentedTransactionKeepaliveAndResume(t *testing.T) {
 	}
 
 	e.exec(`SELECT pg_terminate_backend($1)`, pid)
-	waitFor(t, 20*time.Second, func() bool { return counter(m.Reconnects) >= 1 && src.Ready() == nil }, "reconnected")
+	testenv.Eventually(t, 20*time.Second, "reconnected", func() bool { return counter(m.Reconnects) >= 1 && src.Ready() == nil })
 	var end outboxcdc.Position
 	for end.IsZero() {
 		tx := r.next(30 * time.Second)
@@ -287,9 +287,9 @@ func TestCheckpointBehindSlotRefused(t *testing.T) {
 	r.next(10 * time.Second)
 	b3 := r.next(10 * time.Second)
 	src.Ack(b3.End)
-	waitFor(t, 10*time.Second, func() bool { return e.confirmedFlush() >= lsnOf(t, b3.End) }, "slot confirmed b3")
+	testenv.Eventually(t, 10*time.Second, "slot confirmed b3", func() bool { return e.confirmedFlush() >= lsnOf(t, b3.End) })
 	_ = r.stop()
-	waitFor(t, 10*time.Second, func() bool { return e.activePID() == 0 }, "slot released")
+	testenv.Eventually(t, 10*time.Second, "slot released", func() bool { return e.activePID() == 0 })
 	confirmed := e.confirmedFlush()
 
 	src2, _ := e.source(e.config(), seedCols)
@@ -463,7 +463,7 @@ func TestDerivedPublicationRenamedRefused(t *testing.T) {
 	r := start(t, src, "", 16)
 	r.waitReady()
 	_ = r.stop()
-	waitFor(t, 10*time.Second, func() bool { return e.activePID() == 0 }, "slot released")
+	testenv.Eventually(t, 10*time.Second, "slot released", func() bool { return e.activePID() == 0 })
 
 	cfg := e.config()
 	cfg.Publication = ""

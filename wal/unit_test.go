@@ -525,3 +525,45 @@ func TestReceiveTimeout(t *testing.T) {
 		t.Errorf("set: %s", got)
 	}
 }
+
+// A transaction's events are allocated for as many as the last
+// transaction had, and a transaction smaller than that room is handed on
+// without the spare room (it would be held until the rows are delivered).
+func TestDecoderEventsSizedByLastTransaction(t *testing.T) {
+	d := newDecoder("public", "outbox", "", seed, outboxcdc.NewSourceMetrics(nil))
+	cols := []string{"id", "message_id", "aggregate_type", "aggregate_id", "event_type", "payload"}
+	types := []uint32{20, 1043, 1043, 1043, 1043, 3802}
+	if _, err := d.handle(relationMsg(7, "public", "outbox", cols, types), 1); err != nil {
+		t.Fatal(err)
+	}
+	payload := `{"n": 1}`
+	msg := insertMsg(7, []*string{sp("1"), sp("m-1"), sp("ORDER"), sp("o-1"), sp("CREATED"), &payload})
+	tx := func(rows, room int, lsn pglogrepl.LSN) *txOut {
+		t.Helper()
+		if _, err := d.handle(beginMsg(), lsn); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < rows; i++ {
+			if _, err := d.handle(msg, lsn); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 && cap(d.events) < room {
+				t.Fatalf("the first event has room for %d, want %d (the last transaction's size)", cap(d.events), room)
+			}
+		}
+		c, err := d.handle(commitMsg(lsn), lsn)
+		if err != nil || c == nil {
+			t.Fatalf("commit: %v %v", c, err)
+		}
+		return c
+	}
+	tx(300, 1, 10)
+	// Room for 300, rounded up to the allocator's size class; grown by
+	// doubling it would be 512.
+	if c := tx(300, 300, 20); len(c.events) != 300 || cap(c.events) >= 400 {
+		t.Fatalf("equal transaction: %d events in room for %d, want 300 in one allocation for 300", len(c.events), cap(c.events))
+	}
+	if c := tx(3, 300, 30); len(c.events) != 3 || cap(c.events) > 6 {
+		t.Fatalf("small transaction after a large one: %d events in room for %d, want the spare room dropped", len(c.events), cap(c.events))
+	}
+}

@@ -39,17 +39,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestHALockLossAbortsWithoutCheckpoint: the active instance loses its HA
 // lock while a Kafka write is in flight, more transactions wait behind it
 // and the outbox lifecycle is stuck on a row lock. It must stop at once:
@@ -179,7 +168,7 @@ log:
 			t.Logf("connector log:\n%s", logs.String())
 		}
 	})
-	waitUntil(t, "binlog stream started", 30*time.Second, func() bool { return strings.Contains(logs.String(), "binlog stream started") })
+	testenv.Eventually(t, 30*time.Second, "binlog stream started", func() bool { return strings.Contains(logs.String(), "binlog stream started") })
 
 	// Stage 1: the lifecycle gets stuck marking b1, whose row the business
 	// holds locked.
@@ -199,7 +188,7 @@ log:
 		t.Fatal(err)
 	}
 	releaseProduce()
-	waitUntil(t, "b1 checkpointed", 20*time.Second, func() bool { return checkpointPos() != "" })
+	testenv.Eventually(t, 20*time.Second, "b1 checkpointed", func() bool { return checkpointPos() != "" })
 	time.Sleep(300 * time.Millisecond) // the mark_sent UPDATE now waits on the row lock
 
 	// Stage 2: c1 is in flight (its produce held), c2..c5 wait behind it.
@@ -225,7 +214,7 @@ log:
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	waitUntil(t, "lock loss noticed", 10*time.Second, func() bool { return strings.Contains(logs.String(), "lost the HA lock") })
+	testenv.Eventually(t, 10*time.Second, "lock loss noticed", func() bool { return strings.Contains(logs.String(), "lost the HA lock") })
 	releaseProduce()
 
 	select {

@@ -50,9 +50,21 @@ func buildVersion() string {
 // target with a margin.
 const defaultMemoryLimit = 100 << 20
 
+// defaultGCPercent is GOGC unless the environment sets it. The memory
+// limit above caps the heap, so a higher GOGC changes nothing near the
+// limit; below it (a drain with the default bounds holds about 30 MiB
+// live) it lets the heap grow three times the live heap instead of twice
+// before a collection, which halves the number of collections, each of
+// which marks the whole live heap. MariaDB drain of 300k rows, in
+// process: 32 -> 17 collections, GC workers' CPU 0.25 -> 0.09 s.
+const defaultGCPercent = 200
+
 func main() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

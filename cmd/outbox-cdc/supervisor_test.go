@@ -113,7 +113,7 @@ func TestLockLossReturnsConnectorToStandby(t *testing.T) {
 		return out
 	}
 	bothReady := func() bool { s := states(); return s[names[0]] == "ready" && s[names[1]] == "ready" }
-	waitUntil(t, "both connectors streaming", 30*time.Second, bothReady)
+	testenv.Eventually(t, 30*time.Second, "both connectors streaming", bothReady)
 
 	var id int64
 	if err := admin.QueryRow("SELECT IS_USED_LOCK(?)", ha.LockName(names[0])).Scan(&id); err != nil {

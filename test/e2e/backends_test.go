@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,8 +43,33 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b *backend)) {
 	}
 }
 
+// objectNames holds each test's testObjectName.
+var objectNames sync.Map // *testing.T -> string
+
+// testObjectName is the test's database (MySQL), schema, slot and
+// publication (PostgreSQL) name: e2e_, the test's name and a random
+// suffix, the same for every call within one test. Concurrent runs of the
+// suite against the same servers (two CI jobs) do not share it.
 func testObjectName(t *testing.T) string {
-	return "e2e_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
+	if n, ok := objectNames.Load(t); ok {
+		return n.(string)
+	}
+	n, _ := objectNames.LoadOrStore(t, testenv.UniqueName(t, "e2e"))
+	return n.(string)
+}
+
+// connName is base made unique to this run of the test with the suffix of
+// testObjectName: a connector name, and so a server_id, HA lock, progress
+// topic and transactional id, no concurrent run shares.
+func connName(t *testing.T, base string) string {
+	return base + "-" + testSuffix(t)
+}
+
+// testSuffix is the random suffix of testObjectName, for names of other
+// server objects (users, roles) the test creates.
+func testSuffix(t *testing.T) string {
+	n := testObjectName(t)
+	return n[strings.LastIndexByte(n, '_')+1:]
 }
 
 func mysqlBackend(t *testing.T) *backend { return mysqlBackendNamed(t, testObjectName(t)) }

@@ -19,9 +19,9 @@ import (
 func TestCheckCommand(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.config(t, "e2e-check-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-check-"+b.kind), brokers)
 
-		code, out := srcRunToExit(t, 60*time.Second, nil, "check", "--config", cfg)
+		code, out := testenv.Run(t, 60*time.Second, nil, "check", "--config", cfg)
 		if code != 0 || strings.Contains(out, "FAIL") {
 			t.Fatalf("good configuration: exit %d, want 0:\n%s", code, out)
 		}
@@ -30,7 +30,7 @@ func TestCheckCommand(t *testing.T) {
 				t.Fatalf("no PASS line for %s:\n%s", name, out)
 			}
 		}
-		code, out = srcRunToExit(t, 60*time.Second, nil, "check", "--config", cfg, "--json")
+		code, out = testenv.Run(t, 60*time.Second, nil, "check", "--config", cfg, "--json")
 		var results []outboxcdc.CheckResult
 		if err := json.Unmarshal([]byte(out), &results); err != nil || code != 0 || len(results) < 5 {
 			t.Fatalf("--json: exit %d, %d results, %v:\n%s", code, len(results), err, out)
@@ -67,7 +67,7 @@ func TestCheckCommand(t *testing.T) {
 		}
 		for _, tc := range broken {
 			t.Run(tc.name, func(t *testing.T) {
-				code, out := srcRunToExit(t, 60*time.Second, tc.env, "check", "--config", cfg)
+				code, out := testenv.Run(t, 60*time.Second, tc.env, "check", "--config", cfg)
 				if code != 1 {
 					t.Fatalf("exit %d, want 1:\n%s", code, out)
 				}
@@ -76,7 +76,7 @@ func TestCheckCommand(t *testing.T) {
 					t.Fatalf("no FAIL line for %s:\n%s", tc.fail, out)
 				}
 				mustContain(t, line, tc.wants...)
-				code, out = srcRunToExit(t, 60*time.Second, tc.env, "check", "--config", cfg, "--json")
+				code, out = testenv.Run(t, 60*time.Second, tc.env, "check", "--config", cfg, "--json")
 				var results []outboxcdc.CheckResult
 				if err := json.Unmarshal([]byte(out), &results); err != nil || code != 1 {
 					t.Fatalf("--json: exit %d, %v:\n%s", code, err, out)

@@ -20,7 +20,7 @@ import (
 func TestDelivery(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		c := start(t, b.config(t, "e2e-delivery-"+b.kind, brokers))
+		c := testenv.Start(t, b.config(t, connName(t, "e2e-delivery-"+b.kind), brokers))
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 
 		var want []string
@@ -62,7 +62,7 @@ func TestDelivery(t *testing.T) {
 		if byID["m-1"].Topic != "outbox.event.ORDER" {
 			t.Fatalf("record for m-1 is %+v", byID["m-1"])
 		}
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -112,21 +112,21 @@ func (w *writer) wait() []string {
 func TestHardKillLosesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.config(t, "e2e-hardkill-"+b.kind, brokers)
-		c := start(t, cfg)
+		cfg := b.config(t, connName(t, "e2e-hardkill-"+b.kind), brokers)
+		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "hk", 400, 2*time.Millisecond)
 		for i := 0; i < 3; i++ {
 			time.Sleep(time.Duration(150+rand.Intn(200)) * time.Millisecond)
-			c.kill()
+			c.Kill()
 			time.Sleep(100 * time.Millisecond) // rows committed while it is down
-			c = start(t, cfg)
+			c = testenv.Start(t, cfg)
 		}
 		want := w.wait()
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 		checkDelivery(t, got, want, 3, false)
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -137,25 +137,25 @@ func TestHardKillLosesNothing(t *testing.T) {
 func TestSigtermNoDuplicates(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.config(t, "e2e-sigterm-"+b.kind, brokers)
-		c := start(t, cfg)
+		cfg := b.config(t, connName(t, "e2e-sigterm-"+b.kind), brokers)
+		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "st", 300, time.Millisecond)
 		for i := 0; i < 2; i++ {
 			time.Sleep(200 * time.Millisecond)
-			if err := c.stop(15 * time.Second); err != nil {
-				t.Fatalf("SIGTERM exit: %v\n%s", err, c.log.String())
+			if err := c.Stop(15 * time.Second); err != nil {
+				t.Fatalf("SIGTERM exit: %v\n%s", err, c.Log())
 			}
-			if !strings.Contains(c.log.String(), `"message":"stopped"`) {
-				t.Fatalf("no clean stop logged:\n%s", c.log.String())
+			if !strings.Contains(c.Log(), `"message":"stopped"`) {
+				t.Fatalf("no clean stop logged:\n%s", c.Log())
 			}
-			c = start(t, cfg)
+			c = testenv.Start(t, cfg)
 		}
 		want := w.wait()
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 		checkDelivery(t, got, want, 3, true)
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})

@@ -397,7 +397,7 @@ checkpoint:
   type: file
   path: %q
 `, strings.ReplaceAll(testObjectName(t), "_", "-"), b.source, tc.route, brokers[0], filepath.Join(t.TempDir(), "checkpoint")))
-			c := start(t, cfg)
+			c := testenv.Start(t, cfg)
 			b.insertTx(t, tc.rows...)
 			n := len(tc.want)
 			if n == 0 {
@@ -433,7 +433,7 @@ checkpoint:
 				}
 				w.check(t, *got)
 			}
-			if err := c.stop(15 * time.Second); err != nil {
+			if err := c.Stop(15 * time.Second); err != nil {
 				t.Fatalf("SIGTERM exit: %v", err)
 			}
 		})
@@ -469,7 +469,7 @@ checkpoint:
   path: %q
 `, strings.ReplaceAll(testObjectName(t), "_", "-"), b.source, onUpdate, brokers[0], checkpoint))
 			}
-			c := start(t, config("fatal"))
+			c := testenv.Start(t, config("fatal"))
 			const (
 				id1 = "11111111-1111-4111-8111-111111111111"
 				id2 = "22222222-2222-4222-8222-222222222222"
@@ -480,12 +480,12 @@ checkpoint:
 			}
 			b.insertTx(t, dbzRow{id: id2, aggType: "Order", aggID: "A-2", typ: "Created", payload: `{"n":2}`})
 			select {
-			case <-c.done:
+			case <-c.Done():
 			case <-time.After(30 * time.Second):
-				t.Fatalf("the connector did not stop at the UPDATE:\n%s", c.log.String())
+				t.Fatalf("the connector did not stop at the UPDATE:\n%s", c.Log())
 			}
-			if c.exitErr == nil || !strings.Contains(c.log.String(), "route.on_update is fatal") {
-				t.Fatalf("exit %v, want status 1 naming route.on_update:\n%s", c.exitErr, c.log.String())
+			if c.Err() == nil || !strings.Contains(c.Log(), "route.on_update is fatal") {
+				t.Fatalf("exit %v, want status 1 naming route.on_update:\n%s", c.Err(), c.Log())
 			}
 			cons := newConsumer(t, brokers, `outbox\.event\..*`)
 			got := cons.waitFor(t, 1, 10*time.Second)
@@ -494,15 +494,15 @@ checkpoint:
 				t.Fatalf("before the stop: read %+v, want only %s", got, id1)
 			}
 
-			c = start(t, config("warn"))
+			c = testenv.Start(t, config("warn"))
 			got = cons.waitFor(t, 2, 20*time.Second)
 			if len(got) < 2 || got[len(got)-1].Headers["id"] != id2 {
 				t.Fatalf("after the restart with warn: read %+v, want %s next", got, id2)
 			}
-			if !strings.Contains(c.log.String(), "outbox row UPDATEd: skipped (route.on_update: warn)") {
-				t.Fatalf("no warning for the skipped UPDATE:\n%s", c.log.String())
+			if !strings.Contains(c.Log(), "outbox row UPDATEd: skipped (route.on_update: warn)") {
+				t.Fatalf("no warning for the skipped UPDATE:\n%s", c.Log())
 			}
-			if err := c.stop(15 * time.Second); err != nil {
+			if err := c.Stop(15 * time.Second); err != nil {
 				t.Fatalf("SIGTERM exit: %v", err)
 			}
 		})
@@ -532,7 +532,7 @@ checkpoint:
   type: file
   path: %q
 `, strings.ReplaceAll(testObjectName(t), "_", "-"), b.source, brokers[0], filepath.Join(t.TempDir(), "checkpoint")))
-	code, out := runToExit(t, 30*time.Second, cfg)
+	code, out := testenv.Run(t, 30*time.Second, nil, "run", "--config", cfg)
 	if code != 1 || !strings.Contains(out, "does not publish updates") || !strings.Contains(out, "SET (publish = 'insert, update')") {
 		t.Fatalf("exit %d, want 1 naming the publication fix:\n%s", code, out)
 	}
@@ -559,7 +559,7 @@ checkpoint:
   type: file
   path: %q
 `, strings.ReplaceAll(testObjectName(t), "_", "-"), b.source, brokers[0], filepath.Join(t.TempDir(), "checkpoint")))
-	code, out := runToExit(t, 30*time.Second, cfg)
+	code, out := testenv.Run(t, 30*time.Second, nil, "run", "--config", cfg)
 	if code != 2 || !strings.Contains(out, "StringConverter writes a binary column") {
 		t.Fatalf("exit %d, want 2 explaining the StringConverter trap:\n%s", code, out)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -248,7 +247,7 @@ func TestDeployMetricsExist(t *testing.T) {
 		if b.kind == "postgres" {
 			env = append(env, "OUTBOX_CDC_SOURCE_LAG_INTERVAL=200ms")
 		}
-		c := start(t, composeConfig(b.kind), env...)
+		c := testenv.Start(t, composeConfig(b.kind), env...)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		b.insertTx(t, []row{{"d-1", "ORDER", "A-1", "ORDER_CREATED", `{"n": 1}`}}, true)
 		for _, q := range []string{"UPDATE " + b.table() + " SET status = 1", "DELETE FROM " + b.table()} {
@@ -273,29 +272,28 @@ func TestDeployMetricsExist(t *testing.T) {
 				return n["outbox_cdc_postgres_slot_wal_status"]
 			}
 		}
-		deadline := time.Now().Add(20 * time.Second)
 		var names map[string]bool
-		for {
+		last := ""
+		testenv.Eventually(t, 20*time.Second, "every metric the deploy files name", func() bool {
 			var sums map[string]float64
-			names, sums = scrape(t, c.httpAddr)
+			names, sums = scrape(t, c.Addr())
 			var missing []string
 			for what, ok := range want {
 				if !ok(names, sums) {
 					missing = append(missing, what)
 				}
 			}
-			if len(missing) == 0 {
-				break
+			sort.Strings(missing)
+			if m := fmt.Sprint(missing); len(missing) > 0 && m != last {
+				t.Logf("not yet: %s", m)
+				last = m
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 20s still not: %v", missing)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return len(missing) == 0
+		})
 		for n := range names {
 			exported[n] = true
 		}
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 		ran++
@@ -347,8 +345,8 @@ func keysOf(m map[string]string) string {
 // configPrint loads a configuration with the real loader (outbox-cdc config
 // print) and returns its output; extra is added to an environment without
 // any OUTBOX_CDC_ variable.
-func configPrint(path string, extra ...string) (string, error) {
-	cmd := exec.Command(binary, "config", "print", "--config", path)
+func configPrint(t *testing.T, path string, extra ...string) (string, error) {
+	cmd := testenv.Command(t, "config", "print", "--config", path)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "OUTBOX_CDC_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -457,7 +455,7 @@ func TestDeployCompose(t *testing.T) {
 			}
 			if len(parts) > 1 && parts[1] == "/etc/outbox-cdc.yaml" {
 				configs++
-				out, err := configPrint(host)
+				out, err := configPrint(t, host)
 				if err != nil {
 					t.Errorf("%s: %s does not load: %v\n%s", name, parts[0], err, out)
 				}
@@ -569,7 +567,7 @@ func TestDeployKubernetes(t *testing.T) {
 	dsnPath := filepath.Join(dir, "dsn")
 	os.WriteFile(dsnPath, []byte("cdc:s3cret@tcp(mysql.shop.svc:3306)/shop\n"), 0o600)
 	os.WriteFile(cfgPath, []byte(cfgText), 0o600)
-	out, err := configPrint(cfgPath, "OUTBOX_CDC_SOURCE_DSN_FILE="+dsnPath)
+	out, err := configPrint(t, cfgPath, "OUTBOX_CDC_SOURCE_DSN_FILE="+dsnPath)
 	if err != nil {
 		t.Fatalf("ConfigMap configuration does not load: %v\n%s", err, out)
 	}

@@ -3,16 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -67,87 +63,6 @@ checkpoint:
 pipeline:
   shutdown_timeout: 5s
 %s`, name, delivery, b.sourceYAML(name), brokers[0], name, cp, extra))
-}
-
-// launch runs the binary without waiting for it to become ready (a
-// standby never does).
-func launch(t *testing.T, configPath string) *connector {
-	t.Helper()
-	c := &connector{t: t, httpAddr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(binary, "run", "--config", configPath)
-	c.cmd.Env = append(os.Environ(), "OUTBOX_CDC_HTTP_LISTEN="+c.httpAddr, "OUTBOX_CDC_LOG_FORMAT=json")
-	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.exitErr = c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		c.cmd.Process.Signal(syscall.SIGCONT)
-		c.kill()
-		if t.Failed() {
-			t.Logf("connector log:\n%s", c.log.String())
-		}
-	})
-	return c
-}
-
-// readyz returns /readyz's status and body (0 when unreachable).
-func (c *connector) readyz() (int, string) {
-	cl := http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := cl.Get("http://" + c.httpAddr + "/readyz")
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
-// streaming says whether the process streams its connector: /active and
-// /readyz both 200 (a standby answers 200 on /readyz, 503 on /active).
-func (c *connector) streaming() bool {
-	return c.status("/active") == 200 && c.status("/readyz") == 200
-}
-
-// waitStreaming polls until the process streams (see streaming) and
-// returns how long that took.
-func (c *connector) waitStreaming(timeout time.Duration) time.Duration {
-	c.t.Helper()
-	start := time.Now()
-	for time.Since(start) < timeout {
-		select {
-		case <-c.done:
-			c.t.Fatalf("connector exited: %v\n%s", c.exitErr, c.log.String())
-		default:
-		}
-		if c.streaming() {
-			return time.Since(start)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	got, body := c.readyz()
-	c.t.Fatalf("not streaming after %s: /readyz %d %q\n%s", timeout, got, body, c.log.String())
-	return 0
-}
-
-// waitStatus polls /readyz until it answers code (with want in the body).
-func (c *connector) waitStatus(code int, want string, timeout time.Duration) time.Duration {
-	c.t.Helper()
-	start := time.Now()
-	for time.Since(start) < timeout {
-		select {
-		case <-c.done:
-			c.t.Fatalf("connector exited: %v\n%s", c.exitErr, c.log.String())
-		default:
-		}
-		if got, body := c.readyz(); got == code && strings.Contains(body, want) {
-			return time.Since(start)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	got, body := c.readyz()
-	c.t.Fatalf("/readyz is %d %q after %s, want %d %q\n%s", got, body, timeout, code, want, c.log.String())
-	return 0
 }
 
 // chaosWriter commits transactions of 1..5 outbox rows and, every 7th
@@ -230,19 +145,19 @@ func chaosKills(t *testing.T) int {
 func TestChaosExactlyOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.eosConfig(t, "e2e-chaos-"+b.kind, brokers, false)
-		c := start(t, cfg)
+		cfg := b.eosConfig(t, connName(t, "e2e-chaos-"+b.kind), brokers, false)
+		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "cx", time.Millisecond)
 		kills := chaosKills(t)
 		rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
 		for i := 0; i < kills; i++ {
 			time.Sleep(time.Duration(50+rnd.Intn(400)) * time.Millisecond)
-			c.kill()
+			c.Kill()
 			if rnd.Intn(2) == 0 {
 				time.Sleep(time.Duration(rnd.Intn(200)) * time.Millisecond) // rows committed while down
 			}
-			c = start(t, cfg)
+			c = testenv.Start(t, cfg)
 		}
 		time.Sleep(200 * time.Millisecond)
 		want := w.finish()
@@ -251,7 +166,7 @@ func TestChaosExactlyOnce(t *testing.T) {
 		checkDelivery(t, got, want, 3, true)
 		t.Logf("chaos %s: %d SIGKILLs, %d rows committed, %d rows rolled back, %d records read (read_committed), 0 duplicates",
 			b.kind, kills, len(want), w.rolled, len(got))
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -271,13 +186,13 @@ func TestHATakeover(t *testing.T) {
 func testHATakeover(t *testing.T, delivery, checkpoint string) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.modeConfig(t, "e2e-ha-"+b.kind, brokers, true, delivery, checkpoint)
-		a := launch(t, cfg)
-		s := launch(t, cfg)
+		cfg := b.modeConfig(t, connName(t, "e2e-ha-"+b.kind), brokers, true, delivery, checkpoint)
+		a := testenv.Launch(t, cfg)
+		s := testenv.Launch(t, cfg)
 		// Exactly one becomes active; the other reports standby.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			ca, cs := a.streaming(), s.streaming()
+			ca, cs := a.Streaming(), s.Streaming()
 			if ca || cs {
 				if cs {
 					a, s = s, a
@@ -285,26 +200,26 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no instance became active\nA:\n%s\nB:\n%s", a.log.String(), s.log.String())
+				t.Fatalf("no instance became active\nA:\n%s\nB:\n%s", a.Log(), s.Log())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		s.waitStatus(200, "standby", 5*time.Second)
+		s.WaitStatus(200, "standby", 5*time.Second)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "ha", 2*time.Millisecond)
 		time.Sleep(time.Second)
-		if strings.Contains(s.log.String(), `"component":"pipeline"`) || strings.Contains(s.log.String(), "kafka sink starting") {
-			t.Fatalf("the standby started streaming:\n%s", s.log.String())
+		if strings.Contains(s.Log(), `"component":"pipeline"`) || strings.Contains(s.Log(), "kafka sink starting") {
+			t.Fatalf("the standby started streaming:\n%s", s.Log())
 		}
-		a.kill()
-		took := s.waitStreaming(15 * time.Second)
+		a.Kill()
+		took := s.WaitStreaming(15 * time.Second)
 		t.Logf("%s: standby took over %s after the active one was killed", b.kind, took)
 		time.Sleep(time.Second)
 		want := w.finish()
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 		checkDelivery(t, got, want, 3, delivery == "exactly-once")
-		if err := s.stop(10 * time.Second); err != nil {
+		if err := s.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -317,26 +232,26 @@ func testHATakeover(t *testing.T, delivery, checkpoint string) {
 func TestFencedZombie(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		name := "e2e-zombie-" + b.kind
+		name := connName(t, "e2e-zombie-"+b.kind)
 		cfg := b.eosConfig(t, name, brokers, true)
-		old := start(t, cfg)
-		standby := launch(t, cfg)
-		standby.waitStatus(200, "standby", 10*time.Second)
+		old := testenv.Start(t, cfg)
+		standby := testenv.Launch(t, cfg)
+		standby.WaitStatus(200, "standby", 10*time.Second)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "zb", 2*time.Millisecond)
 		time.Sleep(500 * time.Millisecond)
 
-		old.cmd.Process.Signal(syscall.SIGSTOP)
+		old.Pause()
 		killSessions(t, b, name)
-		took := standby.waitStreaming(20 * time.Second)
+		took := standby.WaitStreaming(20 * time.Second)
 		t.Logf("%s: standby active %s after the paused instance lost its sessions", b.kind, took)
 		time.Sleep(500 * time.Millisecond)
-		old.cmd.Process.Signal(syscall.SIGCONT)
-		code := old.waitExit(15 * time.Second)
+		old.Resume()
+		code := old.WaitExit(15 * time.Second)
 		if code == 0 {
-			t.Fatalf("the resumed zombie exited 0\n%s", old.log.String())
+			t.Fatalf("the resumed zombie exited 0\n%s", old.Log())
 		}
-		log := old.log.String()
+		log := old.Log()
 		fenced := strings.Contains(log, "took over")
 		lost := strings.Contains(log, "lost the HA lock")
 		if !fenced && !lost {
@@ -348,7 +263,7 @@ func TestFencedZombie(t *testing.T) {
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 		checkDelivery(t, got, want, 3, true)
-		if err := standby.stop(10 * time.Second); err != nil {
+		if err := standby.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -360,20 +275,20 @@ func TestFencedZombie(t *testing.T) {
 func TestFencedWithoutLock(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.eosConfig(t, "e2e-fence-"+b.kind, brokers, false)
-		first := start(t, cfg)
+		cfg := b.eosConfig(t, connName(t, "e2e-fence-"+b.kind), brokers, false)
+		first := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startChaosWriter(t, b, "fn", 2*time.Millisecond)
 		time.Sleep(500 * time.Millisecond)
-		second := launch(t, cfg)
-		if code := first.waitExit(20 * time.Second); code != 1 {
-			t.Fatalf("fenced instance exit %d, want 1\n%s", code, first.log.String())
+		second := testenv.Launch(t, cfg)
+		if code := first.WaitExit(20 * time.Second); code != 1 {
+			t.Fatalf("fenced instance exit %d, want 1\n%s", code, first.Log())
 		}
-		if log := first.log.String(); !strings.Contains(log, `another instance with transactional id \"outbox-cdc-e2e-fence-`) ||
+		if log := first.Log(); !strings.Contains(log, `another instance with transactional id \"outbox-cdc-e2e-fence-`) ||
 			!strings.Contains(log, "took over") {
 			t.Fatalf("no fencing message:\n%s", log)
 		}
-		second.waitStreaming(20 * time.Second)
+		second.WaitStreaming(20 * time.Second)
 		time.Sleep(500 * time.Millisecond)
 		want := w.finish()
 		got := cons.waitFor(t, len(want), 30*time.Second)

@@ -84,18 +84,18 @@ func TestFaultRecordTooLargeHaltThenDLQ(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		{
 			_, brokers := testenv.Kafka(t, kfake.BrokerConfigs(map[string]string{"message.max.bytes": "20000"}))
-			name := "e2e-toolarge-" + b.kind
+			name := connName(t, "e2e-toolarge-"+b.kind)
 			cfg := b.config(t, name, brokers)
 			big := fmt.Sprintf(`{"pad": %q}`, strings.Repeat("x", 40000))
-			c := start(t, cfg)
+			c := testenv.Start(t, cfg)
 			b.insertRaw(t, b.insertOutbox, "ok-1", "A-1", `{"n": 1}`)
 			cons := newConsumer(t, brokers, `outbox\.event\..*`)
 			cons.waitFor(t, 1, 20*time.Second)
 			b.insertRaw(t, b.insertOutbox, "big-1", "A-1", big)
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // a deliberate gap: ok-2 commits after the big row reached the sink
 			b.insertRaw(t, b.insertOutbox, "ok-2", "A-1", `{"n": 2}`)
-			code := c.waitExit(30 * time.Second)
-			log := c.log.String()
+			code := c.WaitExit(30 * time.Second)
+			log := c.Log()
 			if code != 1 || !strings.Contains(log, "(message id big-1) was rejected by the sink") ||
 				!strings.Contains(log, "on_error is halt") || !strings.Contains(log, "kafka error code 10") {
 				t.Fatalf("exit %d, want 1 naming big-1 and MESSAGE_TOO_LARGE:\n%s", code, log)
@@ -104,7 +104,7 @@ func TestFaultRecordTooLargeHaltThenDLQ(t *testing.T) {
 				t.Fatal("the payload was logged")
 			}
 
-			c = start(t, cfg, "OUTBOX_CDC_PIPELINE_ON_ERROR=dlq")
+			c = testenv.Start(t, cfg, "OUTBOX_CDC_PIPELINE_ON_ERROR=dlq")
 			b.insertRaw(t, b.insertOutbox, "ok-3", "A-1", `{"n": 3}`)
 			got := cons.waitFor(t, 3, 20*time.Second)
 			got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
@@ -124,10 +124,10 @@ func TestFaultRecordTooLargeHaltThenDLQ(t *testing.T) {
 				t.Fatalf("dead letter: class %q topic %q omitted %q value %d bytes key %q error %q origin %q",
 					class, topic, omitted, len(r.Value), r.Key, msg, origin)
 			}
-			if v := c.metric(`outbox_cdc_dlq_records_total{class="rejected"}`); v != 1 {
+			if v := c.Metric(`outbox_cdc_dlq_records_total{class="rejected"}`); v != 1 {
 				t.Fatalf(`outbox_cdc_dlq_records_total{class="rejected"} = %v, want 1`, v)
 			}
-			if err := c.stop(15 * time.Second); err != nil {
+			if err := c.Stop(15 * time.Second); err != nil {
 				t.Fatalf("SIGTERM exit: %v", err)
 			}
 		}
@@ -151,17 +151,17 @@ func TestFaultBadRowsHaltThenDLQ(t *testing.T) {
 				// A new statement text: the driver's cached one has a json parameter.
 				q = strings.Replace(q, "$5)", "$5::text)", 1)
 			}
-			name := "e2e-badrows-" + b.kind
+			name := connName(t, "e2e-badrows-"+b.kind)
 			cfg := b.config(t, name, brokers)
 			env := []string{"OUTBOX_CDC_ROUTE_PAYLOAD_FORMAT=json", "OUTBOX_CDC_ROUTE_TOMBSTONE_ON_EMPTY_PAYLOAD=true"}
-			c := start(t, cfg, env...)
+			c := testenv.Start(t, cfg, env...)
 			b.insertRaw(t, q, "b-ok-1", "A-1", `{"n": 1}`)
 			b.insertRaw(t, q, "b-tomb-1", "A-2", nil)
 			b.insertRaw(t, q, "b-notjson-1", "A-1", "plain text, not JSON")
 			b.insertRaw(t, q, "b-noagg-1", "", `{"n": 4}`)
 			b.insertRaw(t, q, "b-ok-2", "A-1", `{"n": 2}`)
-			code := c.waitExit(30 * time.Second)
-			log := c.log.String()
+			code := c.WaitExit(30 * time.Second)
+			log := c.Log()
 			if code != 1 || !strings.Contains(log, "(message id b-notjson-1)") || !strings.Contains(log, "not valid JSON") ||
 				!strings.Contains(log, "on_error is halt") {
 				t.Fatalf("exit %d, want 1 naming b-notjson-1:\n%s", code, log)
@@ -177,7 +177,7 @@ func TestFaultBadRowsHaltThenDLQ(t *testing.T) {
 				t.Fatalf("after the halt the topic holds %v", keys(main))
 			}
 
-			c = start(t, cfg, append(env, "OUTBOX_CDC_PIPELINE_ON_ERROR=dlq")...)
+			c = testenv.Start(t, cfg, append(env, "OUTBOX_CDC_PIPELINE_ON_ERROR=dlq")...)
 			cons := newConsumer(t, brokers, `outbox\.event\..*`)
 			got := cons.waitFor(t, 3, 20*time.Second)
 			got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
@@ -201,10 +201,10 @@ func TestFaultBadRowsHaltThenDLQ(t *testing.T) {
 			if r := dlq["b-noagg-1"]; r.Key != nil {
 				t.Fatalf("dead letter for b-noagg-1: key %q, want null", r.Key)
 			}
-			if v := c.metric(`outbox_cdc_dlq_records_total{class="bad_row"}`); v != 2 {
+			if v := c.Metric(`outbox_cdc_dlq_records_total{class="bad_row"}`); v != 2 {
 				t.Fatalf(`outbox_cdc_dlq_records_total{class="bad_row"} = %v, want 2`, v)
 			}
-			if err := c.stop(15 * time.Second); err != nil {
+			if err := c.Stop(15 * time.Second); err != nil {
 				t.Fatalf("SIGTERM exit: %v", err)
 			}
 		}

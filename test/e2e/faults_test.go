@@ -6,16 +6,10 @@ package e2e
 // reads the topics back to prove that nothing committed was lost.
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,7 +47,7 @@ type broker struct {
 
 func newBroker(t *testing.T, opts ...kfake.Opt) *broker {
 	t.Helper()
-	_, port, _ := net.SplitHostPort(freeAddr(t))
+	_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
 	p, _ := strconv.Atoi(port)
 	b := &broker{t: t, port: p, dir: t.TempDir(), opts: opts}
 	b.start()
@@ -86,108 +80,6 @@ func (b *broker) stop() {
 
 func (b *broker) brokers() []string { return []string{fmt.Sprintf("127.0.0.1:%d", b.port)} }
 
-// metric returns the value of the first sample of name (with labels, if
-// given as name{...}) on the connector's /metrics, or -1.
-func (c *connector) metric(name string) float64 {
-	resp, err := http.Get("http://" + c.httpAddr + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := withoutConnectorLabel(sc.Text())
-		if strings.HasPrefix(line, name+" ") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(line[len(name):]), 64)
-			if err == nil {
-				return v
-			}
-		}
-	}
-	return -1
-}
-
-// connectorLabel is the label every connector metric carries.
-var connectorLabel = regexp.MustCompile(`connector="[^"]*",?`)
-
-// withoutConnectorLabel drops the connector label from a sample line, so
-// that name{class="x"} and an unlabelled name match whichever connector
-// exported them (the tests' processes run one).
-func withoutConnectorLabel(line string) string {
-	line = connectorLabel.ReplaceAllString(line, "")
-	line = strings.ReplaceAll(line, ",}", "}")
-	return strings.ReplaceAll(line, "{}", "")
-}
-
-// status returns the HTTP status of path on the connector, 0 if unreachable.
-func (c *connector) status(path string) int {
-	resp, err := http.Get("http://" + c.httpAddr + path)
-	if err != nil {
-		return 0
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
-// waitExit waits for the process to end by itself and returns its exit code.
-func (c *connector) waitExit(timeout time.Duration) int {
-	c.t.Helper()
-	select {
-	case <-c.done:
-	case <-time.After(timeout):
-		c.t.Fatalf("connector still running after %s:\n%s", timeout, c.log.String())
-	}
-	return exitCode(c.exitErr)
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
-}
-
-// runToExit runs the binary, which must exit by itself within timeout, and
-// returns its exit code and output.
-func runToExit(t *testing.T, timeout time.Duration, configPath string, env ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(binary, "run", "--config", configPath)
-	cmd.Env = append(os.Environ(), append(env, "OUTBOX_CDC_HTTP_LISTEN=", "OUTBOX_CDC_LOG_FORMAT=json")...)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		return exitCode(err), out.String()
-	case <-time.After(timeout):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("still running after %s:\n%s", timeout, out.String())
-		return 0, ""
-	}
-}
-
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func ids(prefix string, from, to int) []string {
 	var out []string
 	for i := from; i <= to; i++ {
@@ -216,7 +108,7 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 		down := outage(t)
 		k := newBroker(t)
 		cpPath := filepath.Join(t.TempDir(), "checkpoint")
-		cfg := b.config(t, "e2e-kafkadown-"+b.kind, k.brokers())
+		cfg := b.config(t, connName(t, "e2e-kafkadown-"+b.kind), k.brokers())
 		env := []string{
 			"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath,
 			"OUTBOX_CDC_SINK_RETRY_BACKOFF_MAX=1s",
@@ -228,15 +120,15 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 			// The source's own bound on decoded transactions (16 MiB by default).
 			env = append(env, "OUTBOX_CDC_SOURCE_BUFFER_BYTES=2097152")
 		}
-		c := start(t, cfg, env...)
+		c := testenv.Start(t, cfg, env...)
 		before := ids("up", 1, 50)
 		b.insertRows(t, before, 200)
 		cons := newConsumer(t, k.brokers(), `outbox\.event\..*`)
 		cons.waitFor(t, len(before), 20*time.Second)
 
 		k.stop()
-		waitUntil(t, "outbox_cdc_sink_connected 0", 15*time.Second, func() bool { return c.metric("outbox_cdc_sink_connected") == 0 })
-		baseHeap := c.metric("go_memstats_heap_inuse_bytes")
+		testenv.Eventually(t, 15*time.Second, "outbox_cdc_sink_connected 0", func() bool { return c.Metric("outbox_cdc_sink_connected") == 0 })
+		baseHeap := c.Metric("go_memstats_heap_inuse_bytes")
 
 		// Commit far more bytes than the pipeline may hold, while probing.
 		const rows, size = 6000, 8 << 10
@@ -253,16 +145,16 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 			} else {
 				time.Sleep(250 * time.Millisecond)
 			}
-			if s := c.status("/healthz"); s != 200 {
+			if s := c.Status("/healthz"); s != 200 {
 				t.Fatalf("/healthz %d during the outage: liveness must not flap", s)
 			}
-			if s := c.status("/readyz"); s != 503 {
+			if s := c.Status("/readyz"); s != 503 {
 				t.Fatalf("/readyz %d during the outage, want 503", s)
 			}
-			if v := c.metric("outbox_cdc_sink_connected"); v != 0 {
+			if v := c.Metric("outbox_cdc_sink_connected"); v != 0 {
 				t.Fatalf("outbox_cdc_sink_connected %v during the outage", v)
 			}
-			maxHeap = max(maxHeap, c.metric("go_memstats_heap_inuse_bytes"))
+			maxHeap = max(maxHeap, c.Metric("go_memstats_heap_inuse_bytes"))
 		}
 		committed := float64(len(during) * size)
 		t.Logf("outage %s: %d rows (%.0f MB) committed; heap in use %.1f MB before, at most %.1f MB during",
@@ -274,7 +166,7 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 		if cp1, _ := os.ReadFile(cpPath); string(cp1) != string(cp0) {
 			t.Fatal("the checkpoint moved while the broker was down")
 		}
-		log := c.log.String()
+		log := c.Log()
 		if n := strings.Count(log, `"message":"kafka not reachable"`); n < 1 {
 			t.Fatalf("no \"kafka not reachable\" warning:\n%s", log)
 		}
@@ -289,7 +181,7 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 		}
 
 		k.start()
-		waitUntil(t, "outbox_cdc_sink_connected 1", 30*time.Second, func() bool { return c.metric("outbox_cdc_sink_connected") == 1 })
+		testenv.Eventually(t, 30*time.Second, "outbox_cdc_sink_connected 1", func() bool { return c.Metric("outbox_cdc_sink_connected") == 1 })
 		after := ids("back", 1, 20)
 		b.insertRows(t, after, 200)
 		want := append(append(append([]string{}, before...), during...), after...)
@@ -297,8 +189,8 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 		got := cons.waitFor(t, len(want), 60*time.Second)
 		got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 		checkDelivery(t, got, want, 3, false)
-		waitUntil(t, "/readyz 200", 10*time.Second, func() bool { return c.status("/readyz") == 200 })
-		if err := c.stop(15 * time.Second); err != nil {
+		testenv.Eventually(t, 10*time.Second, "/readyz 200", func() bool { return c.Status("/readyz") == 200 })
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -312,14 +204,14 @@ func TestFaultKafkaDownForMinutes(t *testing.T) {
 func TestFaultSigtermWhileKafkaDown(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		k := newBroker(t)
-		cfg := b.config(t, "e2e-sigtermdown-"+b.kind, k.brokers())
+		cfg := b.config(t, connName(t, "e2e-sigtermdown-"+b.kind), k.brokers())
 		env := []string{
 			"OUTBOX_CDC_CHECKPOINT_PATH=" + filepath.Join(t.TempDir(), "checkpoint"),
 			"OUTBOX_CDC_PIPELINE_SHUTDOWN_TIMEOUT=2s",
 			"OUTBOX_CDC_SINK_RETRY_BACKOFF_MAX=500ms",
 			"OUTBOX_CDC_SINK_READY_INTERVAL=500ms",
 		}
-		c := start(t, cfg, env...)
+		c := testenv.Start(t, cfg, env...)
 		before := ids("pre", 1, 20)
 		b.insertRows(t, before, 200)
 		cons := newConsumer(t, k.brokers(), `outbox\.event\..*`)
@@ -328,14 +220,14 @@ func TestFaultSigtermWhileKafkaDown(t *testing.T) {
 		k.stop()
 		during := ids("held", 1, 30)
 		b.insertRows(t, during, 200)
-		waitUntil(t, "outbox_cdc_sink_connected 0", 15*time.Second, func() bool { return c.metric("outbox_cdc_sink_connected") == 0 })
+		testenv.Eventually(t, 15*time.Second, "outbox_cdc_sink_connected 0", func() bool { return c.Metric("outbox_cdc_sink_connected") == 0 })
 		time.Sleep(500 * time.Millisecond) // the rows reach the stuck write
 
 		sent := time.Now()
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		code := c.waitExit(20 * time.Second)
+		c.Signal(syscall.SIGTERM)
+		code := c.WaitExit(20 * time.Second)
 		took := time.Since(sent)
-		log := c.log.String()
+		log := c.Log()
 		t.Logf("exit %d after %s", code, took.Round(time.Millisecond))
 		if code != 1 || !strings.Contains(log, "final flush did not finish within 2s") {
 			t.Fatalf("exit %d, want 1 with \"final flush did not finish\":\n%s", code, log)
@@ -346,7 +238,7 @@ func TestFaultSigtermWhileKafkaDown(t *testing.T) {
 		}
 
 		k.start()
-		c = start(t, cfg, env...)
+		c = testenv.Start(t, cfg, env...)
 		after := ids("post", 1, 10)
 		b.insertRows(t, after, 200)
 		want := append(append(append([]string{}, before...), during...), after...)
@@ -354,7 +246,7 @@ func TestFaultSigtermWhileKafkaDown(t *testing.T) {
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 		checkDelivery(t, got, want, 3, false)
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -373,14 +265,14 @@ func TestFaultCheckpointUnwritable(t *testing.T) {
 			t.Fatal(err)
 		}
 		cpPath := filepath.Join(dir, "checkpoint")
-		cfg := b.config(t, "e2e-cpunwritable-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-cpunwritable-"+b.kind), brokers)
 		env := []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath}
-		c := start(t, cfg, env...)
+		c := testenv.Start(t, cfg, env...)
 		first := ids("ok", 1, 5)
 		b.insertRows(t, first, 100)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		cons.waitFor(t, len(first), 20*time.Second)
-		waitUntil(t, "a checkpoint", 10*time.Second, func() bool { _, err := os.Stat(cpPath); return err == nil })
+		testenv.Eventually(t, 10*time.Second, "a checkpoint", func() bool { _, err := os.Stat(cpPath); return err == nil })
 		saved, _ := os.ReadFile(cpPath)
 
 		// The directory becomes unusable: a file stands where it was.
@@ -392,8 +284,8 @@ func TestFaultCheckpointUnwritable(t *testing.T) {
 		}
 		more := ids("late", 1, 3)
 		b.insertRows(t, more, 100)
-		code := c.waitExit(20 * time.Second)
-		log := c.log.String()
+		code := c.WaitExit(20 * time.Second)
+		log := c.Log()
 		if code != 1 || !strings.Contains(log, "save checkpoint") || !strings.Contains(log, "stopping before acknowledging anything further") {
 			t.Fatalf("exit %d, want 1 with the checkpoint error:\n%s", code, log)
 		}
@@ -405,12 +297,12 @@ func TestFaultCheckpointUnwritable(t *testing.T) {
 		if now, _ := os.ReadFile(cpPath); string(now) != string(saved) {
 			t.Fatal("the checkpoint changed although saving failed")
 		}
-		c = start(t, cfg, env...)
+		c = testenv.Start(t, cfg, env...)
 		want := append(first, more...)
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 		checkDelivery(t, got, want, 3, false)
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -424,14 +316,14 @@ func TestFaultCheckpointDamaged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
 		cpPath := filepath.Join(t.TempDir(), "checkpoint")
-		cfg := b.config(t, "e2e-cpdamaged-"+b.kind, brokers)
+		cfg := b.config(t, connName(t, "e2e-cpdamaged-"+b.kind), brokers)
 		env := []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath}
 		// A real checkpoint of this source to damage.
-		c := start(t, cfg, env...)
+		c := testenv.Start(t, cfg, env...)
 		b.insertRows(t, ids("ok", 1, 3), 100)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		cons.waitFor(t, 3, 20*time.Second)
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 		good, err := os.ReadFile(cpPath)
@@ -457,7 +349,7 @@ func TestFaultCheckpointDamaged(t *testing.T) {
 				if err := os.WriteFile(cpPath, []byte(tc.content), 0o600); err != nil {
 					t.Fatal(err)
 				}
-				code, out := runToExit(t, 30*time.Second, cfg, env...)
+				code, out := testenv.Run(t, 30*time.Second, env, "run", "--config", cfg)
 				if code != 1 {
 					t.Fatalf("exit %d, want 1:\n%s", code, out)
 				}
@@ -476,12 +368,12 @@ func TestFaultCheckpointDamaged(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.insertRows(t, ids("while-refused", 1, 3), 100)
-		c = start(t, cfg, env...)
+		c = testenv.Start(t, cfg, env...)
 		want := append(ids("ok", 1, 3), ids("while-refused", 1, 3)...)
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 		checkDelivery(t, got, want, 3, true)
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})

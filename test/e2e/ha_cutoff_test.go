@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,43 +88,43 @@ func TestHACutOff(t *testing.T) {
 
 func testHACutOff(t *testing.T, b *backend, how, delivery, checkpoint string) {
 	_, brokers := testenv.Kafka(t)
-	name := "e2e-cut-" + b.kind
+	name := connName(t, "e2e-cut-"+b.kind)
 	var proxy *testenv.Proxy
 	if how == "silence" {
 		proxy = testenv.NewProxy(t, b.serverAddr(t))
 	}
-	active := start(t, b.haCutoffConfig(t, name, brokers, delivery, checkpoint, proxy))
-	standby := launch(t, b.haCutoffConfig(t, name, brokers, delivery, checkpoint, nil))
-	standby.waitStatus(200, "standby", 15*time.Second)
+	active := testenv.Start(t, b.haCutoffConfig(t, name, brokers, delivery, checkpoint, proxy))
+	standby := testenv.Launch(t, b.haCutoffConfig(t, name, brokers, delivery, checkpoint, nil))
+	standby.WaitStatus(200, "standby", 15*time.Second)
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	w := startChaosWriter(t, b, "cut", 2*time.Millisecond)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a deliberate gap: the active one streams a while before the cut
 
 	bound := haCutoffSessionTimeout + haCutoffCheck
 	cut := time.Now()
 	switch how {
 	case "sigstop":
-		active.cmd.Process.Signal(syscall.SIGSTOP)
+		active.Pause()
 	case "silence":
 		proxy.Silence()
 	}
 	var noticed, acquired, ready time.Duration
 	for ready == 0 {
 		if time.Since(cut) > bound+30*time.Second {
-			t.Fatalf("%s: the standby did not take over within %s (bound %s + start-up)\nstandby:\n%s", how, time.Since(cut), bound, standby.log.String())
+			t.Fatalf("%s: the standby did not take over within %s (bound %s + start-up)\nstandby:\n%s", how, time.Since(cut), bound, standby.Log())
 		}
-		if noticed == 0 && strings.Contains(active.log.String(), "lost the HA lock") {
+		if noticed == 0 && strings.Contains(active.Log(), "lost the HA lock") {
 			noticed = time.Since(cut)
 		}
-		if acquired == 0 && strings.Contains(standby.log.String(), "lock acquired") {
+		if acquired == 0 && strings.Contains(standby.Log(), "lock acquired") {
 			acquired = time.Since(cut)
 		}
-		if standby.streaming() {
+		if standby.Streaming() {
 			ready = time.Since(cut)
 		}
 		select {
-		case <-standby.done:
-			t.Fatalf("standby exited: %v\n%s", standby.exitErr, standby.log.String())
+		case <-standby.Done():
+			t.Fatalf("standby exited: %v\n%s", standby.Err(), standby.Log())
 		default:
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -141,15 +140,15 @@ func testHACutOff(t *testing.T, b *backend, how, delivery, checkpoint string) {
 		// The active instance noticed by itself, before the standby took
 		// over, and exits with the lock-loss error although its database
 		// path is still silent.
-		code := active.waitExit(20 * time.Second)
+		code := active.WaitExit(20 * time.Second)
 		exited := time.Since(cut)
-		if noticed == 0 && strings.Contains(active.log.String(), "lost the HA lock") {
+		if noticed == 0 && strings.Contains(active.Log(), "lost the HA lock") {
 			noticed = acquired // noticed between two polls; cannot be ordered
 		}
 		t.Logf("%s: the cut-off active noticed after %s (bound %s) and exited %d after %s", b.kind, noticed.Round(time.Millisecond),
 			haCutoffCheck+haCutoffSessionTimeout/2, code, exited.Round(time.Millisecond))
 		if code != 1 || noticed == 0 {
-			t.Fatalf("cut-off active exited %d, noticed %s\n%s", code, noticed, active.log.String())
+			t.Fatalf("cut-off active exited %d, noticed %s\n%s", code, noticed, active.Log())
 		}
 		if noticed >= acquired {
 			t.Fatalf("the standby took the lock (%s) before the active noticed losing it (%s)", acquired, noticed)
@@ -159,9 +158,9 @@ func testHACutOff(t *testing.T, b *backend, how, delivery, checkpoint string) {
 		// The frozen process resumes after the takeover: it must stop
 		// without a checkpoint of its own (fenced) and exit non-zero.
 		time.Sleep(time.Second)
-		active.cmd.Process.Signal(syscall.SIGCONT)
-		code := active.waitExit(30 * time.Second)
-		log := active.log.String()
+		active.Resume()
+		code := active.WaitExit(30 * time.Second)
+		log := active.Log()
 		if code == 0 || !(strings.Contains(log, "lost the HA lock") || strings.Contains(log, "took over") || strings.Contains(log, "claimed by another instance")) {
 			t.Fatalf("resumed zombie exited %d without saying why:\n%s", code, log)
 		}
@@ -176,7 +175,7 @@ func testHACutOff(t *testing.T, b *backend, how, delivery, checkpoint string) {
 	got := cons.waitFor(t, len(want), 60*time.Second)
 	got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 	checkDelivery(t, got, want, 3, delivery == "exactly-once")
-	if err := standby.stop(15 * time.Second); err != nil {
+	if err := standby.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 }

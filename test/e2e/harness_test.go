@@ -4,78 +4,26 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
-var binary string
-
+// The connector processes are testenv.Connector: testenv.Binary builds the
+// binary once for this test process, TestMain removes it.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "outbox-cdc-e2e")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "outbox-cdc")
-	build := exec.Command("go", "build", "-o", binary, "github.com/outbox-cdc/outbox-cdc/cmd/outbox-cdc")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "build outbox-cdc: %v\n", err)
-		os.Exit(1)
-	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	testenv.RemoveBinary()
 	os.Exit(code)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// connector is one outbox-cdc process.
-type connector struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	httpAddr string
-	log      *syncBuffer
-	done     chan struct{}
-	exitErr  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // writeConfig writes a YAML config file into the test's temp dir.
@@ -86,60 +34,6 @@ func writeConfig(t *testing.T, yaml string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// start runs the binary with the config and waits until it streams
-// (/readyz and /active say 200).
-func start(t *testing.T, configPath string, env ...string) *connector {
-	t.Helper()
-	c := &connector{t: t, httpAddr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(binary, "run", "--config", configPath)
-	c.cmd.Env = append(os.Environ(), append(env, "OUTBOX_CDC_HTTP_LISTEN="+c.httpAddr, "OUTBOX_CDC_LOG_FORMAT=json")...)
-	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.exitErr = c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			t.Logf("connector log:\n%s", c.log.String())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-c.done:
-			t.Fatalf("connector exited during start: %v\n%s", c.exitErr, c.log.String())
-		default:
-		}
-		if c.streaming() {
-			return c
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("connector not ready within 30s:\n%s", c.log.String())
-	return nil
-}
-
-// kill stops the process with SIGKILL: no flush, no checkpoint.
-func (c *connector) kill() {
-	if c.cmd.Process != nil {
-		c.cmd.Process.Kill()
-	}
-	<-c.done
-}
-
-// stop sends SIGTERM and returns the exit error (nil for status 0).
-func (c *connector) stop(timeout time.Duration) error {
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-		return c.exitErr
-	case <-time.After(timeout):
-		c.t.Fatalf("connector did not exit within %s of SIGTERM", timeout)
-		return nil
-	}
 }
 
 // consumed is one record read back from Kafka.

@@ -7,8 +7,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -20,17 +18,6 @@ import (
 
 func mysqlOnly(t *testing.T, test func(t *testing.T, b *backend)) {
 	t.Run("mysql", func(t *testing.T) { test(t, mysqlBackend(t)) })
-}
-
-// readyzBody returns /readyz's status and body.
-func (c *connector) readyzBody() (int, string) {
-	resp, err := http.Get("http://" + c.httpAddr + "/readyz")
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
 
 // insertTyped commits one row per id with the given aggregate type.
@@ -54,7 +41,7 @@ func TestUnwritableTopicHaltThenDLQ(t *testing.T) {
 	for _, policy := range []string{"halt", "dlq"} {
 		t.Run(policy, func(t *testing.T) {
 			mysqlOnly(t, func(t *testing.T, b *backend) {
-				name := "e2e-unwritable-" + policy
+				name := connName(t, "e2e-unwritable-"+policy)
 				c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(3),
 					kfake.SeedTopics(3, "outbox.event.ORDER", name+".dlq"))
 				if err != nil {
@@ -65,7 +52,7 @@ func TestUnwritableTopicHaltThenDLQ(t *testing.T) {
 				cfg := b.config(t, name, brokers)
 				env := []string{"OUTBOX_CDC_SINK_UNWRITABLE_TOPIC_TIMEOUT=" + wait.String(), "OUTBOX_CDC_PIPELINE_ON_ERROR=" + policy,
 					"OUTBOX_CDC_SINK_RETRY_BACKOFF_MAX=500ms"}
-				conn := start(t, cfg, env...)
+				conn := testenv.Start(t, cfg, env...)
 				before := ids("before", 1, 5)
 				b.insertTyped(t, "ORDER", before...)
 				cons := newConsumer(t, brokers, `outbox\.event\..*|`+name+`\.dlq`)
@@ -73,28 +60,28 @@ func TestUnwritableTopicHaltThenDLQ(t *testing.T) {
 
 				b.insertTyped(t, "NEWTYPE", "new-1")
 				blockedAt := time.Now()
-				waitUntil(t, "outbox_cdc_sink_blocked_topics 1", wait, func() bool { return conn.metric("outbox_cdc_sink_blocked_topics") == 1 })
+				testenv.Eventually(t, wait, "outbox_cdc_sink_blocked_topics 1", func() bool { return conn.Metric("outbox_cdc_sink_blocked_topics") == 1 })
 				// Committed while the write of new-1 waits: they stall too.
 				// (Committed before that write started, they could share its
 				// batch and be produced beside it.)
 				after := ids("after", 1, 5)
 				b.insertTyped(t, "ORDER", after...)
-				code, body := conn.readyzBody()
+				code, body := conn.Readyz()
 				if code != 503 || !strings.Contains(body, "outbox.event.NEWTYPE") || !strings.Contains(body, "sink.unwritable_topic_timeout") {
 					t.Fatalf("/readyz during the wait: %d %q", code, body)
 				}
-				if s := conn.status("/healthz"); s != 200 {
+				if s := conn.Status("/healthz"); s != 200 {
 					t.Fatalf("/healthz %d during the wait", s)
 				}
-				time.Sleep(time.Second)
-				if s := conn.metric("outbox_cdc_sink_blocked_seconds"); s < 0.5 {
+				time.Sleep(time.Second) // a deliberate gap: the blocked time grows
+				if s := conn.Metric("outbox_cdc_sink_blocked_seconds"); s < 0.5 {
 					t.Fatalf("outbox_cdc_sink_blocked_seconds = %v during the wait", s)
 				}
 
 				if policy == "halt" {
-					code := conn.waitExit(wait + 30*time.Second)
+					code := conn.WaitExit(wait + 30*time.Second)
 					took := time.Since(blockedAt)
-					log := conn.log.String()
+					log := conn.Log()
 					if code != 1 || !strings.Contains(log, "message id new-1") || !strings.Contains(log, `outbox.event.NEWTYPE`) ||
 						!strings.Contains(log, "sink.unwritable_topic_timeout") {
 						t.Fatalf("exit %d; want a halt naming the row and the topic:\n%s", code, log)
@@ -126,8 +113,8 @@ func TestUnwritableTopicHaltThenDLQ(t *testing.T) {
 					t.Fatalf("%d dead letters for the row, want 1", dead)
 				}
 				checkDelivery(t, rest, want, 3, false)
-				waitUntil(t, "/readyz 200 after the dead letter", 20*time.Second, func() bool { return conn.status("/readyz") == 200 })
-				if v := conn.metric("outbox_cdc_sink_blocked_topics"); v != 0 {
+				testenv.Eventually(t, 20*time.Second, "/readyz 200 after the dead letter", func() bool { return conn.Status("/readyz") == 200 })
+				if v := conn.Metric("outbox_cdc_sink_blocked_topics"); v != 0 {
 					t.Fatalf("outbox_cdc_sink_blocked_topics = %v after the row was dead-lettered", v)
 				}
 				// Later rows for the missing topic are dead-lettered at once.
@@ -137,7 +124,7 @@ func TestUnwritableTopicHaltThenDLQ(t *testing.T) {
 				if len(more) < len(got)+2 {
 					t.Fatalf("the next row for the missing topic waited again (or was lost): %+v", more[len(got):])
 				}
-				if err := conn.stop(20 * time.Second); err != nil {
+				if err := conn.Stop(20 * time.Second); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -163,17 +150,17 @@ func TestRecordTimestampLimits(t *testing.T) {
 			mysqlOnly(t, func(t *testing.T, b *backend) {
 				c, brokers := testenv.Kafka(t)
 				testenv.RejectOldTimestamps(c, "outbox.event.ORDER", limit)
-				name := "e2e-ts-" + tc.name
+				name := connName(t, "e2e-ts-"+tc.name)
 				cfg := b.config(t, name, brokers)
 				env := []string{"OUTBOX_CDC_PIPELINE_ON_ERROR=" + tc.policy}
 				if tc.timestamp != "" {
 					env = append(env, "OUTBOX_CDC_ROUTE_TIMESTAMP="+tc.timestamp)
 				}
 				// Run once so that the checkpoint is before the backlog.
-				conn := start(t, cfg, env...)
+				conn := testenv.Start(t, cfg, env...)
 				b.insertTyped(t, "WARMUP", "warm-1")
 				newConsumer(t, brokers, `outbox\.event\.WARMUP`).waitFor(t, 1, 30*time.Second)
-				if err := conn.stop(20 * time.Second); err != nil {
+				if err := conn.Stop(20 * time.Second); err != nil {
 					t.Fatal(err)
 				}
 				backlog := ids("old", 1, 6)
@@ -182,17 +169,17 @@ func TestRecordTimestampLimits(t *testing.T) {
 				cons := newConsumer(t, brokers, `outbox\.event\.ORDER|`+name+`\.dlq`)
 				switch {
 				case tc.timestamp == "":
-					conn = start(t, cfg, env...)
+					conn = testenv.Start(t, cfg, env...)
 					got := cons.waitFor(t, len(backlog), 30*time.Second)
 					checkDelivery(t, got, backlog, 3, false)
-					conn.stop(20 * time.Second)
+					conn.Stop(20 * time.Second)
 				case tc.policy == "halt":
-					code, out := runToExit(t, 60*time.Second, cfg, env...)
+					code, out := testenv.Run(t, 60*time.Second, env, "run", "--config", cfg)
 					if code != 1 || !strings.Contains(out, "message id old-1") || !strings.Contains(out, "kafka error code 32") {
 						t.Fatalf("exit %d; want a halt naming row old-1 and INVALID_TIMESTAMP:\n%s", code, out)
 					}
 				default:
-					conn = start(t, cfg, env...)
+					conn = testenv.Start(t, cfg, env...)
 					got := cons.waitFor(t, len(backlog), 30*time.Second)
 					got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 					dead := map[string]bool{}
@@ -209,7 +196,7 @@ func TestRecordTimestampLimits(t *testing.T) {
 							t.Fatalf("row %s has no dead letter (%d records read)", id, len(got))
 						}
 					}
-					conn.stop(20 * time.Second)
+					conn.Stop(20 * time.Second)
 				}
 			})
 		})

@@ -100,20 +100,20 @@ func TestLargeTransactionBoundedMemory(t *testing.T) {
 		t.Run(delivery, func(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, b *backend) {
 				_, brokers := testenv.Kafka(t)
-				name := "e2e-largetx-" + delivery + "-" + b.kind
+				name := connName(t, "e2e-largetx-"+delivery+"-"+b.kind)
 				cp := "file"
 				if delivery == "exactly-once" {
 					cp = "kafka"
 				}
 				cfg := b.modeConfig(t, name, brokers, false, delivery, cp)
-				c := start(t, cfg)
-				before := peakRSS(t, c.cmd.Process.Pid)
+				c := testenv.Start(t, cfg)
+				before := peakRSS(t, c.Pid())
 				began := time.Now()
 				want := b.insertLargeTx(t, "big", rows, 1024)
 				committed := time.Since(began)
 				cons := newConsumer(t, brokers, `outbox\.event\..*`)
 				got := cons.waitFor(t, len(want), 10*time.Minute)
-				peak := peakRSS(t, c.cmd.Process.Pid)
+				peak := peakRSS(t, c.Pid())
 				t.Logf("%d rows (~%d MB) in one transaction: committed in %v, delivered %v later; peak RSS %.1f MiB (%.1f MiB before)",
 					rows, rows*1024>>20, committed.Round(time.Millisecond), (time.Since(began) - committed).Round(time.Millisecond),
 					float64(peak)/(1<<20), float64(before)/(1<<20))
@@ -121,7 +121,7 @@ func TestLargeTransactionBoundedMemory(t *testing.T) {
 				if peak > limit {
 					t.Errorf("peak RSS %.1f MiB is above the bound of 128 MiB (does the source send the transaction in fragments?)", float64(peak)/(1<<20))
 				}
-				if err := c.stop(30 * time.Second); err != nil {
+				if err := c.Stop(30 * time.Second); err != nil {
 					t.Fatalf("stop: %v", err)
 				}
 			})

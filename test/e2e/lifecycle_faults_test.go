@@ -58,9 +58,9 @@ func lockUnmarkedRow(t *testing.T, b *backend, prefix string) ([]string, func())
 func TestLifecycleSlowMarkNeverStallsCheckpoint(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.tunedConfig(t, "e2e-slowmark-"+b.kind, brokers, "  start: latest\n",
+		cfg := b.tunedConfig(t, connName(t, "e2e-slowmark-"+b.kind), brokers, "  start: latest\n",
 			"lifecycle:\n  mark_sent: true\n  mark_batch: 5\n  queue: 20\n  mark_timeout: 30s\n  mark_retry_timeout: 5m\npipeline:\n  checkpoint_interval: 0s\n")
-		c := start(t, cfg)
+		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		first, release := lockUnmarkedRow(t, b, "slow")
 		locked := first[len(first)-1]
@@ -83,18 +83,18 @@ func TestLifecycleSlowMarkNeverStallsCheckpoint(t *testing.T) {
 		checkDelivery(t, got, want, 3, false)
 
 		// Every transaction is checkpointed although marking is stuck.
-		saved := func() float64 { return c.metric("outbox_cdc_checkpoint_last_saved_timestamp_seconds") }
-		waitUntil(t, "a checkpoint saved after the last commit while mark_sent waits on a row lock", 15*time.Second,
+		saved := func() float64 { return c.Metric("outbox_cdc_checkpoint_last_saved_timestamp_seconds") }
+		testenv.Eventually(t, 15*time.Second, "a checkpoint saved after the last commit while mark_sent waits on a row lock",
 			func() bool { return saved() >= float64(lastCommit.Unix()) })
 		if b.kind == "postgres" {
 			slot := strings.ReplaceAll(testObjectName(t), "-", "_")
-			waitUntil(t, "the slot confirmed past the last commit", 15*time.Second, func() bool {
+			testenv.Eventually(t, 15*time.Second, "the slot confirmed past the last commit", func() bool {
 				var ok sql.NullBool
 				b.db.QueryRow("SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", walAfter, slot).Scan(&ok)
 				return ok.Valid && ok.Bool
 			})
 		}
-		queued, unmarked := c.metric("outbox_cdc_lifecycle_queue_ids"), c.metric("outbox_cdc_lifecycle_unmarked_total")
+		queued, unmarked := c.Metric("outbox_cdc_lifecycle_queue_ids"), c.Metric("outbox_cdc_lifecycle_unmarked_total")
 		t.Logf("%s: checkpoint kept moving with mark_sent stuck on %s; %v ids queued (bound 20), %v left unmarked", b.kind, locked, queued, unmarked)
 		if queued > 20 || unmarked <= 0 {
 			t.Fatalf("queue %v (bound 20), unmarked %v", queued, unmarked)
@@ -107,12 +107,12 @@ func TestLifecycleSlowMarkNeverStallsCheckpoint(t *testing.T) {
 		// after a crash (status 0), exactly as many as counted.
 		released := time.Now()
 		release()
-		waitUntil(t, "the queue marked", 20*time.Second, func() bool { return c.metric("outbox_cdc_lifecycle_queue_ids") == 0 })
-		waitUntil(t, "the marked rows", 20*time.Second, func() bool {
-			return b.count(t, "status = 1") == len(want)-int(c.metric("outbox_cdc_lifecycle_unmarked_total"))
+		testenv.Eventually(t, 20*time.Second, "the queue marked", func() bool { return c.Metric("outbox_cdc_lifecycle_queue_ids") == 0 })
+		testenv.Eventually(t, 20*time.Second, "the marked rows", func() bool {
+			return b.count(t, "status = 1") == len(want)-int(c.Metric("outbox_cdc_lifecycle_unmarked_total"))
 		})
 		t.Logf("%s: queue marked %s after the lock went", b.kind, time.Since(released).Round(time.Millisecond))
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -126,13 +126,13 @@ func TestLifecycleMarkFailureStops(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
 		bad := "status = 1, sent_at = CURRENT_TIMESTAMP"
-		cfg := b.tunedConfig(t, "e2e-badmark-"+b.kind, brokers, "  start: latest\n",
+		cfg := b.tunedConfig(t, connName(t, "e2e-badmark-"+b.kind), brokers, "  start: latest\n",
 			fmt.Sprintf("lifecycle:\n  mark_sent: true\n  mark_sent_set: %q\n", bad))
-		c := start(t, cfg)
+		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "bad", 20, 5*time.Millisecond)
-		code := c.waitExit(20 * time.Second)
-		log := c.log.String()
+		code := c.WaitExit(20 * time.Second)
+		log := c.Log()
 		if code != 1 || !strings.Contains(log, "lifecycle.mark_sent_set") || !strings.Contains(log, "sent_at") {
 			t.Fatalf("exit %d; want 1 with an error naming lifecycle.mark_sent_set:\n%s", code, log)
 		}
@@ -144,10 +144,10 @@ func TestLifecycleMarkFailureStops(t *testing.T) {
 			t.Fatal(err)
 		}
 		fixed := writeConfig(t, strings.Replace(string(raw), fmt.Sprintf("%q", bad), `"status = 1"`, 1))
-		c = start(t, fixed)
+		c = testenv.Start(t, fixed)
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		checkDelivery(t, got, want, 3, false)
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})

@@ -28,9 +28,9 @@ type readyzAnswer struct {
 	} `json:"connectors"`
 }
 
-func (c *connector) getJSON(t *testing.T, method, path string) (int, readyzAnswer) {
+func getJSON(t *testing.T, c *testenv.Connector, method, path string) (int, readyzAnswer) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+c.httpAddr+path, nil)
+	req, err := http.NewRequest(method, "http://"+c.Addr()+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSixConnectorsOnePoisoned(t *testing.T) {
 `, c.name, src, i, brokers[0], filepath.Join(t.TempDir(), "checkpoint"))
 	}
 	cfg := writeConfig(t, "log:\n  level: info\nconnectors:\n"+entries.String())
-	p := start(t, cfg)
+	p := testenv.Start(t, cfg)
 	cons := newConsumer(t, brokers, `multi\..*`)
 
 	commit := func(round string, n int) {
@@ -118,11 +118,11 @@ func TestSixConnectorsOnePoisoned(t *testing.T) {
 	}
 
 	q := "/readyz?connector=" + poison.name
-	waitUntil(t, "the poisoned connector halted", 30*time.Second, func() bool {
-		code, a := p.getJSON(t, "GET", q)
+	testenv.Eventually(t, 30*time.Second, "the poisoned connector halted", func() bool {
+		code, a := getJSON(t, p, "GET", q)
 		return code == 503 && len(a.Connectors) == 1 && a.Connectors[0].State == "halted"
 	})
-	_, a := p.getJSON(t, "GET", q)
+	_, a := getJSON(t, p, "GET", q)
 	if r := a.Connectors[0].Reason; !strings.Contains(r, "poison-1") || !strings.Contains(r, "aggregate id") {
 		t.Fatalf("halted connector's reason %q does not name the row and the cause", r)
 	}
@@ -152,7 +152,7 @@ func TestSixConnectorsOnePoisoned(t *testing.T) {
 
 	// Overall readiness is 503 naming the halted one; the other five are
 	// running, ready and active.
-	code, all := p.getJSON(t, "GET", "/readyz")
+	code, all := getJSON(t, p, "GET", "/readyz")
 	if code != 503 || all.Ready || len(all.Connectors) != 6 || all.Active != 5 {
 		t.Fatalf("/readyz %d ready %v, %d connectors, %d active; want 503, 6, 5", code, all.Ready, len(all.Connectors), all.Active)
 	}
@@ -165,22 +165,22 @@ func TestSixConnectorsOnePoisoned(t *testing.T) {
 			t.Fatalf("/readyz connector %d: %+v, want %s state %s", i, st, conns[i].name, want)
 		}
 	}
-	if code, _ := p.getJSON(t, "GET", "/readyz?connector="+conns[0].name); code != 200 {
+	if code, _ := getJSON(t, p, "GET", "/readyz?connector="+conns[0].name); code != 200 {
 		t.Fatalf("/readyz?connector=%s %d, want 200", conns[0].name, code)
 	}
-	if code, _ := p.getJSON(t, "GET", "/readyz?connector=nope"); code != 404 {
+	if code, _ := getJSON(t, p, "GET", "/readyz?connector=nope"); code != 404 {
 		t.Fatalf("/readyz?connector=nope %d, want 404", code)
 	}
-	if code, a := p.getJSON(t, "GET", "/active"); code != 200 || a.Active != 5 {
+	if code, a := getJSON(t, p, "GET", "/active"); code != 200 || a.Active != 5 {
 		t.Fatalf("/active %d with %d active, want 200 and 5", code, a.Active)
 	}
-	if code := p.status("/healthz"); code != 200 {
+	if code := p.Status("/healthz"); code != 200 {
 		t.Fatalf("/healthz %d with one connector halted, want 200 (the process is alive)", code)
 	}
 
 	// Metrics: every outbox_cdc_* sample carries a connector label (but
 	// build_info, the process's), and each connector counts its records.
-	resp, err := http.Get("http://" + p.httpAddr + "/metrics")
+	resp, err := http.Get("http://" + p.Addr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,28 +209,28 @@ func TestSixConnectorsOnePoisoned(t *testing.T) {
 
 	// An operator restarts the halted connector: it starts afresh from its
 	// checkpoint and halts again on the same row.
-	if code, _ := p.getJSON(t, "POST", "/connectors/nope/restart"); code != 404 {
+	if code, _ := getJSON(t, p, "POST", "/connectors/nope/restart"); code != 404 {
 		t.Fatalf("restart of an unknown connector: %d, want 404", code)
 	}
-	if code, _ := p.getJSON(t, "GET", "/connectors/"+poison.name+"/restart"); code != 405 {
+	if code, _ := getJSON(t, p, "GET", "/connectors/"+poison.name+"/restart"); code != 405 {
 		t.Fatalf("GET restart: %d, want 405", code)
 	}
-	if code, a := p.getJSON(t, "POST", "/connectors/"+poison.name+"/restart"); code != 200 || len(a.Connectors) != 1 || a.Connectors[0].State == "halted" {
+	if code, a := getJSON(t, p, "POST", "/connectors/"+poison.name+"/restart"); code != 200 || len(a.Connectors) != 1 || a.Connectors[0].State == "halted" {
 		t.Fatalf("restart: %d %+v", code, a)
 	}
-	waitUntil(t, "the restarted connector halted again", 30*time.Second, func() bool {
-		_, a := p.getJSON(t, "GET", q)
+	testenv.Eventually(t, 30*time.Second, "the restarted connector halted again", func() bool {
+		_, a := getJSON(t, p, "GET", q)
 		return len(a.Connectors) == 1 && a.Connectors[0].State == "halted"
 	})
-	if n := strings.Count(p.log.String(), "connector halted; the others keep running"); n != 2 {
+	if n := strings.Count(p.Log(), "connector halted; the others keep running"); n != 2 {
 		t.Fatalf("%d halt messages, want 2", n)
 	}
 	select {
-	case <-p.done:
-		t.Fatalf("the process exited: %v", p.exitErr)
+	case <-p.Done():
+		t.Fatalf("the process exited: %v", p.Err())
 	default:
 	}
-	if err := p.stop(30 * time.Second); exitCode(err) != 1 {
+	if err := p.Stop(30 * time.Second); testenv.ExitCode(err) != 1 {
 		t.Fatalf("SIGTERM with a halted connector: exit %v, want 1", err)
 	}
 }

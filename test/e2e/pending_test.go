@@ -84,24 +84,24 @@ func TestPendingSeam(t *testing.T) {
 		sent := b.seedRows(t, "sent", 300)
 		b.exec(t, "UPDATE "+b.table()+" SET status = 1")
 		pending := b.seedRows(t, "pend", 3000)
-		cfg := b.tunedConfig(t, "e2e-pending-"+b.kind, brokers,
+		cfg := b.tunedConfig(t, connName(t, "e2e-pending-"+b.kind), brokers,
 			"  start: pending\n  pending:\n    where: \"status = 0\"\n    batch: 100\n", "")
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 
 		// The writer commits before, during and after the backfill's read.
 		w := startWriter(t, b, "live", 150, 3*time.Millisecond)
-		time.Sleep(30 * time.Millisecond)
-		c := launch(t, cfg)
+		time.Sleep(30 * time.Millisecond) // a deliberate gap: some live rows commit before the start
+		c := testenv.Launch(t, cfg)
 		live := w.wait()
 		want := append(append([]string{}, pending...), live...)
 		got := cons.waitFor(t, len(want), 60*time.Second)
 		got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 		checkDelivery(t, got, want, 3, true)
 		_ = sent // never expected: checkDelivery fails on any record not in want
-		if !strings.Contains(c.log.String(), "pending backfill done") {
-			t.Fatalf("no backfill logged:\n%s", c.log.String())
+		if !strings.Contains(c.Log(), "pending backfill done") {
+			t.Fatalf("no backfill logged:\n%s", c.Log())
 		}
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -114,26 +114,20 @@ func TestPendingKill(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
 		pending := b.seedRows(t, "pend", 6000)
-		cfg := b.tunedConfig(t, "e2e-pendkill-"+b.kind, brokers,
+		cfg := b.tunedConfig(t, connName(t, "e2e-pendkill-"+b.kind), brokers,
 			"  start: pending\n  pending:\n    batch: 50\n", "pipeline:\n  max_batch_records: 100\n")
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "live", 200, 3*time.Millisecond)
 		m := regexp.MustCompile(`path: "([^"]+)"`).FindStringSubmatch(readFile(t, cfg))
-		c := launch(t, cfg)
+		c := testenv.Launch(t, cfg)
 		// Kill as soon as a checkpoint says "backfill in progress".
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(readFile(t, m[1]), ":pending:") {
-			if time.Now().After(deadline) {
-				t.Fatalf("no pending checkpoint within 30s:\n%s", c.log.String())
-			}
-			time.Sleep(time.Millisecond)
-		}
-		c.kill()
-		if strings.Contains(c.log.String(), "pending backfill done") {
+		testenv.Eventually(t, 30*time.Second, "a pending checkpoint", func() bool { return strings.Contains(readFile(t, m[1]), ":pending:") })
+		c.Kill()
+		if strings.Contains(c.Log(), "pending backfill done") {
 			t.Fatal("the backfill finished before the kill")
 		}
 		t.Logf("killed during the backfill; checkpoint %q", readFile(t, m[1]))
-		c = start(t, cfg)
+		c = testenv.Start(t, cfg)
 		live := w.wait()
 		want := append(append([]string{}, pending...), live...)
 		got := cons.waitFor(t, len(want), 60*time.Second)
@@ -145,7 +139,7 @@ func TestPendingKill(t *testing.T) {
 		if dups := len(got) - len(want); dups > 1000 {
 			t.Fatalf("%d duplicates, more than the bound", dups)
 		}
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -160,30 +154,27 @@ func TestLifecycleMarkSent(t *testing.T) {
 		if b.kind == "mysql" {
 			set = "status = 1, updated_at = CURRENT_TIMESTAMP + INTERVAL 1 DAY"
 		}
-		cfg := b.tunedConfig(t, "e2e-marksent-"+b.kind, brokers, "  start: latest\n",
+		cfg := b.tunedConfig(t, connName(t, "e2e-marksent-"+b.kind), brokers, "  start: latest\n",
 			fmt.Sprintf("lifecycle:\n  mark_sent: true\n  mark_sent_set: %q\n  mark_batch: 7\n", set))
-		c := start(t, cfg)
+		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "ms", 40, time.Millisecond)
 		want := w.wait()
 		got := cons.waitFor(t, len(want), 30*time.Second)
-		deadline := time.Now().Add(20 * time.Second)
-		for b.count(t, "status = 1") < len(want) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.Eventually(t, 20*time.Second, "every delivered row marked", func() bool { return b.count(t, "status = 1") >= len(want) })
 		if n := b.count(t, "status = 1 AND updated_at > created_at"); n != len(want) {
 			t.Fatalf("%d of %d rows marked sent", n, len(want))
 		}
 		got = append(got, cons.quiet(t, 1500*time.Millisecond)[len(got):]...)
 		checkDelivery(t, got, want, 3, true) // the UPDATEs produced nothing
-		if m := c.metric("outbox_cdc_lifecycle_marked_total"); int(m) != len(want) {
+		if m := c.Metric("outbox_cdc_lifecycle_marked_total"); int(m) != len(want) {
 			t.Fatalf("outbox_cdc_lifecycle_marked_total = %v, want %d", m, len(want))
 		}
 		if b.kind == "mysql" {
-			skipped := func() float64 { return c.metric(`outbox_cdc_source_skipped_operations_total{op="update"}`) }
-			waitUntil(t, "the UPDATEs read and skipped", 10*time.Second, func() bool { return int(skipped()) >= len(want) })
+			skipped := func() float64 { return c.Metric(`outbox_cdc_source_skipped_operations_total{op="update"}`) }
+			testenv.Eventually(t, 10*time.Second, "the UPDATEs read and skipped", func() bool { return int(skipped()) >= len(want) })
 		}
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -209,17 +200,16 @@ func TestLifecycleCleanup(t *testing.T) {
 		b.exec(t, "UPDATE "+b.table()+" SET status = 1, "+old)
 		b.seedRows(t, "old-pending", 9) // the relay never sent these
 		b.exec(t, "UPDATE "+b.table()+" SET "+old+" WHERE status = 0")
-		cfg := b.tunedConfig(t, "e2e-cleanup-"+b.kind, brokers, "  start: latest\n",
+		cfg := b.tunedConfig(t, connName(t, "e2e-cleanup-"+b.kind), brokers, "  start: latest\n",
 			fmt.Sprintf("lifecycle:\n  mark_sent: true\n  cleanup:\n    enabled: true\n    retention: 24h\n    interval: 500ms\n    batch: 5\n    pause: 10ms\n    archive_table: %s\n", archive))
-		c := start(t, cfg)
+		c := testenv.Start(t, cfg)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "new", 20, time.Millisecond)
 		want := w.wait()
 		got := cons.waitFor(t, len(want), 30*time.Second)
-		deadline := time.Now().Add(20 * time.Second)
-		for (b.count(t, "message_id LIKE 'old-sent-%'") > 0 || b.count(t, "status = 1") < len(want)) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.Eventually(t, 20*time.Second, "old sent rows deleted and new rows marked", func() bool {
+			return b.count(t, "message_id LIKE 'old-sent-%'") == 0 && b.count(t, "status = 1") >= len(want)
+		})
 		if n := b.count(t, "message_id LIKE 'old-sent-%'"); n != 0 {
 			t.Fatalf("%d delivered old rows left", n)
 		}
@@ -238,7 +228,7 @@ func TestLifecycleCleanup(t *testing.T) {
 		}
 		got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 		checkDelivery(t, got, want, 3, true) // the DELETEs and archive INSERTs produced nothing
-		if m := c.metric("outbox_cdc_lifecycle_deleted_total"); m != 23 {
+		if m := c.Metric("outbox_cdc_lifecycle_deleted_total"); m != 23 {
 			t.Fatalf("outbox_cdc_lifecycle_deleted_total = %v, want 23", m)
 		}
 		if b.kind == "mysql" {
@@ -246,13 +236,13 @@ func TestLifecycleCleanup(t *testing.T) {
 			// start position (start: latest), so not all of them need be
 			// read; those read are skipped (checkDelivery above saw no record
 			// from them), and counted.
-			skipped := c.metric(`outbox_cdc_source_skipped_operations_total{op="delete"}`)
+			skipped := c.Metric(`outbox_cdc_source_skipped_operations_total{op="delete"}`)
 			if skipped > 23 {
 				t.Fatalf("skipped deletes = %v, more than the 23 rows deleted", skipped)
 			}
 			t.Logf("%v of the 23 DELETEs were read from the binlog and skipped", skipped)
 		}
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})

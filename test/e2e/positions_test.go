@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,16 +20,6 @@ import (
 
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
-
-// command runs `outbox-cdc args...` to its end and returns the exit code
-// and the combined output.
-func command(t *testing.T, args ...string) (int, string) {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "OUTBOX_CDC_LOG_FORMAT=json")
-	out, err := cmd.CombinedOutput()
-	return exitCode(err), string(out)
-}
 
 // debeziumOffset writes a Kafka Connect offset value for the source's
 // current position, as Debezium would have stored it after delivering
@@ -122,17 +111,17 @@ func TestPositionImportThenRun(t *testing.T) {
 			forEachBackend(t, func(t *testing.T, b *backend) {
 				_, brokers := testenv.Kafka(t)
 				b.prepareSlot(t)
-				name := "e2e-import-" + mode.name + "-" + b.kind
+				name := connName(t, "e2e-import-"+mode.name+"-"+b.kind)
 				cfg := b.modeConfig(t, name, brokers, mode.checkpoint == "table", mode.delivery, mode.checkpoint)
 				b.insertRows(t, ids("debezium", 1, 10), 100) // delivered by Debezium before the cut-over
 				offset := b.debeziumOffset(t)
-				code, out := command(t, "position", "import-debezium", "--config", cfg, "--offset", offset)
+				code, out := testenv.Run(t, 60*time.Second, nil, "position", "import-debezium", "--config", cfg, "--offset", offset)
 				if code != 0 {
 					t.Fatalf("import-debezium exit %d:\n%s", code, out)
 				}
 				after := ids("after", 1, 50)
 				b.insertRows(t, after, 100)
-				c := start(t, cfg)
+				c := testenv.Start(t, cfg)
 				cons := newConsumer(t, brokers, `outbox\.event\..*`)
 				got := cons.waitFor(t, len(after), 60*time.Second)
 				got = append(got, cons.quiet(t, time.Second)[len(got):]...)
@@ -140,26 +129,26 @@ func TestPositionImportThenRun(t *testing.T) {
 				switch mode.name {
 				case "table-ha":
 					// The running instance holds the HA lock: the command refuses.
-					code, out := command(t, "position", "import-debezium", "--config", cfg, "--offset", offset, "--force")
+					code, out := testenv.Run(t, 60*time.Second, nil, "position", "import-debezium", "--config", cfg, "--offset", offset, "--force")
 					if code != 1 || !strings.Contains(out, "holds the HA lock") {
 						t.Fatalf("import while an instance runs: exit %d:\n%s", code, out)
 					}
 				case "progress-topic":
 					// The command fences the running instance, which exits.
-					code, out := command(t, "position", "import-debezium", "--config", cfg, "--offset", offset, "--force")
+					code, out := testenv.Run(t, 60*time.Second, nil, "position", "import-debezium", "--config", cfg, "--offset", offset, "--force")
 					if code != 0 {
 						t.Fatalf("import while an instance runs: exit %d:\n%s", code, out)
 					}
 					b.insertRows(t, ids("poke", 1, 1), 100) // its next transaction fails
-					if code := c.waitExit(30 * time.Second); code != 1 || !strings.Contains(c.log.String(), "fenced") {
-						t.Fatalf("the running instance exited %d after the position was written:\n%s", code, c.log.String())
+					if code := c.WaitExit(30 * time.Second); code != 1 || !strings.Contains(c.Log(), "fenced") {
+						t.Fatalf("the running instance exited %d after the position was written:\n%s", code, c.Log())
 					}
 					return
 				}
-				if err := c.stop(20 * time.Second); err != nil {
+				if err := c.Stop(20 * time.Second); err != nil {
 					t.Fatalf("stop: %v", err)
 				}
-				code, out = command(t, "position", "show", "--config", cfg, "--json")
+				code, out = testenv.Run(t, 60*time.Second, nil, "position", "show", "--config", cfg, "--json")
 				var show struct {
 					Store    string `json:"store"`
 					Exists   bool   `json:"exists"`
@@ -215,27 +204,27 @@ func TestProgressMissingRefuses(t *testing.T) {
 	t.Run("topic deleted", func(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, b *backend) {
 			_, brokers := testenv.Kafka(t)
-			name := "e2e-progress-deleted-" + b.kind
+			name := connName(t, "e2e-progress-deleted-"+b.kind)
 			cfg := b.eosConfig(t, name, brokers, false)
-			c := start(t, cfg)
+			c := testenv.Start(t, cfg)
 			first := ids("first", 1, 5)
 			b.insertRows(t, first, 100)
 			cons := newConsumer(t, brokers, `outbox\.event\..*`)
 			cons.waitFor(t, len(first), 30*time.Second)
-			if err := c.stop(20 * time.Second); err != nil {
+			if err := c.Stop(20 * time.Second); err != nil {
 				t.Fatal(err)
 			}
 			deleteTopic(t, brokers, name+".progress")
 			meanwhile := ids("meanwhile", 1, 20)
 			b.insertRows(t, meanwhile, 100)
 
-			code, out := runToExit(t, 60*time.Second, cfg)
+			code, out := testenv.Run(t, 60*time.Second, nil, "run", "--config", cfg)
 			if code != 1 || !strings.Contains(out, "no committed position, but the connector ran before") ||
 				!strings.Contains(out, "position set --to") || !strings.Contains(out, "--fresh-start") {
 				t.Fatalf("exit %d; want a refusal naming the ways out:\n%s", code, out)
 			}
 			// Resume from the witness: nothing committed meanwhile is lost.
-			code, out = command(t, "position", "show", "--config", cfg, "--json")
+			code, out = testenv.Run(t, 60*time.Second, nil, "position", "show", "--config", cfg, "--json")
 			var show struct {
 				Witness struct {
 					Position string `json:"position"`
@@ -244,40 +233,41 @@ func TestProgressMissingRefuses(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &show); err != nil || show.Witness.Position == "" {
 				t.Fatalf("position show (exit %d) names no witness: %v\n%s", code, err, out)
 			}
-			if code, out := command(t, "position", "set", "--config", cfg, "--to", show.Witness.Position); code != 0 {
+			if code, out := testenv.Run(t, 60*time.Second, nil, "position", "set", "--config", cfg, "--to", show.Witness.Position); code != 0 {
 				t.Fatalf("position set exit %d:\n%s", code, out)
 			}
-			c = start(t, cfg)
+			c = testenv.Start(t, cfg)
 			got := cons.waitFor(t, len(first)+len(meanwhile), 60*time.Second)
 			got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 			checkDelivery(t, got, append(first, meanwhile...), 3, true)
-			c.stop(20 * time.Second)
+			c.Stop(20 * time.Second)
 		})
 	})
 	t.Run("was at-least-once", func(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, b *backend) {
 			_, brokers := testenv.Kafka(t)
-			name := "e2e-progress-switch-" + b.kind
+			name := connName(t, "e2e-progress-switch-"+b.kind)
 			cpPath := filepath.Join(t.TempDir(), "checkpoint")
 			alo := b.config(t, name, brokers)
-			c := start(t, alo, "OUTBOX_CDC_CHECKPOINT_PATH="+cpPath)
+			c := testenv.Start(t, alo, "OUTBOX_CDC_CHECKPOINT_PATH="+cpPath)
 			first := ids("alo", 1, 5)
 			b.insertRows(t, first, 100)
 			cons := newConsumer(t, brokers, `outbox\.event\..*`)
 			cons.waitFor(t, len(first), 30*time.Second)
-			if err := c.stop(20 * time.Second); err != nil {
+			if err := c.Stop(20 * time.Second); err != nil {
 				t.Fatal(err)
 			}
 			b.insertRows(t, ids("meanwhile", 1, 20), 100)
 			eos := []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath, "OUTBOX_CDC_DELIVERY=exactly-once", "OUTBOX_CDC_SINK_PROGRESS_TOPIC=" + name + ".progress"}
-			code, out := runToExit(t, 60*time.Second, alo, eos...)
+			code, out := testenv.Run(t, 60*time.Second, eos, "run", "--config", alo)
 			if code != 1 || !strings.Contains(out, "no committed position, but the connector ran before") {
 				t.Fatalf("exit %d; want the refusal:\n%s", code, out)
 			}
 			// Starting fresh deliberately starts where source.start says.
-			c = startArgs(t, alo, []string{"--fresh-start"}, eos...)
-			if !strings.Contains(c.log.String(), "starting where source.start says, as asked") {
-				t.Fatalf("no log of the deliberate fresh start:\n%s", c.log.String())
+			c = testenv.LaunchArgs(t, []string{"run", "--config", alo, "--fresh-start"}, eos...)
+			c.WaitStreaming(30 * time.Second)
+			if !strings.Contains(c.Log(), "starting where source.start says, as asked") {
+				t.Fatalf("no log of the deliberate fresh start:\n%s", c.Log())
 			}
 			later := ids("later", 1, 3)
 			b.insertRows(t, later, 100)
@@ -299,35 +289,7 @@ func TestProgressMissingRefuses(t *testing.T) {
 					}
 				}
 			}
-			c.stop(20 * time.Second)
+			c.Stop(20 * time.Second)
 		})
 	})
-}
-
-// startArgs is start with extra arguments after `run --config F`.
-func startArgs(t *testing.T, configPath string, args []string, env ...string) *connector {
-	t.Helper()
-	c := &connector{t: t, httpAddr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(binary, append([]string{"run", "--config", configPath}, args...)...)
-	c.cmd.Env = append(os.Environ(), append(env, "OUTBOX_CDC_HTTP_LISTEN="+c.httpAddr, "OUTBOX_CDC_LOG_FORMAT=json")...)
-	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.exitErr = c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			t.Logf("connector log:\n%s", c.log.String())
-		}
-	})
-	waitUntil(t, "/readyz 200", 30*time.Second, func() bool {
-		select {
-		case <-c.done:
-			t.Fatalf("connector exited during start: %v\n%s", c.exitErr, c.log.String())
-		default:
-		}
-		return c.streaming()
-	})
-	return c
 }

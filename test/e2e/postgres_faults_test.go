@@ -39,8 +39,8 @@ func TestFaultPostgresSilentPeer(t *testing.T) {
 	}
 	proxy := testenv.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
-	cfg := b.config(t, "e2e-silent-pg", brokers)
-	c := start(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+u.String(), "OUTBOX_CDC_SOURCE_RECONNECT_MAX=2s")
+	cfg := b.config(t, connName(t, "e2e-silent-pg"), brokers)
+	c := testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+u.String(), "OUTBOX_CDC_SOURCE_RECONNECT_MAX=2s")
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sil-0", "ORDER", "agg-0", "E", `{"seq": 0}`}}, true)
 	cons.waitFor(t, 1, 20*time.Second)
@@ -50,24 +50,24 @@ func TestFaultPostgresSilentPeer(t *testing.T) {
 	proxy.Silence()
 	w := startWriter(t, b, "sil", 120, 100*time.Millisecond)
 	var detected time.Duration
-	srcWaitUntil(t, "the connector to notice the silent path", bound+20*time.Second, func() bool {
-		if c.metric("outbox_cdc_source_connected") == 0 {
+	testenv.Eventually(t, bound+20*time.Second, "the connector to notice the silent path", func() bool {
+		if c.Metric("outbox_cdc_source_connected") == 0 {
 			detected = time.Since(silenced)
 			return true
 		}
 		return false
 	})
-	if h, r := c.status("/healthz"), c.status("/readyz"); h != 200 || r != 503 {
+	if h, r := c.Status("/healthz"), c.Status("/readyz"); h != 200 || r != 503 {
 		t.Fatalf("while reconnecting: /healthz %d /readyz %d, want 200 and 503", h, r)
 	}
-	mustContain(t, c.log.String(), "nothing received for", "replication stream lost; reconnecting")
+	mustContain(t, c.Log(), "nothing received for", "replication stream lost; reconnecting")
 	want := append([]string{"sil-0"}, w.wait()...)
 	for time.Since(silenced) < bound+10*time.Second {
 		time.Sleep(200 * time.Millisecond) // well past the bound: retrying, not exiting
 	}
 	select {
-	case <-c.done:
-		t.Fatalf("the connector exited while the path was silent: %v", c.exitErr)
+	case <-c.Done():
+		t.Fatalf("the connector exited while the path was silent: %v", c.Err())
 	default:
 	}
 	if got := len(cons.quiet(t, 100*time.Millisecond)); got != 1 {
@@ -80,13 +80,13 @@ func TestFaultPostgresSilentPeer(t *testing.T) {
 	catchUp := time.Since(healed)
 	got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 	checkDelivery(t, got, want, 3, true)
-	srcWaitUntil(t, "connected again", 10*time.Second, func() bool { return c.metric("outbox_cdc_source_connected") == 1 })
+	testenv.Eventually(t, 10*time.Second, "connected again", func() bool { return c.Metric("outbox_cdc_source_connected") == 1 })
 	t.Logf("detection bound %s: silence noticed after %s; %d rows committed while silent, all delivered %s after the path healed",
 		bound, detected.Round(100*time.Millisecond), len(want)-1, catchUp.Round(100*time.Millisecond))
 	if detected > bound+5*time.Second {
 		t.Fatalf("detection took %s, bound %s", detected, bound)
 	}
-	if err := c.stop(15 * time.Second); err != nil {
+	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 }
@@ -100,11 +100,11 @@ func TestFaultPostgresSilentPeer(t *testing.T) {
 func TestFaultPostgresBadLogicalMessage(t *testing.T) {
 	b := postgresBackend(t)
 	_, brokers := testenv.Kafka(t)
-	name := "e2e-badmsg-pg"
+	name := connName(t, "e2e-badmsg-pg")
 	prefix := "ob_" + testObjectName(t)
 	cfg := b.config(t, name, brokers)
 	env := []string{"OUTBOX_CDC_SOURCE_MESSAGES_PREFIX=" + prefix}
-	c := start(t, cfg, env...)
+	c := testenv.Start(t, cfg, env...)
 	emit := func(content string) {
 		t.Helper()
 		if _, err := b.db.Exec("SELECT pg_logical_emit_message(true, $1, $2)", prefix, content); err != nil {
@@ -115,8 +115,8 @@ func TestFaultPostgresBadLogicalMessage(t *testing.T) {
 	emit(`secret-ish content, not JSON`)
 	emit(`{"message_id":"msg-ok-2","aggregate_type":"ORDER","aggregate_id":"A-1","event_type":"E","payload":{"n":2}}`)
 
-	code := c.waitExit(30 * time.Second)
-	log := c.log.String()
+	code := c.WaitExit(30 * time.Second)
+	log := c.Log()
 	if code != 1 || !regexp.MustCompile(`bad outbox row at LSN [0-9A-F]+/[0-9A-F]+ \(logical message\)`).MatchString(log) ||
 		!strings.Contains(log, "not a JSON object") || !strings.Contains(log, "on_error is halt") {
 		t.Fatalf("exit %d, want 1 naming the message's LSN:\n%s", code, log)
@@ -129,7 +129,7 @@ func TestFaultPostgresBadLogicalMessage(t *testing.T) {
 		t.Fatalf("after the halt the topic holds %v", keys(main))
 	}
 
-	c = start(t, cfg, append(env, "OUTBOX_CDC_PIPELINE_ON_ERROR=dlq")...)
+	c = testenv.Start(t, cfg, append(env, "OUTBOX_CDC_PIPELINE_ON_ERROR=dlq")...)
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	got := cons.waitFor(t, 2, 20*time.Second)
 	got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
@@ -146,10 +146,10 @@ func TestFaultPostgresBadLogicalMessage(t *testing.T) {
 		!strings.Contains(origin, "logical message") || r.Key != nil {
 		t.Fatalf("dead letter: value %q class %q error %q origin %q key %q", r.Value, class, msg, origin, r.Key)
 	}
-	if v := c.metric(`outbox_cdc_dlq_records_total{class="bad_row"}`); v != 1 {
+	if v := c.Metric(`outbox_cdc_dlq_records_total{class="bad_row"}`); v != 1 {
 		t.Fatalf(`outbox_cdc_dlq_records_total{class="bad_row"} = %v, want 1`, v)
 	}
-	if err := c.stop(15 * time.Second); err != nil {
+	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 }
@@ -166,13 +166,13 @@ var checkpointPath = regexp.MustCompile(`(?m)^  path: "(.*)"$`)
 func TestPostgresBackwardPosition(t *testing.T) {
 	b := postgresBackend(t)
 	_, brokers := testenv.Kafka(t)
-	cfg := b.config(t, "e2e-backward-pg", brokers)
+	cfg := b.config(t, connName(t, "e2e-backward-pg"), brokers)
 	raw, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cp := checkpointPath.FindStringSubmatch(string(raw))[1]
-	c := start(t, cfg)
+	c := testenv.Start(t, cfg)
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	insert := func(id string) {
 		b.insertTx(t, []row{{id, "ORDER", "agg-1", "E", `{}`}}, true)
@@ -180,7 +180,7 @@ func TestPostgresBackwardPosition(t *testing.T) {
 	insert("bw-1")
 	cons.waitFor(t, 1, 20*time.Second)
 	var early outboxcdc.Position
-	srcWaitUntil(t, "a checkpoint after bw-1", 10*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, "a checkpoint after bw-1", func() bool {
 		s, err := checkpoint.ReadFile(cp)
 		early = s.Position
 		return err == nil
@@ -190,12 +190,12 @@ func TestPostgresBackwardPosition(t *testing.T) {
 	}
 	cons.waitFor(t, 4, 20*time.Second)
 	earlyLSN := strings.TrimPrefix(string(early), "postgres:")
-	srcWaitUntil(t, "the slot to confirm past "+earlyLSN, 20*time.Second, func() bool {
+	testenv.Eventually(t, 20*time.Second, "the slot to confirm past "+earlyLSN, func() bool {
 		var past bool
 		err := b.db.QueryRow("SELECT confirmed_flush_lsn > $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", earlyLSN, srcSlot(t)).Scan(&past)
 		return err == nil && past
 	})
-	if err := c.stop(15 * time.Second); err != nil {
+	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 	saved, err := os.ReadFile(cp)
@@ -205,7 +205,7 @@ func TestPostgresBackwardPosition(t *testing.T) {
 	env := []string{}
 
 	// position set refuses, --force or not, and leaves the checkpoint.
-	code, out := srcRunToExit(t, 60*time.Second, env, "position", "set", "--config", cfg, "--to", string(early), "--force")
+	code, out := testenv.Run(t, 60*time.Second, env, "position", "set", "--config", cfg, "--to", string(early), "--force")
 	if code != 1 || !strings.Contains(out, "refusing") || !strings.Contains(out, "confirmed_flush_lsn") || !strings.Contains(out, "Positions and replay") {
 		t.Fatalf("position set behind the slot: exit %d:\n%s", code, out)
 	}
@@ -221,15 +221,15 @@ func TestPostgresBackwardPosition(t *testing.T) {
 	if err := f.Save(context.Background(), early); err != nil {
 		t.Fatal(err)
 	}
-	c = srcLaunch(t, cfg)
-	if code := c.waitExit(60 * time.Second); code != 1 {
-		t.Fatalf("run from a checkpoint behind the slot: exit %d:\n%s", code, c.log.String())
+	c = testenv.Launch(t, cfg)
+	if code := c.WaitExit(60 * time.Second); code != 1 {
+		t.Fatalf("run from a checkpoint behind the slot: exit %d:\n%s", code, c.Log())
 	}
-	mustContain(t, c.log.String(), "checkpoint behind the replication slot", "position set --to postgres:")
+	mustContain(t, c.Log(), "checkpoint behind the replication slot", "position set --to postgres:")
 	if got := len(cons.quiet(t, time.Second)); got != 4 {
 		t.Fatalf("%d records after the refused start, want the 4 of before", got)
 	}
-	code, out = srcRunToExit(t, 60*time.Second, env, "check", "--config", cfg)
+	code, out = testenv.Run(t, 60*time.Second, env, "check", "--config", cfg)
 	if code != 1 || !regexp.MustCompile(`FAIL\s+postgres\.position\s+the checkpoint \(LSN [0-9A-F/]+\) is behind replication slot`).MatchString(out) {
 		t.Fatalf("check: exit %d, want FAIL postgres.position:\n%s", code, out)
 	}
@@ -243,7 +243,7 @@ func TestPostgresBackwardPosition(t *testing.T) {
 	if err := b.db.QueryRow("SELECT id FROM " + b.table() + " WHERE message_id = 'bw-2'").Scan(&from); err != nil {
 		t.Fatal(err)
 	}
-	c = start(t, cfg, "OUTBOX_CDC_SOURCE_START=pending", fmt.Sprintf("OUTBOX_CDC_SOURCE_PENDING_WHERE=id >= %d", from))
+	c = testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_START=pending", fmt.Sprintf("OUTBOX_CDC_SOURCE_PENDING_WHERE=id >= %d", from))
 	insert("bw-5")
 	got := cons.waitFor(t, 4+3+1, 30*time.Second)
 	got = append(got, cons.quiet(t, time.Second)[len(got):]...)
@@ -255,7 +255,7 @@ func TestPostgresBackwardPosition(t *testing.T) {
 	if counts["bw-1"] != 1 || counts["bw-2"] != 2 || counts["bw-3"] != 2 || counts["bw-4"] != 2 || counts["bw-5"] != 1 {
 		t.Fatalf("deliveries per row %v: want bw-2..bw-4 twice (the replay), the others once", counts)
 	}
-	if err := c.stop(15 * time.Second); err != nil {
+	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 }

@@ -21,7 +21,7 @@ func TestLeastPrivilege(t *testing.T) {
 		b := mysqlBackend(t)
 		admin := testenv.MySQL(t)
 		db := testObjectName(t)
-		const user = "e2e_priv"
+		user := "e2e_priv_" + testSuffix(t)
 		exec := func(qs ...string) {
 			t.Helper()
 			for _, q := range qs {
@@ -43,11 +43,11 @@ func TestLeastPrivilege(t *testing.T) {
 		source := fmt.Sprintf("  type: mysql\n  dsn: %q\n  table: outbox_message\n  start: latest\n", dc.FormatDSN())
 		_, brokers := testenv.Kafka(t)
 
-		c := start(t, tlsTestConfig(t, "e2e-priv-mysql", source, brokers))
+		c := testenv.Start(t, tlsTestConfig(t, connName(t, "e2e-priv-mysql"), source, brokers))
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		b.insertTx(t, []row{{"priv-1", "ORDER", "A-1", "ORDER_CREATED", `{}`}}, true)
 		checkDelivery(t, cons.waitFor(t, 1, 20*time.Second), []string{"priv-1"}, 3, true)
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 
@@ -56,7 +56,7 @@ func TestLeastPrivilege(t *testing.T) {
 			{"REVOKE SELECT ON " + db + ".outbox_message FROM " + user, "GRANT SELECT ON " + db + ".outbox_message TO " + user, "SELECT"},
 		} {
 			exec(tc.revoke)
-			code, out := runToExit(t, 30*time.Second, tlsTestConfig(t, "e2e-priv-mysql-less", source, brokers))
+			code, out := testenv.Run(t, 30*time.Second, nil, "run", "--config", tlsTestConfig(t, connName(t, "e2e-priv-mysql-less"), source, brokers))
 			if code == 0 || !strings.Contains(out, tc.want) {
 				t.Fatalf("after %s: exit %d, want a failure naming %s:\n%s", tc.revoke, code, tc.want, out)
 			}
@@ -67,7 +67,7 @@ func TestLeastPrivilege(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		b := postgresBackend(t)
 		schema := testObjectName(t)
-		const role = "e2e_priv"
+		role := "e2e_priv_" + testSuffix(t)
 		exec := func(qs ...string) {
 			t.Helper()
 			for _, q := range qs {
@@ -99,17 +99,17 @@ func TestLeastPrivilege(t *testing.T) {
 		_, brokers := testenv.Kafka(t)
 
 		exec("ALTER ROLE " + role + " NOREPLICATION")
-		code, out := runToExit(t, 30*time.Second, tlsTestConfig(t, "e2e-priv-pg-less", source, brokers))
+		code, out := testenv.Run(t, 30*time.Second, nil, "run", "--config", tlsTestConfig(t, connName(t, "e2e-priv-pg-less"), source, brokers))
 		if code == 0 || !strings.Contains(strings.ToLower(out), "replication") {
 			t.Fatalf("without REPLICATION: exit %d, want a failure naming replication:\n%s", code, out)
 		}
 		exec("ALTER ROLE " + role + " REPLICATION")
 
-		c := start(t, tlsTestConfig(t, "e2e-priv-pg", source, brokers))
+		c := testenv.Start(t, tlsTestConfig(t, connName(t, "e2e-priv-pg"), source, brokers))
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		b.insertTx(t, []row{{"priv-1", "ORDER", "A-1", "ORDER_CREATED", `{}`}}, true)
 		checkDelivery(t, cons.waitFor(t, 1, 20*time.Second), []string{"priv-1"}, 3, true)
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})

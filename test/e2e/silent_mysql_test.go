@@ -32,9 +32,9 @@ func TestNetworkSilentMySQL(t *testing.T) {
 	proxy := testenv.NewProxy(t, dc.Addr)
 	dc.Addr = proxy.Addr()
 	_, brokers := testenv.Kafka(t)
-	cfg := b.config(t, "e2e-silent-mysql", brokers)
+	cfg := b.config(t, connName(t, "e2e-silent-mysql"), brokers)
 	const readTimeout = 3 * time.Second
-	c := start(t, cfg,
+	c := testenv.Start(t, cfg,
 		"OUTBOX_CDC_SOURCE_DSN="+dc.FormatDSN(),
 		"OUTBOX_CDC_SOURCE_READ_TIMEOUT="+readTimeout.String(),
 		"OUTBOX_CDC_SOURCE_HEARTBEAT_PERIOD=1s",
@@ -53,15 +53,15 @@ func TestNetworkSilentMySQL(t *testing.T) {
 		id := ids("during", n, n)
 		b.insertRows(t, id, 100)
 		during = append(during, id...)
-		if detected == 0 && c.metric("outbox_cdc_source_connected") == 0 {
+		if detected == 0 && c.Metric("outbox_cdc_source_connected") == 0 {
 			detected = time.Since(silenced)
 		}
-		if s := c.status("/healthz"); s != 200 {
+		if s := c.Status("/healthz"); s != 200 {
 			t.Fatalf("/healthz %d while the source reconnects", s)
 		}
 		select {
-		case <-c.done:
-			t.Fatalf("the connector exited while the server was silent: %v", c.exitErr)
+		case <-c.Done():
+			t.Fatalf("the connector exited while the server was silent: %v", c.Err())
 		default:
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -72,7 +72,7 @@ func TestNetworkSilentMySQL(t *testing.T) {
 	if bound := readTimeout + 2*time.Second; detected > bound {
 		t.Fatalf("noticed after %v, bound %v", detected, bound)
 	}
-	if s := c.status("/readyz"); s != 503 {
+	if s := c.Status("/readyz"); s != 503 {
 		t.Fatalf("/readyz %d while the source is not connected", s)
 	}
 	proxy.Heal()
@@ -86,8 +86,8 @@ func TestNetworkSilentMySQL(t *testing.T) {
 	checkDelivery(t, got, want, 3, true)
 	t.Logf("silence of %v, read_timeout %v: noticed after %v; %d rows committed meanwhile, all delivered %v after the path healed",
 		healed.Sub(silenced).Round(time.Millisecond), readTimeout, detected.Round(time.Millisecond), len(during), caughtUp.Round(time.Millisecond))
-	waitUntil(t, "outbox_cdc_source_connected 1", 20*time.Second, func() bool { return c.metric("outbox_cdc_source_connected") == 1 })
-	if err := c.stop(15 * time.Second); err != nil {
+	testenv.Eventually(t, 20*time.Second, "outbox_cdc_source_connected 1", func() bool { return c.Metric("outbox_cdc_source_connected") == 1 })
+	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 }

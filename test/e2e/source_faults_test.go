@@ -14,14 +14,11 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
-	"io"
-	"net/http"
+	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,65 +29,6 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
-
-// srcExitCode turns cmd.Wait's error into an exit status.
-func srcExitCode(err error) int {
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		return ee.ExitCode()
-	case err != nil:
-		return -1
-	}
-	return 0
-}
-
-// srcRunToExit runs `outbox-cdc <args...>`, which must end by itself
-// within timeout, and returns its status and combined output.
-func srcRunToExit(t *testing.T, timeout time.Duration, env []string, args ...string) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(os.Environ(), append(env, "OUTBOX_CDC_HTTP_LISTEN=", "OUTBOX_CDC_LOG_FORMAT=json")...)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("outbox-cdc %v still running after %s:\n%s", args, timeout, out)
-	}
-	return srcExitCode(err), string(out)
-}
-
-// srcLaunch starts the binary without waiting for readiness (it may be
-// refused at once).
-func srcLaunch(t *testing.T, configPath string, env ...string) *connector {
-	t.Helper()
-	c := &connector{t: t, httpAddr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(binary, "run", "--config", configPath)
-	c.cmd.Env = append(os.Environ(), append(env, "OUTBOX_CDC_HTTP_LISTEN="+c.httpAddr, "OUTBOX_CDC_LOG_FORMAT=json")...)
-	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.exitErr = c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		c.kill()
-		if t.Failed() {
-			t.Logf("connector log:\n%s", c.log.String())
-		}
-	})
-	return c
-}
-
-func srcWaitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 // srcSaveCheckpoint writes pos as a valid checkpoint file at path.
 func srcSaveCheckpoint(t *testing.T, path string, pos outboxcdc.Position) []byte {
@@ -121,16 +59,6 @@ func srcSlotExists(t *testing.T, db *sql.DB, slot string) bool {
 	return n > 0
 }
 
-func srcHTTPGet(url string) (string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
 func mustContain(t *testing.T, out string, wants ...string) {
 	t.Helper()
 	for _, w := range wants {
@@ -145,12 +73,12 @@ var streamStarted = regexp.MustCompile(`"connection_id":(\d+)[^\n]*"message":"bi
 // cutReplication kills the connector's replication connection on the
 // server (the binlog dump thread; the walsender) and waits until the
 // connector has reconnected with a new one.
-func cutReplication(t *testing.T, b *backend, c *connector) {
+func cutReplication(t *testing.T, b *backend, c *testenv.Connector) {
 	t.Helper()
 	switch b.kind {
 	case "mysql":
 		current := func() string {
-			m := streamStarted.FindAllStringSubmatch(c.log.String(), -1)
+			m := streamStarted.FindAllStringSubmatch(c.Log(), -1)
 			if len(m) == 0 {
 				return ""
 			}
@@ -158,12 +86,12 @@ func cutReplication(t *testing.T, b *backend, c *connector) {
 		}
 		id := current()
 		if id == "" {
-			t.Fatalf("no binlog stream logged:\n%s", c.log.String())
+			t.Fatalf("no binlog stream logged:\n%s", c.Log())
 		}
 		if _, err := b.db.Exec("KILL " + id); err != nil {
 			t.Fatalf("KILL %s: %v", id, err)
 		}
-		srcWaitUntil(t, "a new binlog dump connection", 20*time.Second, func() bool { return current() != id })
+		testenv.Eventually(t, 20*time.Second, "a new binlog dump connection", func() bool { return current() != id })
 	case "postgres":
 		slot := srcSlot(t)
 		pid := func() int {
@@ -178,23 +106,8 @@ func cutReplication(t *testing.T, b *backend, c *connector) {
 		if _, err := b.db.Exec("SELECT pg_terminate_backend($1)", old); err != nil {
 			t.Fatal(err)
 		}
-		srcWaitUntil(t, "a new walsender", 20*time.Second, func() bool { p := pid(); return p != 0 && p != old })
+		testenv.Eventually(t, 20*time.Second, "a new walsender", func() bool { p := pid(); return p != 0 && p != old })
 	}
-}
-
-// srcMetric reads one unlabelled sample from the connector's /metrics.
-func srcMetric(t *testing.T, c *connector, name string) float64 {
-	t.Helper()
-	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`)
-	var v float64 = -1
-	resp, err := srcHTTPGet("http://" + c.httpAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("metrics: %v", err)
-	}
-	if m := re.FindStringSubmatch(withoutConnectorLabel(resp)); m != nil {
-		fmt.Sscan(m[1], &v)
-	}
-	return v
 }
 
 // TestSourceConnectionCut: while a writer commits transactions of 1..5
@@ -207,12 +120,12 @@ func srcMetric(t *testing.T, c *connector, name string) float64 {
 func TestSourceConnectionCut(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		cfg := b.config(t, "e2e-conncut-"+b.kind, brokers)
-		c := start(t, cfg, "OUTBOX_CDC_SOURCE_RECONNECT_MIN=50ms", "OUTBOX_CDC_SOURCE_RECONNECT_MAX=1s")
+		cfg := b.config(t, connName(t, "e2e-conncut-"+b.kind), brokers)
+		c := testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_RECONNECT_MIN=50ms", "OUTBOX_CDC_SOURCE_RECONNECT_MAX=1s")
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "cut", 600, 3*time.Millisecond)
 		for i := 0; i < 3; i++ {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // a deliberate gap between cuts, while the writer commits
 			select {
 			case <-w.done:
 				t.Fatal("the writer finished before every cut: make it write longer")
@@ -224,13 +137,13 @@ func TestSourceConnectionCut(t *testing.T) {
 		got := cons.waitFor(t, len(want), 30*time.Second)
 		got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 		checkDelivery(t, got, want, 3, true)
-		if n := srcMetric(t, c, "outbox_cdc_source_reconnects_total"); n < 3 {
+		if n := c.Metric("outbox_cdc_source_reconnects_total"); n < 3 {
 			t.Fatalf("outbox_cdc_source_reconnects_total = %v, want >= 3", n)
 		}
-		if n := srcMetric(t, c, "outbox_cdc_source_connected"); n != 1 {
+		if n := c.Metric("outbox_cdc_source_connected"); n != 1 {
 			t.Fatalf("outbox_cdc_source_connected = %v after reconnecting, want 1", n)
 		}
-		if err := c.stop(15 * time.Second); err != nil {
+		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -247,7 +160,7 @@ func TestSourceConnectionCut(t *testing.T) {
 func TestSourceBinlogPositionGone(t *testing.T) {
 	b := mysqlBackend(t)
 	_, brokers := testenv.Kafka(t)
-	cfg := b.config(t, "e2e-posgone", brokers)
+	cfg := b.config(t, connName(t, "e2e-posgone"), brokers)
 	var state string
 	if err := b.db.QueryRow("SELECT @@GLOBAL.gtid_binlog_pos").Scan(&state); err != nil {
 		t.Fatal(err)
@@ -273,7 +186,7 @@ func TestSourceBinlogPositionGone(t *testing.T) {
 			cpPath := filepath.Join(t.TempDir(), "checkpoint")
 			saved := srcSaveCheckpoint(t, cpPath, tc.pos)
 			env := []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath}
-			code, out := srcRunToExit(t, 30*time.Second, env, "run", "--config", cfg)
+			code, out := testenv.Run(t, 30*time.Second, env, "run", "--config", cfg)
 			if code != 1 {
 				t.Fatalf("exit %d, want 1:\n%s", code, out)
 			}
@@ -281,7 +194,7 @@ func TestSourceBinlogPositionGone(t *testing.T) {
 			if now, _ := os.ReadFile(cpPath); string(now) != string(saved) {
 				t.Fatal("the checkpoint changed")
 			}
-			code, out = srcRunToExit(t, 30*time.Second, env, "check", "--config", cfg)
+			code, out = testenv.Run(t, 30*time.Second, env, "check", "--config", cfg)
 			if code != 1 || !regexp.MustCompile(`FAIL\s+mysql\.position`).MatchString(out) {
 				t.Fatalf("check: exit %d, want 1 with FAIL mysql.position:\n%s", code, out)
 			}
@@ -301,30 +214,33 @@ func TestSourceBinlogPositionGone(t *testing.T) {
 func TestSourceServerIDConflict(t *testing.T) {
 	b := mysqlBackend(t)
 	_, brokers := testenv.Kafka(t)
-	env := []string{"OUTBOX_CDC_SOURCE_SERVER_ID=3735928559"}
-	first := start(t, b.config(t, "e2e-sid-a", brokers), env...)
-	second := srcLaunch(t, b.config(t, "e2e-sid-b", brokers), env...)
-	var loser, winner *connector
+	// A server_id of this run only: a concurrent run of this test on the
+	// same server must not take part in the conflict.
+	sid := strconv.FormatUint(uint64(1<<31+rand.Uint32N(1<<31)), 10)
+	env := []string{"OUTBOX_CDC_SOURCE_SERVER_ID=" + sid}
+	first := testenv.Start(t, b.config(t, connName(t, "e2e-sid-a"), brokers), env...)
+	second := testenv.Launch(t, b.config(t, connName(t, "e2e-sid-b"), brokers), env...)
+	var loser, winner *testenv.Connector
 	select {
-	case <-first.done:
+	case <-first.Done():
 		loser, winner = first, second
-	case <-second.done:
+	case <-second.Done():
 		loser, winner = second, first
 	case <-time.After(20 * time.Second):
 		t.Fatal("two connectors with one server_id both kept running")
 	}
-	if code := srcExitCode(loser.exitErr); code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", code, loser.log.String())
+	if code := testenv.ExitCode(loser.Err()); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, loser.Log())
 	}
-	log := loser.log.String()
-	mustContain(t, log, "server_id already used by another replica", "server_id 3735928559", "give each connector its own server_id")
+	log := loser.Log()
+	mustContain(t, log, "server_id already used by another replica", "server_id "+sid, "give each connector its own server_id")
 	if n := strings.Count(log, `"message":"binlog stream started"`); n > 1 {
 		t.Fatalf("the refused connector streamed %d times: it reconnected and fought the other:\n%s", n, log)
 	}
 	// The survivor streams on.
-	srcWaitUntil(t, "the remaining connector to be ready", 20*time.Second, func() bool {
-		resp, err := srcHTTPGet("http://" + winner.httpAddr + "/readyz")
-		return err == nil && strings.Contains(resp, `"status": "ready"`)
+	testenv.Eventually(t, 20*time.Second, "the remaining connector to be ready", func() bool {
+		_, body := winner.Readyz()
+		return strings.Contains(body, `"status": "ready"`)
 	})
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sid-1", "ORDER", "A-1", "E", `{}`}}, true)
@@ -332,11 +248,11 @@ func TestSourceServerIDConflict(t *testing.T) {
 	got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 	checkDelivery(t, got, []string{"sid-1"}, 3, true)
 	select {
-	case <-winner.done:
-		t.Fatalf("the remaining connector exited too:\n%s", winner.log.String())
+	case <-winner.Done():
+		t.Fatalf("the remaining connector exited too:\n%s", winner.Log())
 	default:
 	}
-	if err := winner.stop(15 * time.Second); err != nil {
+	if err := winner.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 }
@@ -350,12 +266,12 @@ func TestSourcePostgresSlotDropped(t *testing.T) {
 	_, brokers := testenv.Kafka(t)
 	cpPath := filepath.Join(t.TempDir(), "checkpoint")
 	env := []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath}
-	cfg := b.config(t, "e2e-slotdropped", brokers)
-	c := start(t, cfg, env...)
+	cfg := b.config(t, connName(t, "e2e-slotdropped"), brokers)
+	c := testenv.Start(t, cfg, env...)
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sd-1", "ORDER", "A-1", "E", `{}`}}, true)
 	cons.waitFor(t, 1, 20*time.Second)
-	if err := c.stop(15 * time.Second); err != nil {
+	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 	saved, err := os.ReadFile(cpPath)
@@ -363,13 +279,13 @@ func TestSourcePostgresSlotDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	slot := srcSlot(t)
-	srcWaitUntil(t, "the slot to be dropped", 10*time.Second, func() bool {
+	testenv.Eventually(t, 10*time.Second, "the slot to be dropped", func() bool {
 		_, err := b.db.Exec("SELECT pg_drop_replication_slot($1)", slot)
 		return err == nil
 	})
 	b.insertTx(t, []row{{"sd-lost", "ORDER", "A-1", "E", `{}`}}, true)
 
-	code, out := srcRunToExit(t, 30*time.Second, env, "run", "--config", cfg)
+	code, out := testenv.Run(t, 30*time.Second, env, "run", "--config", cfg)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, out)
 	}
@@ -380,7 +296,7 @@ func TestSourcePostgresSlotDropped(t *testing.T) {
 	if now, _ := os.ReadFile(cpPath); string(now) != string(saved) {
 		t.Fatal("the checkpoint changed")
 	}
-	code, out = srcRunToExit(t, 30*time.Second, env, "check", "--config", cfg)
+	code, out = testenv.Run(t, 30*time.Second, env, "check", "--config", cfg)
 	if code != 1 || !regexp.MustCompile(`FAIL\s+postgres\.slot\s+replication slot "`+slot+`" does not exist, but the checkpoint`).MatchString(out) {
 		t.Fatalf("check: exit %d, want 1 with FAIL postgres.slot:\n%s", code, out)
 	}
@@ -398,7 +314,7 @@ func TestSourcePostgresSlotDropped(t *testing.T) {
 func TestSourceAlterTable(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		_, brokers := testenv.Kafka(t)
-		c := start(t, b.config(t, "e2e-alter-"+b.kind, brokers))
+		c := testenv.Start(t, b.config(t, connName(t, "e2e-alter-"+b.kind), brokers))
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		exec := func(q string) {
 			t.Helper()
@@ -425,18 +341,18 @@ func TestSourceAlterTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		select {
-		case <-c.done:
+		case <-c.Done():
 		case <-time.After(20 * time.Second):
-			t.Fatalf("still running after a role column was dropped:\n%s", c.log.String())
+			t.Fatalf("still running after a role column was dropped:\n%s", c.Log())
 		}
-		if code := srcExitCode(c.exitErr); code != 1 {
-			t.Fatalf("exit %d, want 1:\n%s", code, c.log.String())
+		if code := testenv.ExitCode(c.Err()); code != 1 {
+			t.Fatalf("exit %d, want 1:\n%s", code, c.Log())
 		}
-		mustContain(t, c.log.String(), "event_type")
+		mustContain(t, c.Log(), "event_type")
 		if b.kind == "mysql" {
-			mustContain(t, c.log.String(), "has no column event_type")
+			mustContain(t, c.Log(), "has no column event_type")
 		} else {
-			mustContain(t, c.log.String(), "dropped")
+			mustContain(t, c.Log(), "dropped")
 		}
 		got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
 		checkDelivery(t, got, want, 3, true)
@@ -457,8 +373,8 @@ func TestSourceForeignCheckpoint(t *testing.T) {
 		}
 		saved := srcSaveCheckpoint(t, cpPath, foreign)
 		b.insertTx(t, []row{{"fc-1", "ORDER", "A-1", "E", `{}`}}, true)
-		code, out := srcRunToExit(t, 30*time.Second, []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath},
-			"run", "--config", b.config(t, "e2e-foreign-"+b.kind, brokers))
+		code, out := testenv.Run(t, 30*time.Second, []string{"OUTBOX_CDC_CHECKPOINT_PATH=" + cpPath},
+			"run", "--config", b.config(t, connName(t, "e2e-foreign-"+b.kind), brokers))
 		if code != 1 {
 			t.Fatalf("exit %d, want 1:\n%s", code, out)
 		}

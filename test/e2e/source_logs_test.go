@@ -27,7 +27,7 @@ func TestSourceLogsAllJSON(t *testing.T) {
 	proxy := testenv.NewProxy(t, dc.Addr)
 	dc.Addr = proxy.Addr()
 	_, brokers := testenv.Kafka(t)
-	c := start(t, b.config(t, "e2e-logs-json", brokers), "OUTBOX_CDC_SOURCE_DSN="+dc.FormatDSN(),
+	c := testenv.Start(t, b.config(t, connName(t, "e2e-logs-json"), brokers), "OUTBOX_CDC_SOURCE_DSN="+dc.FormatDSN(),
 		"OUTBOX_CDC_SOURCE_RECONNECT_MIN=50ms", "OUTBOX_CDC_SOURCE_RECONNECT_MAX=500ms", "OUTBOX_CDC_LOG_LEVEL=debug")
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	var want []string
@@ -41,19 +41,19 @@ func TestSourceLogsAllJSON(t *testing.T) {
 		}
 		accepted := proxy.Accepted()
 		proxy.Cut()
-		srcWaitUntil(t, "a new connection through the proxy", 30*time.Second, func() bool { return proxy.Accepted() > accepted })
+		testenv.Eventually(t, 30*time.Second, "a new connection through the proxy", func() bool { return proxy.Accepted() > accepted })
 	}
-	if err := c.stop(15 * time.Second); err != nil {
+	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
 	components := map[string]int{}
-	for _, line := range strings.Split(c.log.String(), "\n") {
+	for _, line := range strings.Split(c.Log(), "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("a log line is not JSON (%v):\n%s\n\nlog:\n%s", err, line, c.log.String())
+			t.Fatalf("a log line is not JSON (%v):\n%s\n\nlog:\n%s", err, line, c.Log())
 		}
 		if comp, ok := m["component"].(string); ok {
 			components[comp]++

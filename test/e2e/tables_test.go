@@ -136,7 +136,7 @@ checkpoint:
   type: file
   path: %q
 `, m.name, m.source, topic, m.table("b"), special, k.brokers()[0], filepath.Join(t.TempDir(), "checkpoint")))
-			c := start(t, cfg)
+			c := testenv.Start(t, cfg)
 			cons := newConsumer(t, k.brokers(), "^(mt|special)\\..*")
 
 			want := map[string]string{} // message id -> topic
@@ -183,7 +183,7 @@ checkpoint:
 			if len(seen) != len(want) {
 				t.Fatalf("%d of %d messages delivered: %+v", len(seen), len(want), got)
 			}
-			if err := c.stop(20 * time.Second); err != nil {
+			if err := c.Stop(20 * time.Second); err != nil {
 				t.Fatalf("connector exit: %v", err)
 			}
 		})

@@ -85,7 +85,7 @@ func TestSourceTLS(t *testing.T) {
 		// A user the server lets in over TLS only: delivery proves that the
 		// metadata connection and the binlog dump connection both use it.
 		admin := testenv.MySQL(t)
-		const user = "e2e_tls"
+		user := "e2e_tls_" + testSuffix(t)
 		for _, q := range []string{
 			"DROP USER IF EXISTS " + user,
 			"CREATE USER " + user + " IDENTIFIED BY 'tls-pw' REQUIRE SSL",
@@ -107,19 +107,19 @@ func TestSourceTLS(t *testing.T) {
 		_, brokers := testenv.Kafka(t)
 
 		// Without TLS the server refuses this user: the check above means something.
-		code, out := runToExit(t, 30*time.Second, tlsTestConfig(t, "e2e-tls-plain", source(""), brokers))
+		code, out := testenv.Run(t, 30*time.Second, nil, "run", "--config", tlsTestConfig(t, connName(t, "e2e-tls-plain"), source(""), brokers))
 		if code == 0 || !strings.Contains(out, "Access denied") {
 			t.Fatalf("plaintext login of a REQUIRE SSL user: exit %d, want a failure with Access denied:\n%s", code, out)
 		}
 
 		// Another CA: a permanent, named failure.
-		code, out = runToExit(t, 30*time.Second, tlsTestConfig(t, "e2e-tls-wrong-ca",
+		code, out = testenv.Run(t, 30*time.Second, nil, "run", "--config", tlsTestConfig(t, connName(t, "e2e-tls-wrong-ca"),
 			source(fmt.Sprintf("  tls:\n    mode: verify-full\n    ca_file: %q\n", wrong)), brokers))
 		if code == 0 || !strings.Contains(out, "certificate signed by unknown authority") || !strings.Contains(out, "source.tls") {
 			t.Fatalf("wrong CA: exit %d, want a failure naming the unknown authority and source.tls:\n%s", code, out)
 		}
 
-		c := start(t, tlsTestConfig(t, "e2e-tls-mysql",
+		c := testenv.Start(t, tlsTestConfig(t, connName(t, "e2e-tls-mysql"),
 			source(fmt.Sprintf("  tls:\n    mode: verify-full\n    ca_file: %q\n", ca)), brokers))
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		b.insertTx(t, []row{{"tls-1", "ORDER", "A-1", "ORDER_CREATED", `{"n": 1}`}}, true)
@@ -131,7 +131,7 @@ func TestSourceTLS(t *testing.T) {
 		if dumps != 1 {
 			t.Fatalf("%d binlog dump connections of the REQUIRE SSL user, want 1", dumps)
 		}
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})
@@ -156,12 +156,12 @@ func TestSourceTLS(t *testing.T) {
 		}
 		_, brokers := testenv.Kafka(t)
 
-		code, out := runToExit(t, 30*time.Second, tlsTestConfig(t, "e2e-tls-pg-wrong-ca", source(withTLS(wrong)), brokers))
+		code, out := testenv.Run(t, 30*time.Second, nil, "run", "--config", tlsTestConfig(t, connName(t, "e2e-tls-pg-wrong-ca"), source(withTLS(wrong)), brokers))
 		if code == 0 || !strings.Contains(out, "certificate signed by unknown authority") || !strings.Contains(out, "sslrootcert") {
 			t.Fatalf("wrong CA: exit %d, want a failure naming the unknown authority and sslrootcert:\n%s", code, out)
 		}
 
-		c := start(t, tlsTestConfig(t, "e2e-tls-pg", source(withTLS(ca)), brokers))
+		c := testenv.Start(t, tlsTestConfig(t, connName(t, "e2e-tls-pg"), source(withTLS(ca)), brokers))
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		b.insertTx(t, []row{{"tls-1", "ORDER", "A-1", "ORDER_CREATED", `{"n": 1}`}}, true)
 		checkDelivery(t, cons.waitFor(t, 1, 20*time.Second), []string{"tls-1"}, 3, true)
@@ -174,7 +174,7 @@ func TestSourceTLS(t *testing.T) {
 			t.Fatalf("replication connection TLS: ssl=%v version=%q err=%v", ssl, version, err)
 		}
 		t.Logf("walsender uses %s", version)
-		if err := c.stop(10 * time.Second); err != nil {
+		if err := c.Stop(10 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
 	})

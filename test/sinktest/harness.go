@@ -1,20 +1,13 @@
 package sinktest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,163 +16,6 @@ import (
 
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
-
-// The binary under test, built once per test process.
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-func connectorBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "outbox-cdc-sinktest")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "outbox-cdc")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/outbox-cdc/outbox-cdc/cmd/outbox-cdc").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build outbox-cdc: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
-// Connector is one outbox-cdc process.
-type Connector struct {
-	t        *testing.T
-	cmd      *exec.Cmd
-	httpAddr string
-	log      *syncBuffer
-	done     chan struct{}
-	exitErr  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// startConnector runs the binary with the configuration and waits until
-// /readyz says 200.
-func startConnector(t *testing.T, configPath string) *Connector {
-	t.Helper()
-	c := &Connector{t: t, httpAddr: freeAddr(t), log: &syncBuffer{}, done: make(chan struct{})}
-	c.cmd = exec.Command(connectorBinary(t), "run", "--config", configPath)
-	c.cmd.Env = append(os.Environ(), "OUTBOX_CDC_HTTP_LISTEN="+c.httpAddr, "OUTBOX_CDC_LOG_FORMAT=json")
-	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.exitErr = c.cmd.Wait(); close(c.done) }()
-	t.Cleanup(func() {
-		c.Kill()
-		if t.Failed() {
-			t.Logf("connector log:\n%s", c.log.String())
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-c.done:
-			t.Fatalf("connector exited during start: %v\n%s", c.exitErr, c.log.String())
-		default:
-		}
-		if c.Status("/readyz") == 200 {
-			return c
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("connector not ready within 30s:\n%s", c.log.String())
-	return nil
-}
-
-// Kill stops the process with SIGKILL: no flush, no checkpoint.
-func (c *Connector) Kill() {
-	if c.cmd.Process != nil {
-		c.cmd.Process.Kill()
-	}
-	<-c.done
-}
-
-// Stop sends SIGTERM and returns the exit error (nil for status 0).
-func (c *Connector) Stop(timeout time.Duration) error {
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-		return c.exitErr
-	case <-time.After(timeout):
-		c.t.Fatalf("connector did not exit within %s of SIGTERM", timeout)
-		return nil
-	}
-}
-
-// Exited reports whether the process has exited.
-func (c *Connector) Exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// Status returns the HTTP status of path, 0 if unreachable.
-func (c *Connector) Status(path string) int {
-	resp, err := http.Get("http://" + c.httpAddr + path)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
-// RSS returns the process's resident memory in bytes (Linux), or -1.
-func (c *Connector) RSS() int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return -1
-}
 
 // source is a source database prepared for one test: a fresh database
 // (MySQL) or schema (PostgreSQL) with the seed outbox table.

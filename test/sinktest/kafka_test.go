@@ -11,6 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
 // TestKafka holds the Kafka sink to the contract, against kfake (an
@@ -59,7 +61,7 @@ func (b *kafkaBroker) stop() {
 }
 
 func (k kafkaTarget) Prepare(t *testing.T, o Options) *Setup {
-	_, port, _ := net.SplitHostPort(freeAddr(t))
+	_, port, _ := net.SplitHostPort(testenv.FreeAddr(t))
 	p, _ := strconv.Atoi(port)
 	b := &kafkaBroker{port: p, dir: t.TempDir()}
 	b.start(t)

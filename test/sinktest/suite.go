@@ -18,13 +18,13 @@ package sinktest
 import (
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
 // Target is one sink under test.
@@ -96,7 +96,7 @@ func testCheck(t *testing.T, target Target) {
 	name := objectName(t)
 	src := newSource(t, "mysql", name)
 	s := target.Prepare(t, Options{})
-	out, err := exec.Command(connectorBinary(t), "check", "--config", config(t, name, src, s, "")).CombinedOutput()
+	out, err := testenv.Command(t, "check", "--config", config(t, name, src, s, "")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("check: %v\n%s", err, out)
 	}
@@ -108,13 +108,7 @@ func testCheck(t *testing.T, target Target) {
 }
 
 // objectName is a unique database, schema and connector name.
-func objectName(t *testing.T) string {
-	n := strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
-	if len(n) > 40 {
-		n = n[len(n)-40:]
-	}
-	return fmt.Sprintf("st_%s_%d", strings.Trim(n, "_"), rand.IntN(1e6))
-}
+func objectName(t *testing.T) string { return testenv.UniqueName(t, "st") }
 
 // config writes the connector's configuration.
 func config(t *testing.T, name string, src *source, s *Setup, pipeline string) string {
@@ -188,7 +182,7 @@ func check(t *testing.T, got []Message, want []string, exact bool) {
 // (duplicates).
 func readAll(t *testing.T, s *Setup, n int, timeout time.Duration) []Message {
 	s.Read(t, n, timeout)
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // a deliberate window for duplicates to show up
 	return s.Read(t, 0, time.Second)
 }
 
@@ -199,7 +193,7 @@ func testDelivery(t *testing.T, target Target, kind string) {
 	name := objectName(t)
 	src := newSource(t, kind, name)
 	s := target.Prepare(t, Options{})
-	c := startConnector(t, config(t, name, src, s, ""))
+	c := testenv.Start(t, config(t, name, src, s, ""))
 	var want []string
 	for i := 0; i < 40; i++ {
 		rows := make([]Row, 1+i%4)
@@ -233,13 +227,13 @@ func testKillNine(t *testing.T, target Target) {
 	src := newSource(t, "mysql", name)
 	s := target.Prepare(t, Options{})
 	cfg := config(t, name, src, s, "")
-	c := startConnector(t, cfg)
+	c := testenv.Start(t, cfg)
 	w := startWriter(t, src, "k9", 300, 2*time.Millisecond, 0)
 	for i := 0; i < 3; i++ {
 		time.Sleep(time.Duration(150+rand.IntN(200)) * time.Millisecond)
 		c.Kill()
 		time.Sleep(100 * time.Millisecond) // rows committed while it is down
-		c = startConnector(t, cfg)
+		c = testenv.Start(t, cfg)
 	}
 	want := w.wait()
 	got := readAll(t, s, len(want), 60*time.Second)
@@ -256,14 +250,14 @@ func testGracefulStop(t *testing.T, target Target) {
 	src := newSource(t, "mysql", name)
 	s := target.Prepare(t, Options{})
 	cfg := config(t, name, src, s, "")
-	c := startConnector(t, cfg)
+	c := testenv.Start(t, cfg)
 	w := startWriter(t, src, "gs", 250, time.Millisecond, 0)
 	for i := 0; i < 2; i++ {
 		time.Sleep(200 * time.Millisecond)
 		if err := c.Stop(20 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
-		c = startConnector(t, cfg)
+		c = testenv.Start(t, cfg)
 	}
 	want := w.wait()
 	got := readAll(t, s, len(want), 60*time.Second)
@@ -288,18 +282,12 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 	if stalled {
 		pipeline = "  max_batch_bytes: 1048576\n  queue_transactions: 8\n"
 	}
-	c := startConnector(t, config(t, name, src, s, pipeline))
+	c := testenv.Start(t, config(t, name, src, s, pipeline))
 	before := startWriter(t, src, "up", 20, 0, 0).wait()
 	s.Read(t, len(before), 30*time.Second)
 
 	s.Down(t)
-	deadline := time.Now().Add(45 * time.Second)
-	for c.Status("/readyz") == 200 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if st := c.Status("/readyz"); st != 503 {
-		t.Fatalf("/readyz %d with the broker unreachable, want 503", st)
-	}
+	testenv.Eventually(t, 45*time.Second, "/readyz 503 with the broker unreachable", func() bool { return c.Status("/readyz") == 503 })
 	baseRSS := c.RSS()
 	txs, payload := 100, 0
 	if stalled {
@@ -314,13 +302,13 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 		case <-time.After(250 * time.Millisecond):
 		}
 		if c.Exited() {
-			t.Fatalf("the connector exited while the broker was down: %v", c.exitErr)
+			t.Fatalf("the connector exited while the broker was down: %v", c.Err())
 		}
 		maxRSS = max(maxRSS, c.RSS())
 	}
 	during := w.wait()
 	if stalled {
-		time.Sleep(2 * time.Second) // let the source read what it can
+		time.Sleep(2 * time.Second) // a deliberate gap: let the source read what it can
 		maxRSS = max(maxRSS, c.RSS())
 		committed := int64(len(during) * payload)
 		t.Logf("broker stalled: %d rows (%.0f MB) committed; RSS %.1f MB before, at most %.1f MB during",
@@ -330,7 +318,7 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 				float64(baseRSS)/1e6, float64(maxRSS)/1e6, float64(committed)/1e6)
 		}
 	} else {
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // a deliberate gap: the outage lasts a while
 	}
 	if c.Status("/healthz") != 200 {
 		t.Fatal("/healthz failed during the outage: liveness must not flap")
@@ -339,13 +327,7 @@ func testBrokerDown(t *testing.T, target Target, stalled bool) {
 	want := append(before, during...)
 	got := readAll(t, s, len(want), 120*time.Second)
 	check(t, got, want, false)
-	deadline = time.Now().Add(30 * time.Second)
-	for c.Status("/readyz") != 200 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if st := c.Status("/readyz"); st != 200 {
-		t.Fatalf("/readyz %d after the broker came back", st)
-	}
+	testenv.Eventually(t, 30*time.Second, "/readyz 200 after the broker came back", func() bool { return c.Status("/readyz") == 200 })
 	if err := c.Stop(20 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
@@ -359,7 +341,7 @@ func testTooLarge(t *testing.T, target Target) {
 	name := objectName(t)
 	src := newSource(t, "mysql", name)
 	s := target.Prepare(t, Options{MaxMessageBytes: 8 << 10})
-	c := startConnector(t, config(t, name, src, s, "  on_error: dlq\n"))
+	c := testenv.Start(t, config(t, name, src, s, "  on_error: dlq\n"))
 	src.insertTx(t, []Row{{"tl-1", "ORDER", "A-1", "E", `{"n": 1}`}})
 	big := fmt.Sprintf(`{"pad": %q}`, strings.Repeat("x", 20<<10))
 	src.insertTx(t, []Row{{"tl-2", "ORDER", "A-1", "E", big}, {"tl-3", "ORDER", "A-2", "E", `{"n": 3}`}})
@@ -383,7 +365,7 @@ func testTooLarge(t *testing.T, target Target) {
 	}
 	check(t, rows, []string{"tl-1", "tl-3", "tl-4"}, false)
 	if c.Exited() {
-		t.Fatalf("the connector stopped: %v", c.exitErr)
+		t.Fatalf("the connector stopped: %v", c.Err())
 	}
 	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
