@@ -30,7 +30,7 @@ func (m memSnapshot) Read(_ context.Context, st State, limit int) ([]Row, error)
 	return rows, nil
 }
 func (memSnapshot) Finish(context.Context, State, int) error { return nil }
-func (memSnapshot) Close()                                  {}
+func (memSnapshot) Close()                                   {}
 
 func runLoop(t *testing.T, from outboxcdc.Position, fail error) ([]outboxcdc.Tx, outboxcdc.Position, int, error) {
 	n, failAfter, opens := 7, 4, 0
