@@ -80,7 +80,7 @@ func (e *mysqlEnv) Source(t *testing.T, name string, short bool, m *outboxcdc.So
 	return src
 }
 
-func (e *mysqlEnv) ReadTimeout() time.Duration { return time.Second }
+func (e *mysqlEnv) ReadTimeout() time.Duration { return 2 * time.Second }
 
 func (e *mysqlEnv) Commit(t *testing.T, stmts ...string) {
 	t.Helper()
