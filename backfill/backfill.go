@@ -1,10 +1,11 @@
 // Package backfill holds what both sources share for `source.start:
 // pending`: publishing the rows a polling relay had not sent before
 // streaming, on the first start. It has the configuration, the position
-// form that says "backfill in progress" and the grouping of rows into
-// synthetic transactions. The seam itself (taking a stream position
-// consistent with the snapshot the rows are read in) is database specific
-// and lives in binlog/pending.go and wal/pending.go.
+// form that says "backfill in progress", the grouping of rows into
+// synthetic transactions, and the loop that publishes them and retries
+// (Loop). The seam itself (taking a stream position consistent with the
+// snapshot the rows are read in) is database specific and lives in
+// binlog/pending.go and wal/pending.go, each a Snapshot.
 //
 // # Position form
 //
@@ -156,4 +157,24 @@ func Tx(kind string, st State, rows []Row, done bool) outboxcdc.Tx {
 		end = st.StreamPosition(kind)
 	}
 	return outboxcdc.Tx{Events: events, End: end, CommitTime: now}
+}
+
+// Describe says in words what the pending position p of kind means;
+// stream describes the stream position the source resumes at afterwards.
+func Describe(p outboxcdc.Position, kind string, stream func(outboxcdc.Position) string) string {
+	st, err := Parse(p, kind)
+	if err != nil {
+		return "unreadable pending-backfill position (" + err.Error() + ")"
+	}
+	return fmt.Sprintf("pending backfill in progress: rows up to key %d published (pending rows go up to key %d), then streaming from %s",
+		st.Last, st.High, stream(st.StreamPosition(kind)))
+}
+
+// ComparePending answers a comparison of two positions one of which is in
+// the pending form: none is possible. ok is false when neither is.
+func ComparePending(a, b outboxcdc.Position) (ok bool, err error) {
+	if !IsPending(a) && !IsPending(b) {
+		return false, nil
+	}
+	return true, errors.New("a pending backfill was in progress; replacing its position abandons the backfill")
 }

@@ -66,7 +66,7 @@ func runProfile(ctx context.Context, o *options) error {
 	case "mysql":
 		cfg := binlog.DefaultConfig()
 		cfg.DSN = be.dsn
-		if src, err = binlog.New(cfg, name, rt.Columns(), log, sm); err != nil {
+		if src, err = binlog.New(cfg, name, rt.Columns(), log, sm, reg); err != nil {
 			return err
 		}
 		if err := file.Save(ctx, outboxcdc.MakePosition("mysql", "mariadb-gtid:"+bl.startGTID)); err != nil {

@@ -297,9 +297,10 @@ func judgeMySQLGTID(ckpt, executed, purged *mysql.MysqlGTIDSet) error {
 // and reports the binlog settings, the privileges the source uses, the
 // outbox table and its role columns, and whether from (the checkpoint, may
 // be zero) can still be resumed on this server. It never registers as a
-// replica, so it does not disturb a running connector.
-func Check(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult {
-	s, err := New(cfg, "check", cols, zerolog.Nop(), nil)
+// replica, so it does not disturb a running connector. name is the
+// connector's name (the Postgres source's Check takes the same arguments).
+func Check(ctx context.Context, cfg Config, name string, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult {
+	s, err := New(cfg, name, cols, zerolog.Nop(), nil, nil)
 	if err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("mysql.config", err.Error(), "fix the source section of the configuration")}
 	}

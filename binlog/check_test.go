@@ -206,7 +206,7 @@ func checkAgainst(t *testing.T, f *fixture) {
 		}
 		return m
 	}
-	rs := Check(ctx, f.config(), seedColumns, "")
+	rs := Check(ctx, f.config(), "check", seedColumns, "")
 	for _, r := range rs {
 		if !r.OK {
 			t.Errorf("failed: %+v", r)
@@ -236,7 +236,7 @@ func checkAgainst(t *testing.T, f *fixture) {
 		{seedColumns, outboxcdc.Position("mysql:file:" + base + ".000000:4"), "mysql.position", "not on the server"},
 		{seedColumns, outboxcdc.Position("mysql:mariadb-gtid:" + foreign), "mysql.position", "domain 77"},
 	} {
-		r := byName(Check(ctx, f.config(), tc.cols, tc.pos))[tc.fail]
+		r := byName(Check(ctx, f.config(), "check", tc.cols, tc.pos))[tc.fail]
 		if r.OK || !strings.Contains(r.Detail, tc.want) || r.Fix == "" {
 			t.Errorf("%s: %+v, want a failure with %q and a fix", tc.fail, r, tc.want)
 		}

@@ -3,6 +3,7 @@ package binlog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
 
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
@@ -34,25 +36,10 @@ var (
 	ErrUnsupported = errors.New("unsupported binlog content")
 )
 
-// transientError marks an error after which reconnecting may succeed.
-// Everything not marked is permanent.
-type transientError struct{ err error }
-
-func (e *transientError) Error() string { return e.err.Error() }
-func (e *transientError) Unwrap() error { return e.err }
-
-func transient(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &transientError{err}
-}
-
-// IsTransient reports whether err was classified as worth a reconnect.
-func IsTransient(err error) bool {
-	var t *transientError
-	return errors.As(err, &t)
-}
+// Errors are classified where they arise with the connector's one
+// classification (outboxcdc.Transient, outboxcdc.Permanent with a hint):
+// Run reconnects after a transient error and returns any other.
+func transient(err error) error { return outboxcdc.Transient(err) }
 
 // MySQL/MariaDB server error codes this source reacts to.
 const (
@@ -94,7 +81,7 @@ func classifyConnErr(err error) error {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return err // Run's context: the caller sees ctx.Err() and stops
 	}
-	if IsTransient(err) || isClassified(err) {
+	if outboxcdc.IsClassified(err) || isSentinel(err) {
 		return err
 	}
 	// A call's own deadline (every query runs under Source.callTimeout), a
@@ -135,7 +122,7 @@ func classifyConnErr(err error) error {
 	return transient(err)
 }
 
-func isClassified(err error) bool {
+func isSentinel(err error) bool {
 	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrUnsupported, ErrTLS, ErrSchema} {
 		if errors.Is(err, s) {
 			return true
@@ -144,18 +131,8 @@ func isClassified(err error) bool {
 	return false
 }
 
-// sentinelError carries a sentinel, the cause and a hint.
-type sentinelError struct {
-	sentinel error
-	cause    error
-	hint     string
-}
-
-func (e *sentinelError) Error() string {
-	return e.sentinel.Error() + ": " + e.cause.Error() + " (" + e.hint + ")"
-}
-func (e *sentinelError) Unwrap() []error { return []error{e.sentinel, e.cause} }
-
+// joinSentinel marks cause permanent, wrapping sentinel for errors.Is, with
+// the remedy as its hint: "sentinel: cause (hint)".
 func joinSentinel(sentinel, cause error, hint string) error {
-	return &sentinelError{sentinel: sentinel, cause: cause, hint: hint}
+	return outboxcdc.Permanent(fmt.Errorf("%w: %w", sentinel, cause), hint)
 }

@@ -170,7 +170,7 @@ func newEventStream(t *testing.T, cols outboxcdc.Columns) *eventStream {
 	cfg := DefaultConfig()
 	cfg.DSN = "u:p@tcp(127.0.0.1:1)/shop"
 	cfg.Table = "outbox"
-	src, err := New(cfg, "events", cols, zerolog.Nop(), nil)
+	src, err := New(cfg, "events", cols, zerolog.Nop(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 func (f *fixture) startUnbuffered(cfg Config, from outboxcdc.Position, mutate func(*Source)) *running {
 	f.t.Helper()
 	m := outboxcdc.NewSourceMetrics(nil)
-	src, err := New(cfg, uniqueName("test"), seedColumns, zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel), m)
+	src, err := New(cfg, uniqueName("test"), seedColumns, zerolog.New(zerolog.NewTestWriter(f.t)).Level(zerolog.InfoLevel), m, nil)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func TestOutboxTableMatching(t *testing.T) {
 		}
 		dc.DBName = strings.ToUpper(dc.DBName)
 		cfg := f.config(func(c *Config) { c.DSN, c.Table = dc.FormatDSN(), strings.ToUpper(f.table[:1])+f.table[1:] })
-		for _, r := range Check(context.Background(), cfg, seedColumns, "") {
+		for _, r := range Check(context.Background(), cfg, "check", seedColumns, "") {
 			if !r.OK && r.Name != "mysql.binlog_row_metadata" {
 				t.Errorf("check: %+v", r)
 			}
@@ -148,7 +148,7 @@ func TestOutboxTableMatching(t *testing.T) {
 
 		upper := f.config(func(c *Config) { c.Table = strings.ToUpper(f.table) })
 		var res outboxcdc.CheckResult
-		for _, r := range Check(context.Background(), upper, seedColumns, "") {
+		for _, r := range Check(context.Background(), upper, "check", seedColumns, "") {
 			if r.Name == "mysql.table" {
 				res = r
 			}

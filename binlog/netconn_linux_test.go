@@ -59,7 +59,7 @@ func TestConnectionsUseKeepalive(t *testing.T) {
 		t.Fatal("a stopped dialer dialed")
 	}
 
-	src, err := New(f.config(), uniqueName("keepalive"), seedColumns, zerolog.Nop(), nil)
+	src, err := New(f.config(), uniqueName("keepalive"), seedColumns, zerolog.Nop(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

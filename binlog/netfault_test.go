@@ -160,7 +160,7 @@ func TestServerCallsHaveDeadlines(t *testing.T) {
 		c.ReadTimeout = 2 * time.Second
 		c.HeartbeatPeriod = 500 * time.Millisecond
 	})
-	src, err := New(cfg, uniqueName("deadline"), seedColumns, zerolog.New(zerolog.NewTestWriter(t)), nil)
+	src, err := New(cfg, uniqueName("deadline"), seedColumns, zerolog.New(zerolog.NewTestWriter(t)), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestServerCallsHaveDeadlines(t *testing.T) {
 		select {
 		case err := <-done:
 			t.Logf("%s: returned after %v: %v", what, time.Since(t0).Round(time.Millisecond), err)
-			if wantErr && (err == nil || !IsTransient(err)) {
+			if wantErr && (err == nil || !outboxcdc.IsTransient(err)) {
 				t.Errorf("%s: got %v, want a transient error", what, err)
 			}
 		case <-time.After(bound):
@@ -225,7 +225,7 @@ func TestServerCallsHaveDeadlines(t *testing.T) {
 	// TLS set-up asks the server whether the session got TLS (preferred).
 	tcfg := cfg
 	tcfg.TLS.Mode = TLSPreferred
-	tsrc, err := New(tcfg, uniqueName("deadline"), seedColumns, zerolog.New(zerolog.NewTestWriter(t)), nil)
+	tsrc, err := New(tcfg, uniqueName("deadline"), seedColumns, zerolog.New(zerolog.NewTestWriter(t)), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestServerCallsHaveDeadlines(t *testing.T) {
 func TestKillPreviousDumpOnlyOurs(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	src, err := New(f.config(), uniqueName("kill"), seedColumns, zerolog.New(zerolog.NewTestWriter(t)), nil)
+	src, err := New(f.config(), uniqueName("kill"), seedColumns, zerolog.New(zerolog.NewTestWriter(t)), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

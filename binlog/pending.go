@@ -12,6 +12,7 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Pending backfill (source.start: pending), MySQL/MariaDB.
@@ -60,86 +61,101 @@ import (
 // The snapshot's transaction stays open until the last row is read, which
 // holds InnoDB purge back for that long.
 
-// backfillFirst runs the backfill when the run starts without a checkpoint
-// and source.start is pending, or from a checkpoint in the pending form.
-// It sets *resume to the stream position. Transient failures are retried
-// from the last batch sent.
+// backfillFirst runs the backfill (backfill.Loop) when the run starts
+// without a checkpoint and source.start is pending, or from a checkpoint
+// in the pending form. It sets *resume to the stream position. Transient
+// failures are retried from the last batch sent.
 func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx) error {
-	from := *resume
-	var st *backfill.State
+	l := backfill.Loop{
+		Kind:  Kind,
+		Start: s.cfg.Start,
+		Batch: s.cfg.Pending.Batch,
+		Retry: retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max},
+		CheckStream: func(p outboxcdc.Position) error {
+			_, err := ParsePosition(p)
+			return err
+		},
+		Open: func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
+			return s.openPending(ctx, db, st)
+		},
+		Sent: func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Retrying: func(err error, wait time.Duration) {
+			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
+		},
+	}
+	pos, err := l.Run(ctx, *resume, out)
 	switch {
-	case backfill.IsPending(from):
-		v, err := backfill.Parse(from, Kind)
-		if err != nil {
-			return err
-		}
-		if _, err := ParsePosition(v.StreamPosition(Kind)); err != nil {
-			return fmt.Errorf("mysql source: pending checkpoint: %w", err)
-		}
-		st = &v
-	case from.IsZero() && s.cfg.Start == backfill.StartPending:
-	default:
-		return nil
+	case ctx.Err() != nil:
+		s.setReady(errors.New("binlog source stopped"))
+		return ctx.Err()
+	case err != nil:
+		err = fmt.Errorf("mysql source: pending backfill: %w", err)
+		s.setReady(err)
+		return err
 	}
-	backoff := s.cfg.Reconnect.Min
-	for {
-		err := s.backfill(ctx, db, &st, out)
-		if err == nil {
-			*resume = st.StreamPosition(Kind)
-			return nil
-		}
-		if ctx.Err() != nil {
-			s.setReady(errors.New("binlog source stopped"))
-			return ctx.Err()
-		}
-		if !IsTransient(err) {
-			err = fmt.Errorf("mysql source: pending backfill: %w", err)
-			s.setReady(err)
-			return err
-		}
-		s.log.Warn().Err(err).Dur("backoff", backoff).Msg("pending backfill interrupted; resuming after the last batch sent")
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, s.cfg.Reconnect.Max)
-	}
+	*resume = pos
+	return nil
 }
 
-// backfill publishes the pending rows. *st is nil for a first backfill; it
-// is set once the stream position is known and advanced after every batch
-// handed to out.
-func (s *Source) backfill(ctx context.Context, db *sql.DB, st **backfill.State, out chan<- outboxcdc.Tx) error {
+// pendingSnapshot is one attempt's REPEATABLE READ snapshot of the outbox
+// table (backfill.Snapshot).
+type pendingSnapshot struct {
+	s    *Source
+	conn *sql.Conn
+	q    string
+	cols pendingCols
+}
+
+func (p *pendingSnapshot) Read(ctx context.Context, st backfill.State, limit int) ([]backfill.Row, error) {
+	return p.s.readPending(ctx, p.conn, p.q, p.cols, st, limit)
+}
+
+func (p *pendingSnapshot) Finish(_ context.Context, st backfill.State, total int) error {
+	p.s.log.Info().Int("rows", total).Str("stream_position", st.Stream).Msg("pending backfill done; streaming")
+	return nil
+}
+
+func (p *pendingSnapshot) Close() {
+	p.conn.ExecContext(context.Background(), "ROLLBACK")
+	p.conn.Close()
+}
+
+// openPending opens the snapshot the pending rows are read in. *st is nil
+// for a first backfill; it is set once the stream position is known.
+func (s *Source) openPending(ctx context.Context, db *sql.DB, st **backfill.State) (_ backfill.Snapshot, err error) {
 	s.setReady(errors.New("binlog source: publishing pending rows (source.start: pending)"))
 	info, err := s.inspect(ctx, db)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return classifyConnErr(err)
+		return nil, classifyConnErr(err)
 	}
-	defer conn.Close()
+	snap := &pendingSnapshot{s: s, conn: conn}
+	defer func() {
+		if err != nil {
+			snap.Close()
+		}
+	}()
 	for _, q := range []string{
 		"SET SESSION time_zone = '+00:00'", // TIMESTAMP columns render as the binlog does (UTC)
 		"SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
 	} {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
-			return classifyConnErr(fmt.Errorf("%s: %w", q, err))
+			return nil, classifyConnErr(fmt.Errorf("%s: %w", q, err))
 		}
 	}
-	defer conn.ExecContext(context.Background(), "ROLLBACK")
 	cfg := s.cfg.Pending
 	if *st == nil {
 		pos, err := s.snapshotPosition(ctx, db, conn, info)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var high sql.NullInt64
 		q := "SELECT MAX(" + quoteIdent(cfg.Key) + ") FROM " + s.quotedTable() + " WHERE (" + cfg.Where + ")"
 		if err := conn.QueryRowContext(ctx, q).Scan(&high); err != nil {
-			return s.pendingQueryErr(err)
+			return nil, s.pendingQueryErr(err)
 		}
 		if !high.Valid {
 			high.Int64 = -1 << 63
@@ -149,39 +165,15 @@ func (s *Source) backfill(ctx context.Context, db *sql.DB, st **backfill.State, 
 			Msg("pending backfill: snapshot taken; publishing the pending rows, then streaming from its position")
 	} else {
 		if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-			return classifyConnErr(fmt.Errorf("start snapshot: %w", err))
+			return nil, classifyConnErr(fmt.Errorf("start snapshot: %w", err))
 		}
 		s.log.Info().Int64("after_key", (*st).Last).Int64("high_key", (*st).High).Str("stream_position", (*st).Stream).
 			Msg("pending backfill: resuming after the last checkpointed row")
 	}
-	cols := s.pendingColumns(info.columns)
-	q := "SELECT " + strings.Join(cols.selects, ", ") + " FROM " + s.quotedTable() + " WHERE (" + cfg.Where + ") AND " +
+	snap.cols = s.pendingColumns(info.columns)
+	snap.q = "SELECT " + strings.Join(snap.cols.selects, ", ") + " FROM " + s.quotedTable() + " WHERE (" + cfg.Where + ") AND " +
 		quoteIdent(cfg.Key) + " > ? AND " + quoteIdent(cfg.Key) + " <= ? ORDER BY " + quoteIdent(cfg.Key) + " LIMIT ?"
-	total := 0
-	for {
-		batch, err := s.readPending(ctx, conn, q, cols, **st)
-		if err != nil {
-			return err
-		}
-		done := len(batch) < cfg.Batch
-		tx := backfill.Tx(Kind, **st, batch, done)
-		if len(batch) > 0 || done {
-			select {
-			case out <- tx:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if len(batch) > 0 {
-			(*st).Last = batch[len(batch)-1].Key
-		}
-		total += len(batch)
-		s.m.EventsRead.Add(float64(len(batch)))
-		if done {
-			s.log.Info().Int("rows", total).Str("stream_position", (*st).Stream).Msg("pending backfill done; streaming")
-			return nil
-		}
-	}
+	return snap, nil
 }
 
 // snapshotPosition opens the consistent snapshot on conn and returns the
@@ -232,11 +224,11 @@ func (s *Source) snapshotPosition(ctx context.Context, db *sql.DB, conn *sql.Con
 	var pos Pos
 	var err error
 	if gtid {
-		pos, err = s.mysqlGTIDVar(ctx, db, "gtid_executed")
+		pos, err = mysqlGTIDVar(ctx, db, "gtid_executed")
 	} else {
 		var file string
 		var off uint32
-		file, off, err = s.binlogStatus(ctx, db)
+		file, off, err = binlogStatus(ctx, db)
 		pos = Pos{File: file, Offset: off}
 	}
 	unlock()
@@ -268,8 +260,8 @@ func (s *Source) pendingColumns(table []schemaColumn) pendingCols {
 }
 
 // readPending reads the next batch after st.Last.
-func (s *Source) readPending(ctx context.Context, conn *sql.Conn, q string, cols pendingCols, st backfill.State) ([]backfill.Row, error) {
-	rows, err := conn.QueryContext(ctx, q, st.Last, st.High, s.cfg.Pending.Batch)
+func (s *Source) readPending(ctx context.Context, conn *sql.Conn, q string, cols pendingCols, st backfill.State, limit int) ([]backfill.Row, error) {
+	rows, err := conn.QueryContext(ctx, q, st.Last, st.High, limit)
 	if err != nil {
 		return nil, s.pendingQueryErr(err)
 	}

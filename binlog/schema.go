@@ -320,7 +320,7 @@ func (s *Source) loadSchema(ctx context.Context, db *sql.DB, m *tableMatcher, fr
 		cancel()
 		return nil, err
 	}
-	file, off, err := s.binlogStatus(qctx, db)
+	file, off, err := binlogStatus(qctx, db)
 	cancel()
 	if err != nil {
 		return nil, classifyConnErr(fmt.Errorf("read the binlog's end: %w", err))

@@ -245,7 +245,7 @@ func BenchmarkScanDDL(b *testing.B) {
 	defer db.Close()
 	cfg := DefaultConfig()
 	cfg.DSN, cfg.Table = testenv.MySQLDSN(b), "none"
-	src, err := New(cfg, "bench", seedColumns, zerolog.Nop(), nil)
+	src, err := New(cfg, "bench", seedColumns, zerolog.Nop(), nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

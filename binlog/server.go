@@ -126,9 +126,9 @@ func (s *Source) startPosition(ctx context.Context, db *sql.DB, info serverInfo)
 			}
 			return Pos{MariaDB: g, IsMariaDB: true}, nil
 		case gtid:
-			return s.mysqlGTIDVar(ctx, db, "gtid_executed")
+			return mysqlGTIDVar(ctx, db, "gtid_executed")
 		}
-		file, off, err := s.binlogStatus(ctx, db)
+		file, off, err := binlogStatus(ctx, db)
 		if err != nil {
 			return wrap("SHOW MASTER STATUS", err)
 		}
@@ -138,7 +138,7 @@ func (s *Source) startPosition(ctx context.Context, db *sql.DB, info serverInfo)
 	if gtid && info.flavor == mysql.MySQLFlavor {
 		// Everything purged is "before the earliest"; the server sends all
 		// the rest.
-		return s.mysqlGTIDVar(ctx, db, "gtid_purged")
+		return mysqlGTIDVar(ctx, db, "gtid_purged")
 	}
 	var first string
 	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
@@ -179,7 +179,7 @@ func (s *Source) startPosition(ctx context.Context, db *sql.DB, info serverInfo)
 	return Pos{MariaDB: g, IsMariaDB: true}, nil
 }
 
-func (s *Source) mysqlGTIDVar(ctx context.Context, db *sql.DB, name string) (Pos, error) {
+func mysqlGTIDVar(ctx context.Context, db *sql.DB, name string) (Pos, error) {
 	var v string
 	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL."+name).Scan(&v); err != nil {
 		return Pos{}, classifyConnErr(fmt.Errorf("read %s: %w", name, err))
@@ -194,7 +194,7 @@ func (s *Source) mysqlGTIDVar(ctx context.Context, db *sql.DB, name string) (Pos
 // binlogStatus returns the current binlog file and offset. MySQL 8.4
 // renamed SHOW MASTER STATUS to SHOW BINARY LOG STATUS; MariaDB keeps the
 // old name.
-func (s *Source) binlogStatus(ctx context.Context, db *sql.DB) (string, uint32, error) {
+func binlogStatus(ctx context.Context, db *sql.DB) (string, uint32, error) {
 	var lastErr error
 	for _, q := range []string{"SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"} {
 		file, off, err := scanStatus(ctx, db, q)

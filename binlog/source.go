@@ -37,6 +37,8 @@ import (
 	mysqldriver "github.com/go-sql-driver/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/retry"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -80,8 +82,11 @@ var _ outboxcdc.Source = (*Source)(nil)
 
 // New validates cfg and returns a Source. name is the connector's name; it
 // derives the replica server_id when cfg.ServerID is 0. cols names the role
-// columns (from the route preset). Nothing connects until Run.
-func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics) (*Source, error) {
+// columns (from the route preset). m may be nil; reg is where metrics of
+// this source alone would go (it has none beyond m today) and may be nil.
+// The Postgres source's New takes the same arguments. Nothing connects
+// until Run.
+func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics, reg prometheus.Registerer) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("mysql source config: %w", err)
 	}
@@ -188,7 +193,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	if err := s.backfillFirst(ctx, db, &resume, out); err != nil {
 		return err // source.start: pending (pending.go)
 	}
-	backoff := s.cfg.Reconnect.Min
+	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
 	rewind := false
 	for {
 		streamed, err := s.session(ctx, db, &resume, out, rewind)
@@ -200,7 +205,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		if rewind = errors.Is(err, errRewind); rewind {
 			continue // not a failure: read a transaction again (txn.go)
 		}
-		if !IsTransient(err) {
+		if !outboxcdc.IsTransient(err) {
 			if errors.Is(err, ErrServerIDConflict) {
 				// The server lets one replica per server_id stream: the
 				// newcomer takes over and the older one is told so. Stop
@@ -214,22 +219,18 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			return err
 		}
 		if streamed {
-			backoff = s.cfg.Reconnect.Min
+			backoff.Reset()
 		}
+		wait := backoff.Next()
 		s.setReady(fmt.Errorf("binlog stream lost, reconnecting: %w", err))
 		// Counted when the loss is seen, not after the backoff: a reader of
 		// the metric right after the stream broke sees it.
 		s.m.Reconnects.Inc()
-		s.log.Warn().Err(err).Str("position", string(resume)).Dur("backoff", backoff).Msg("binlog stream lost; reconnecting")
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		s.log.Warn().Err(err).Str("position", string(resume)).Dur("backoff", wait).Msg("binlog stream lost; reconnecting")
+		if retry.Sleep(ctx, wait) != nil {
 			s.setReady(errors.New("binlog source stopped"))
 			return ctx.Err()
-		case <-t.C:
 		}
-		backoff = min(2*backoff, s.cfg.Reconnect.Max)
 	}
 }
 

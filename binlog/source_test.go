@@ -110,7 +110,7 @@ type running struct {
 func (f *fixture) start(cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) *running {
 	f.t.Helper()
 	m := outboxcdc.NewSourceMetrics(nil)
-	src, err := New(cfg, uniqueName("test"), cols, zerolog.New(zerolog.NewTestWriter(f.t)), m)
+	src, err := New(cfg, uniqueName("test"), cols, zerolog.New(zerolog.NewTestWriter(f.t)), m, nil)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -395,7 +395,7 @@ func TestStartLatestAndEarliest(t *testing.T) {
 	// from it only while the binlogs are small enough to read in the test.
 	for _, gtid := range []string{GTIDAuto, GTIDOff} {
 		cfg := f.config(func(c *Config) { c.Start = StartEarliest; c.GTID = gtid })
-		src, err := New(cfg, "earliest-test", seedColumns, zerolog.Nop(), outboxcdc.NewSourceMetrics(nil))
+		src, err := New(cfg, "earliest-test", seedColumns, zerolog.Nop(), outboxcdc.NewSourceMetrics(nil), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -553,7 +553,7 @@ func TestServerIDConflict(t *testing.T) {
 		if !errors.Is(second.err, ErrServerIDConflict) {
 			t.Fatalf("got %v, want ErrServerIDConflict", second.err)
 		}
-		if IsTransient(second.err) {
+		if outboxcdc.IsTransient(second.err) {
 			t.Error("a server_id conflict is classified transient")
 		}
 	case <-first.done:

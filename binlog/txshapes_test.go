@@ -141,7 +141,7 @@ func TestStatementLoggedOutboxInsertRefused(t *testing.T) {
 				!strings.Contains(r.err.Error(), "binlog_format=ROW") || !strings.Contains(r.err.Error(), "mariadb-bin.") {
 				t.Fatalf("got %v, want ErrServerSettings naming the position and binlog_format=ROW", r.err)
 			}
-			if IsTransient(r.err) {
+			if outboxcdc.IsTransient(r.err) {
 				t.Fatal("classified transient")
 			}
 			t.Logf("error: %v", r.err)

@@ -13,6 +13,9 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/outbox-cdc/outbox-cdc/binlog"
+	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 // # From a Debezium configuration
@@ -345,11 +348,11 @@ func (tr *translator) translate() error {
 	}
 	switch class {
 	case classMySQL:
-		tr.kind = "mysql"
+		tr.kind = binlog.Kind
 	case classMariaDB:
-		tr.kind, tr.mariadb = "mysql", true
+		tr.kind, tr.mariadb = binlog.Kind, true
 	case classPostgres:
-		tr.kind = "postgres"
+		tr.kind = wal.Kind
 	default:
 		return fmt.Errorf("%w: connector.class %s: outbox-cdc reads MySQL, MariaDB and PostgreSQL (%s, %s, %s)",
 			ErrDebeziumConfig, class, classMySQL, classMariaDB, classPostgres)
@@ -461,7 +464,7 @@ func (tr *translator) source() {
 		tr.note("no single outbox table in table.include.list: set source.table")
 	}
 	switch tr.kind {
-	case "mysql":
+	case binlog.Kind:
 		if !hasPort {
 			port = "3306"
 		}
@@ -497,7 +500,7 @@ func (tr *translator) source() {
 			}
 		}
 		tr.out.set("source.start", "latest", "a first run without an imported offset starts here; Debezium's snapshot is not repeated")
-	case "postgres":
+	case wal.Kind:
 		if !hasPort {
 			port = "5432"
 		}
@@ -671,7 +674,7 @@ func (tr *translator) route() {
 		op = "warn"
 	}
 	tr.out.set("route.on_update", strings.ToLower(op), "table.op.invalid.behavior (Debezium's default: warn)")
-	if tr.kind == "postgres" {
+	if tr.kind == wal.Kind {
 		tr.note("route.on_update needs the publication to publish UPDATEs (Debezium's dbz_publication does); with an insert-only publication outbox-cdc refuses to start and says so")
 	}
 	tr.each(p+"tracing.", func(k, _ string) {

@@ -215,10 +215,8 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 			out = append(out, outboxcdc.Fail("postgres.position", fmt.Sprintf("the checkpoint (LSN %s) is ahead of this server's WAL (%s): written against another server", ckpt, current),
 				"point source.dsn at the right server, or delete the checkpoint deliberately"))
 		} else if ckpt < si.confirmed {
-			var he *hintError
-			if errors.As(behindSlot(slot, ckpt, si.confirmed), &he) {
-				out = append(out, outboxcdc.Fail("postgres.position", he.cause.Error()+": the connector refuses to start, the transactions in between cannot be streamed again", he.hint))
-			}
+			out = append(out, outboxcdc.Fail("postgres.position", behindSlotCause(slot, ckpt, si.confirmed).Error()+
+				": the connector refuses to start, the transactions in between cannot be streamed again", behindSlotHint(si.confirmed)))
 		} else {
 			out = append(out, outboxcdc.Pass("postgres.position", fmt.Sprintf("the checkpoint (LSN %s) can be resumed from the slot (confirmed %s)", ckpt, si.confirmed)))
 		}

@@ -1,33 +1,53 @@
 package wal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+
 	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
-// permanentError marks an error that reconnecting cannot fix: Run returns it.
-// Errors are classified where they arise; everything not marked is retried.
-type permanentError struct{ err error }
+// Errors are classified with the connector's one classification
+// (outboxcdc.Permanent with a hint, outboxcdc.Transient). The Postgres
+// source marks where it arises what reconnecting cannot fix; Run retries
+// every other failure (retryable makes that explicit for retry.Do).
 
-func (e permanentError) Error() string { return e.err.Error() }
-func (e permanentError) Unwrap() error { return e.err }
-
+// permanent marks err as one reconnecting cannot fix: Run returns it.
 func permanent(err error) error {
 	if err == nil || isPermanent(err) {
 		return err
 	}
-	return permanentError{err}
+	return outboxcdc.Permanent(err, "")
 }
 
+// isPermanent reports whether err was marked permanent where it arose.
 func isPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p)
+	return outboxcdc.IsClassified(err) && !outboxcdc.IsTransient(err)
 }
+
+// retryable marks for retry.Do (which retries only what is marked
+// transient) the errors this source retries: all but the permanent ones
+// and a cancellation.
+func retryable(err error) error {
+	if err == nil || outboxcdc.IsClassified(err) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return outboxcdc.Transient(err)
+}
+
+// mark makes errors.Is(err, sentinel) true without changing err's message.
+func mark(sentinel, err error) error { return &marked{sentinel: sentinel, err: err} }
+
+type marked struct{ sentinel, err error }
+
+func (m *marked) Error() string   { return m.err.Error() }
+func (m *marked) Unwrap() []error { return []error{m.sentinel, m.err} }
 
 // SQLSTATE codes we act on.
 const (
@@ -82,6 +102,15 @@ var (
 	// does not, and the one of the name earlier versions derived does (see
 	// DeriveName).
 	ErrNameChanged = errors.New("slot or publication not found under its derived name")
+	// ErrServerSettings: the server is not set up for logical decoding
+	// (wal_level).
+	ErrServerSettings = errors.New("server settings unsuitable for logical decoding")
+	// ErrSlot: the replication slot is missing and may not be created, was
+	// dropped, or is not a logical pgoutput slot.
+	ErrSlot = errors.New("replication slot unusable")
+	// ErrPublication: the publication is missing and may not be created,
+	// or does not include the outbox table.
+	ErrPublication = errors.New("publication unusable")
 	// ErrTableLayout: a row of an outbox table that lacks a role column
 	// its route names (a column dropped, or a new table matching
 	// source.tables laid out differently without a route.tables entry).
@@ -91,28 +120,24 @@ var (
 	errSilent = errors.New("replication connection silent")
 )
 
-// hintError carries a sentinel, the cause and the remedy.
-type hintError struct {
-	sentinel error
-	cause    error
-	hint     string
-}
-
-func (e *hintError) Error() string {
-	return e.sentinel.Error() + ": " + e.cause.Error() + " (" + e.hint + ")"
-}
-func (e *hintError) Unwrap() []error { return []error{e.sentinel, e.cause} }
-
+// withHint is a permanent error wrapping sentinel and cause, with the
+// remedy as its hint: "sentinel: cause (hint)".
 func withHint(sentinel, cause error, hint string) error {
-	return &hintError{sentinel: sentinel, cause: cause, hint: hint}
+	return outboxcdc.Permanent(fmt.Errorf("%w: %w", sentinel, cause), hint)
 }
 
 // behindSlot is the error for a checkpoint at from while the slot has
 // confirmed everything before confirmed.
 func behindSlot(slot string, from, confirmed pglogrepl.LSN) error {
-	return withHint(ErrBehindSlot,
-		fmt.Errorf("the checkpoint (LSN %s) is behind replication slot %q's confirmed_flush_lsn %s", from, slot, confirmed),
-		fmt.Sprintf("PostgreSQL streams a slot only from its confirmed position, so the transactions in between cannot be read "+
-			"from it again and starting would skip them; to re-publish rows, read them from the outbox table (README: Positions and replay); "+
-			"to accept the skip, run: outbox-cdc position set --to %s --force", MakePosition(confirmed)))
+	return withHint(ErrBehindSlot, behindSlotCause(slot, from, confirmed), behindSlotHint(confirmed))
+}
+
+func behindSlotCause(slot string, from, confirmed pglogrepl.LSN) error {
+	return fmt.Errorf("the checkpoint (LSN %s) is behind replication slot %q's confirmed_flush_lsn %s", from, slot, confirmed)
+}
+
+func behindSlotHint(confirmed pglogrepl.LSN) string {
+	return fmt.Sprintf("PostgreSQL streams a slot only from its confirmed position, so the transactions in between cannot be read "+
+		"from it again and starting would skip them; to re-publish rows, read them from the outbox table (README: Positions and replay); "+
+		"to accept the skip, run: outbox-cdc position set --to %s --force", MakePosition(confirmed))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Pending backfill (source.start: pending), PostgreSQL.
@@ -49,85 +50,136 @@ import (
 // after the backfill while the stream is still before L (only in the
 // fresh-snapshot case) sends the rows of the overlap again.
 
-// backfillFirst runs the backfill on a first start with source.start:
-// pending, or from a pending checkpoint, before streaming. It leaves st
-// ready to stream from the stream position, with a checkpoint-like start
-// (the slot must then exist: it is never recreated behind a backfill).
+// backfillFirst runs the backfill (backfill.Loop) on a first start with
+// source.start: pending, or from a pending checkpoint, before streaming.
+// It leaves st ready to stream from the stream position, with a
+// checkpoint-like start (the slot must then exist: it is never recreated
+// behind a backfill).
 func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc.Position, out chan<- outboxcdc.Tx) error {
-	var resume *backfill.State
-	switch {
-	case backfill.IsPending(from):
-		v, err := backfill.Parse(from, Kind)
-		if err != nil {
-			return permanent(err)
-		}
-		if _, err := ParsePosition(v.StreamPosition(Kind)); err != nil {
-			return permanent(fmt.Errorf("pending checkpoint: %w", err))
-		}
-		resume = &v
-	case from.IsZero() && s.cfg.Start == backfill.StartPending:
-	default:
+	if !backfill.IsPending(from) && !(from.IsZero() && s.cfg.Start == backfill.StartPending) {
 		return nil
 	}
-	backoff := s.cfg.Reconnect.Min
-	for {
-		err := s.backfill(ctx, st, &resume, out)
-		if err == nil {
-			lsn, _ := ParsePosition(resume.StreamPosition(Kind))
-			st.checkpoint, st.resume = true, lsn
-			s.ack.Store(uint64(lsn))
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
-		if isPermanent(err) {
-			s.log.Error().Err(err).Msg("pending backfill failed")
-			return fmt.Errorf("pending backfill: %w", err)
-		}
-		s.log.Warn().Err(err).Dur("backoff", backoff).Msg("pending backfill interrupted; resuming after the last batch sent")
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, s.cfg.Reconnect.Max)
+	l := backfill.Loop{
+		Kind:  Kind,
+		Start: s.cfg.Start,
+		Batch: s.cfg.Pending.Batch,
+		Retry: retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max},
+		CheckStream: func(p outboxcdc.Position) error {
+			_, err := ParsePosition(p)
+			return err
+		},
+		Open: func(ctx context.Context, rs **backfill.State) (backfill.Snapshot, error) {
+			snap, err := s.openPending(ctx, st, rs)
+			return snap, retryable(err)
+		},
+		Sent: func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Retrying: func(err error, wait time.Duration) {
+			s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
+			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
+		},
 	}
+	pos, err := l.Run(ctx, from, out)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
+		s.log.Error().Err(err).Msg("pending backfill failed")
+		return permanent(fmt.Errorf("pending backfill: %w", err))
+	}
+	lsn, _ := ParsePosition(pos)
+	st.checkpoint, st.resume = true, lsn
+	s.ack.Store(uint64(lsn))
+	return nil
 }
 
-// backfill publishes the pending rows once. *rs is nil on a first start
-// and is set as soon as the stream position is known, then advanced after
-// every batch handed to out.
-func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State, out chan<- outboxcdc.Tx) error {
+// pendingSnapshot is one attempt's REPEATABLE READ transaction on a
+// walsender connection (backfill.Snapshot).
+type pendingSnapshot struct {
+	s     *Source
+	st    *runState
+	conn  *pgconn.PgConn
+	exec  func(q string) ([]*pgconn.Result, error)
+	cols  []string
+	extra []string
+	table string
+	key   string
+	// ids are the message ids read, when streamed transactions up to
+	// dedupeUpTo may repeat them (a fresh snapshot, see the seam above).
+	ids        map[string]struct{}
+	dedupeUpTo pglogrepl.LSN
+}
+
+func (p *pendingSnapshot) Read(_ context.Context, st backfill.State, limit int) ([]backfill.Row, error) {
+	cfg := p.s.cfg.Pending
+	q := "SELECT " + strings.Join(p.cols, ", ") + " FROM " + p.table + " WHERE (" + cfg.Where + ") AND " + p.key + " > " +
+		strconv.FormatInt(st.Last, 10) + " AND " + p.key + " <= " + strconv.FormatInt(st.High, 10) +
+		" ORDER BY " + p.key + " LIMIT " + strconv.Itoa(limit)
+	res, err := p.exec(q)
+	if err != nil {
+		return nil, retryable(err)
+	}
+	batch, err := p.s.pendingRows(res[0], p.extra)
+	if err != nil {
+		return nil, retryable(err)
+	}
+	if p.ids != nil {
+		for _, r := range batch {
+			p.ids[r.Event.MessageID] = struct{}{}
+		}
+	}
+	return batch, nil
+}
+
+func (p *pendingSnapshot) Finish(_ context.Context, st backfill.State, total int) error {
+	if _, err := p.exec("COMMIT"); err != nil {
+		return retryable(err)
+	}
+	if p.ids != nil {
+		p.st.dedupe = &dedupe{upTo: p.dedupeUpTo, ids: p.ids}
+	}
+	p.s.log.Info().Int("rows", total).Str("stream_lsn", st.Stream).Str("dedupe_up_to", p.dedupeUpTo.String()).
+		Msg("pending backfill done; streaming")
+	return nil
+}
+
+func (p *pendingSnapshot) Close() { closeRepl(p.conn) }
+
+// openPending opens the snapshot the pending rows are read in. *rs is nil
+// on a first start and is set as soon as the stream position is known.
+func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.State) (_ *pendingSnapshot, err error) {
 	s.setReady(errors.New("postgres source: publishing pending rows (source.start: pending)"))
 	meta, err := s.connectMeta(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeMeta(meta)
 	setup, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
 	if _, err := s.preflight(setup, meta); err != nil {
-		return s.timedOut(setup, "read the server settings", err)
+		return nil, s.timedOut(setup, "read the server settings", err)
 	}
 	if err := s.ensurePublication(setup, meta, *rs != nil); err != nil {
-		return s.timedOut(setup, "check the publication", err)
+		return nil, s.timedOut(setup, "check the publication", err)
 	}
 	si, err := querySlot(setup, meta, s.cfg.Slot)
 	if err != nil {
-		return s.timedOut(setup, "look up the replication slot", err)
+		return nil, s.timedOut(setup, "look up the replication slot", err)
 	}
 	extra, err := s.pendingExtra(setup, meta)
 	if err != nil {
-		return s.timedOut(setup, "look up the extra columns", err)
+		return nil, s.timedOut(setup, "look up the extra columns", err)
 	}
 	cancel()
 	conn, err := s.connectReplication(ctx) // a walsender connection also runs SQL; text output as pgoutput's
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer closeRepl(conn)
+	defer func() {
+		if err != nil {
+			closeRepl(conn)
+		}
+	}()
 	cfg := s.cfg.Pending
 	exec := func(q string) ([]*pgconn.Result, error) {
 		qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
@@ -149,20 +201,20 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 		return res, nil
 	}
 	if _, err := exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-		return err
+		return nil, err
 	}
 	var dedupeUpTo pglogrepl.LSN
 	var fresh *backfill.State // a first start's state, until its high key is known
 	switch {
 	case *rs == nil && si == nil:
 		if !s.cfg.Create {
-			return permanent(fmt.Errorf("replication slot %q does not exist and source.create is false; source.start: pending creates it to read the pending rows at its consistent point", s.cfg.Slot))
+			return nil, permanent(mark(ErrSlot, fmt.Errorf("replication slot %q does not exist and source.create is false; source.start: pending creates it to read the pending rows at its consistent point", s.cfg.Slot)))
 		}
 		cctx, ccancel := context.WithTimeout(ctx, slotCreateTimeout)
 		res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(cctx, "CREATE_REPLICATION_SLOT "+pgx.Identifier{s.cfg.Slot}.Sanitize()+" LOGICAL pgoutput USE_SNAPSHOT"))
 		ccancel()
 		if err != nil {
-			return classify(fmt.Errorf("create replication slot %q with a snapshot: %w", s.cfg.Slot, err))
+			return nil, classify(fmt.Errorf("create replication slot %q with a snapshot: %w", s.cfg.Slot, err))
 		}
 		fresh = &backfill.State{Last: -1 << 63, Stream: res.ConsistentPoint}
 		s.log.Info().Str("consistent_lsn", res.ConsistentPoint).Msg("created replication slot (pgoutput); reading the pending rows in its snapshot")
@@ -176,10 +228,10 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 		// after it bounds every commit visible in it.
 		res, err := exec("SELECT pg_current_wal_insert_lsn()::text")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if dedupeUpTo, err = pglogrepl.ParseLSN(string(res[0].Rows[0][0])); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	table := pgx.Identifier{s.schema, s.table}.Sanitize()
@@ -187,12 +239,12 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 	if fresh != nil {
 		res, err := exec("SELECT max(" + key + ")::text FROM " + table + " WHERE (" + cfg.Where + ")")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		fresh.High = -1 << 63
 		if v := res[0].Rows[0][0]; v != nil {
 			if fresh.High, err = strconv.ParseInt(string(v), 10, 64); err != nil {
-				return permanent(fmt.Errorf("source.pending.key %s must be an integer column", cfg.Key))
+				return nil, permanent(fmt.Errorf("source.pending.key %s must be an integer column", cfg.Key))
 			}
 		}
 		*rs = fresh
@@ -207,53 +259,11 @@ func (s *Source) backfill(ctx context.Context, st *runState, rs **backfill.State
 	for _, n := range extra {
 		cols = append(cols, pgx.Identifier{n}.Sanitize())
 	}
-	var ids map[string]struct{}
+	snap := &pendingSnapshot{s: s, st: st, conn: conn, exec: exec, cols: cols, extra: extra, table: table, key: key, dedupeUpTo: dedupeUpTo}
 	if dedupeUpTo != 0 {
-		ids = map[string]struct{}{}
+		snap.ids = map[string]struct{}{}
 	}
-	total := 0
-	for {
-		q := "SELECT " + strings.Join(cols, ", ") + " FROM " + table + " WHERE (" + cfg.Where + ") AND " + key + " > " +
-			strconv.FormatInt((*rs).Last, 10) + " AND " + key + " <= " + strconv.FormatInt((*rs).High, 10) +
-			" ORDER BY " + key + " LIMIT " + strconv.Itoa(cfg.Batch)
-		res, err := exec(q)
-		if err != nil {
-			return err
-		}
-		batch, err := s.pendingRows(res[0], extra)
-		if err != nil {
-			return err
-		}
-		for _, r := range batch {
-			if ids != nil {
-				ids[r.Event.MessageID] = struct{}{}
-			}
-		}
-		done := len(batch) < cfg.Batch
-		tx := backfill.Tx(Kind, **rs, batch, done)
-		select {
-		case out <- tx:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if len(batch) > 0 {
-			(*rs).Last = batch[len(batch)-1].Key
-		}
-		total += len(batch)
-		s.m.EventsRead.Add(float64(len(batch)))
-		if done {
-			break
-		}
-	}
-	if _, err := exec("COMMIT"); err != nil {
-		return err
-	}
-	if ids != nil {
-		st.dedupe = &dedupe{upTo: dedupeUpTo, ids: ids}
-	}
-	s.log.Info().Int("rows", total).Str("stream_lsn", (*rs).Stream).Str("dedupe_up_to", dedupeUpTo.String()).
-		Msg("pending backfill done; streaming")
-	return nil
+	return snap, nil
 }
 
 // pendingExtra lists the route's extra columns the table has.

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -237,7 +238,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		s.m.Connected.Set(0)
 	}()
 
-	backoff := s.cfg.Reconnect.Min
+	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
 	lost := false // a stream was up and broke: the next session is a reconnect
 	for first := true; ; first = false {
 		if lost {
@@ -264,18 +265,14 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			return err
 		}
 		if streamed && time.Since(began) > 10*time.Second {
-			backoff = s.cfg.Reconnect.Min
+			backoff.Reset()
 		}
-		s.log.Warn().Err(err).Str("resume_lsn", st.resume.String()).Dur("backoff", backoff).
+		wait := backoff.Next()
+		s.log.Warn().Err(err).Str("resume_lsn", st.resume.String()).Dur("backoff", wait).
 			Msg("replication stream lost; reconnecting")
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, wait) != nil {
 			return ctx.Err()
 		}
-		backoff = min(backoff*2, s.cfg.Reconnect.Max)
 	}
 }
 
@@ -687,7 +684,7 @@ func (s *Source) preflight(ctx context.Context, db *pgx.Conn) (int, error) {
 
 func checkWalLevel(level string) error {
 	if level != "logical" {
-		return permanent(fmt.Errorf("wal_level is %q, logical decoding needs 'logical': run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL", level))
+		return permanent(mark(ErrServerSettings, fmt.Errorf("wal_level is %q, logical decoding needs 'logical': run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL", level)))
 	}
 	return nil
 }
@@ -731,7 +728,7 @@ func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn, checkpoint
 				}
 			}
 			if !s.cfg.Create {
-				return permanent(fmt.Errorf("publication %q does not exist and source.create is false: run %s; (as the table's owner) or set source.create: true", pub, create))
+				return permanent(mark(ErrPublication, fmt.Errorf("publication %q does not exist and source.create is false: run %s; (as the table's owner) or set source.create: true", pub, create)))
 			}
 			if _, err := db.Exec(ctx, create); err != nil {
 				if pgCode(err) == codeDuplicateObject && attempt == 0 {
@@ -762,8 +759,8 @@ func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn, checkpoint
 			return classify(fmt.Errorf("look up publication %q tables: %w", pub, err))
 		}
 		if n == 0 {
-			return permanent(fmt.Errorf("publication %q exists but does not include the outbox table %s, so its rows would never be streamed: run ALTER PUBLICATION %s ADD TABLE %s; or point source.publication at a publication that includes it",
-				pub, tableIdent, pgx.Identifier{pub}.Sanitize(), tableIdent))
+			return permanent(mark(ErrPublication, fmt.Errorf("publication %q exists but does not include the outbox table %s, so its rows would never be streamed: run ALTER PUBLICATION %s ADD TABLE %s; or point source.publication at a publication that includes it",
+				pub, tableIdent, pgx.Identifier{pub}.Sanitize(), tableIdent)))
 		}
 		return nil
 	}
@@ -817,14 +814,14 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 			if err := s.nameChanged(qctx, db, true, st.resume); err != nil {
 				return err
 			}
-			return permanent(fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed from it: "+
+			return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed from it: "+
 				"the slot was dropped and the changes after the checkpoint are gone from the server. It was NOT recreated. "+
 				"To start over knowingly, delete the checkpoint and restart (the slot is then created and streaming starts at its creation point); "+
-				"rows committed in between must be republished by other means", slot, st.resume))
+				"rows committed in between must be republished by other means", slot, st.resume)))
 		case st.haveSlot:
-			return permanent(fmt.Errorf("replication slot %q was dropped while streaming (last position %s); the changes after it are gone. It was NOT recreated; restart after deciding how to recover", slot, st.resume))
+			return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q was dropped while streaming (last position %s); the changes after it are gone. It was NOT recreated; restart after deciding how to recover", slot, st.resume)))
 		case !s.cfg.Create:
-			return permanent(fmt.Errorf("replication slot %q does not exist and source.create is false: run SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.create: true", slot, slot))
+			return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q does not exist and source.create is false: run SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.create: true", slot, slot)))
 		}
 		if s.legacySlot != "" {
 			if old, err := querySlot(qctx, db, s.legacySlot); err == nil && old != nil {
@@ -858,7 +855,7 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 		}
 	}
 	if si.slotType != "logical" || si.plugin != "pgoutput" {
-		return permanent(fmt.Errorf("replication slot %q is a %s slot with plugin %q, not a logical pgoutput slot: choose another source.slot, or drop it if it is unused", slot, si.slotType, si.plugin))
+		return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q is a %s slot with plugin %q, not a logical pgoutput slot: choose another source.slot, or drop it if it is unused", slot, si.slotType, si.plugin)))
 	}
 	var dbName string
 	if err := db.QueryRow(qctx, `SELECT current_database()`).Scan(&dbName); err != nil {

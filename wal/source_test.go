@@ -532,8 +532,8 @@ func TestDroppedRoleColumnStops(t *testing.T) {
 	}
 	select {
 	case err := <-r.done:
-		if err == nil || !strings.Contains(err.Error(), `"event_type"`) || !strings.Contains(err.Error(), "dropped") {
-			t.Fatalf("want a clear dropped-column error, got %v", err)
+		if !errors.Is(err, ErrTableLayout) || outboxcdc.IsTransient(err) {
+			t.Fatalf("want a permanent ErrTableLayout for the dropped column, got %v", err)
 		}
 		t.Logf("error: %v", err)
 		r.once.Do(func() {})
@@ -637,8 +637,8 @@ func TestDroppedSlotWithCheckpointIsFatal(t *testing.T) {
 	select {
 	case err := <-r2.done:
 		r2.once.Do(func() {})
-		if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "NOT recreated") {
-			t.Fatalf("want a clear dropped-slot error, got %v", err)
+		if !errors.Is(err, ErrSlot) || !isPermanent(err) {
+			t.Fatalf("want a permanent ErrSlot for the dropped slot, got %v", err)
 		}
 		t.Logf("error: %v", err)
 	case <-time.After(10 * time.Second):
@@ -660,8 +660,8 @@ func TestPublicationWithoutTableIsFatal(t *testing.T) {
 	select {
 	case err := <-r.done:
 		r.once.Do(func() {})
-		if err == nil || !strings.Contains(err.Error(), "does not include the outbox table") {
-			t.Fatalf("got %v", err)
+		if !errors.Is(err, ErrPublication) || !isPermanent(err) {
+			t.Fatalf("want a permanent ErrPublication, got %v", err)
 		}
 		t.Logf("error: %v", err)
 	case <-time.After(10 * time.Second):
@@ -678,8 +678,8 @@ func TestCreateFalseOnlyVerifies(t *testing.T) {
 	select {
 	case err := <-r.done:
 		r.once.Do(func() {})
-		if err == nil || !strings.Contains(err.Error(), "source.create is false") {
-			t.Fatalf("got %v", err)
+		if !errors.Is(err, ErrSlot) && !errors.Is(err, ErrPublication) || !isPermanent(err) {
+			t.Fatalf("want a permanent ErrSlot or ErrPublication, got %v", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not stop")
@@ -851,8 +851,8 @@ func TestSlotWithOtherPluginIsFatal(t *testing.T) {
 	select {
 	case err := <-r.done:
 		r.once.Do(func() {})
-		if err == nil || !strings.Contains(err.Error(), `plugin "test_decoding"`) {
-			t.Fatalf("got %v", err)
+		if !errors.Is(err, ErrSlot) || !isPermanent(err) {
+			t.Fatalf("want a permanent ErrSlot for the test_decoding slot, got %v", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not stop")

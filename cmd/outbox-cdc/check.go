@@ -15,10 +15,8 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
-	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 // runCheck is `outbox-cdc check --config FILE [--json]`: it connects to the
@@ -79,10 +77,7 @@ func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("route", sectionError("route", err).Error(), "fix the route section")}
 	}
 	cols := cfg.Route.Columns()
-	kind := binlog.Kind
-	if cfg.Source.Type == "postgres" {
-		kind = wal.Kind
-	}
+	kind := cfg.Source.Type
 
 	var out []outboxcdc.CheckResult
 	from, cpResult := checkCheckpoint(ctx, cfg, kind)
@@ -91,12 +86,7 @@ func checkAll(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 		out = append(out, checkRouteTable(ctx, cfg))
 	}
 
-	switch cfg.Source.Type {
-	case "mysql":
-		out = append(out, binlog.Check(ctx, cfg.Source.MySQL, cols, from)...)
-	case "postgres":
-		out = append(out, wal.Check(ctx, cfg.Source.Postgres, cfg.Name, cols, from)...)
-	}
+	out = append(out, cfg.source().check(ctx, cfg, cols, from)...) // sources.go
 
 	return append(out, sinkKinds[cfg.Sink.Type].check(ctx, cfg)...) // sinks.go
 }

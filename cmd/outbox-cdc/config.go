@@ -95,7 +95,7 @@ type LogConfig struct {
 func defaultConfig() Config {
 	return Config{
 		Name:     "outbox-cdc",
-		Source:   SourceConfig{Type: "mysql", MySQL: binlog.DefaultConfig(), Postgres: wal.DefaultConfig()},
+		Source:   SourceConfig{Type: binlog.Kind, MySQL: binlog.DefaultConfig(), Postgres: wal.DefaultConfig()},
 		Route:    router.DefaultConfig(),
 		Delivery: deliveryAtLeastOnce,
 		Sink: SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig(),
@@ -107,12 +107,6 @@ func defaultConfig() Config {
 		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464"},
 		Log:        LogConfig{Level: "info", Format: "auto"},
 	}
-}
-
-// sourceTypes maps source.type to the struct its keys decode into.
-var sourceTypes = map[string]func(*SourceConfig) any{
-	"mysql":    func(s *SourceConfig) any { return &s.MySQL },
-	"postgres": func(s *SourceConfig) any { return &s.Postgres },
 }
 
 // validKeys is every key path the file and the environment may set, given
@@ -130,12 +124,12 @@ func validKeys(sourceType, sinkType string) keySet {
 		}
 		keysOf(reflect.TypeOf(k.config(&cfg.Sink)), "sink", keys)
 	}
-	if pick, ok := sourceTypes[sourceType]; ok {
-		keysOf(reflect.TypeOf(pick(&cfg.Source)), "source", keys)
+	if k, ok := sourceKinds[sourceType]; ok {
+		keysOf(reflect.TypeOf(k.config(&cfg.Source)), "source", keys)
 	} else {
 		// Unknown type: accept every source's keys so the type error is the one reported.
-		for _, pick := range sourceTypes {
-			keysOf(reflect.TypeOf(pick(&cfg.Source)), "source", keys)
+		for _, k := range sourceKinds {
+			keysOf(reflect.TypeOf(k.config(&cfg.Source)), "source", keys)
 		}
 	}
 	withFileKeys(keys)
@@ -180,8 +174,8 @@ func configFromNode(root *yaml.Node, path string, env map[string]string, checkEn
 	} else if n := lookup(root, "source.type"); n != nil {
 		cfg.Source.Type = n.Value
 	}
-	if _, ok := sourceTypes[cfg.Source.Type]; !ok {
-		return Config{}, nil, configErrorf("source.type: unknown source %q (want mysql or postgres)", cfg.Source.Type)
+	if _, ok := sourceKinds[cfg.Source.Type]; !ok {
+		return Config{}, nil, configErrorf("source.type: unknown source %q (want %s)", cfg.Source.Type, sourceTypeNames())
 	}
 	// So does the sink type: its keys, and what route.topic names.
 	if v, ok := env[envName("sink.type")]; ok {
@@ -227,7 +221,7 @@ func configFromNode(root *yaml.Node, path string, env map[string]string, checkEn
 			return Config{}, nil, err
 		}
 		if n := lookup(root, "source"); n != nil {
-			if err := decodeAt("source", withoutKey(n, "type"), sourceTypes[cfg.Source.Type](&cfg.Source)); err != nil {
+			if err := decodeAt("source", withoutKey(n, "type"), cfg.source().config(&cfg.Source)); err != nil {
 				return Config{}, nil, err
 			}
 		}
@@ -314,17 +308,12 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(c.Name) == "" {
 		return configErrorf("name: must not be empty")
 	}
-	switch c.Source.Type {
-	case "mysql":
-		if err := c.Source.MySQL.Validate(); err != nil {
-			return sectionError("source", err)
-		}
-	case "postgres":
-		if err := c.Source.Postgres.Validate(); err != nil {
-			return sectionError("source", err)
-		}
-	default:
-		return configErrorf("source.type: unknown source %q (want mysql or postgres)", c.Source.Type)
+	src, ok := sourceKinds[c.Source.Type]
+	if !ok {
+		return configErrorf("source.type: unknown source %q (want %s)", c.Source.Type, sourceTypeNames())
+	}
+	if err := src.validate(c); err != nil {
+		return sectionError("source", err)
 	}
 	if err := c.Route.Validate(); err != nil {
 		return sectionError("route", err)
@@ -381,11 +370,8 @@ func (c Config) String() string {
 
 // sourceTables is source.tables of the chosen source type.
 func (c Config) sourceTables() []string {
-	switch c.Source.Type {
-	case "mysql":
-		return c.Source.MySQL.Tables
-	case "postgres":
-		return c.Source.Postgres.Tables
+	if k, ok := sourceKinds[c.Source.Type]; ok {
+		return k.tables(c)
 	}
 	return nil
 }

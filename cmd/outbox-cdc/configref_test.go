@@ -72,7 +72,7 @@ func TestConfigReferenceHasEveryKey(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9_.]+)` \\|").FindAllSubmatch(ref, -1) {
 		rows[string(m[1])] = true
 	}
-	for src := range sourceTypes {
+	for src := range sourceKinds {
 		for snk := range sinkKinds {
 			for p, typ := range validKeys(src, snk) {
 				if section(typ) || (strings.HasSuffix(p, fileSuffix) && !rows[p]) {
@@ -320,9 +320,9 @@ func configReference(docs fieldDocs) ([]byte, []missingDoc) {
 
 	b.WriteString("## source\n\n`source.type` picks the source; the keys of that type sit directly under `source:`.\n\n")
 	table(reflect.ValueOf(cfg.Source), "source", nil)
-	for _, name := range sortedKeys(sourceTypes) {
+	for _, name := range sortedKeys(sourceKinds) {
 		fmt.Fprintf(&b, "### source.type: %s\n\n", name)
-		table(reflect.ValueOf(sourceTypes[name](&cfg.Source)), "source", nil)
+		table(reflect.ValueOf(sourceKinds[name].config(&cfg.Source)), "source", nil)
 	}
 
 	b.WriteString("## route\n\nThe defaults are the Kafka ones; with another sink, `route.topic` defaults to that broker's destination (see [sinks.md](sinks.md)).\n\n")

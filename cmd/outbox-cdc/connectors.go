@@ -8,9 +8,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
-	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
-	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 // Several connectors in one process. The file either is one connector
@@ -212,21 +210,9 @@ func checkDistinct(cs []Config) error {
 				return err
 			}
 		}
-		switch c.Source.Type {
-		case "mysql":
-			id := c.Source.MySQL.ServerID
-			if id == 0 {
-				id = binlog.DeriveServerID(c.Name)
-			}
-			if err := claim(i, "source.server_id", "", fmt.Sprint(id)); err != nil {
-				return err
-			}
-		case "postgres":
-			slot := c.Source.Postgres.Slot
-			if slot == "" {
-				slot = wal.DeriveName(c.Name)
-			}
-			if err := claim(i, "source.slot", c.Source.Postgres.DSN, slot); err != nil {
+		if k, ok := sourceKinds[c.Source.Type]; ok { // sources.go
+			key, scope, value := k.exclusive(c)
+			if err := claim(i, key, scope, value); err != nil {
 				return err
 			}
 		}

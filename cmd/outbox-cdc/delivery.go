@@ -70,20 +70,6 @@ func (c Config) validateDelivery() error {
 	return nil
 }
 
-// sourceDSN is the DSN the HA lock, the checkpoint table and `position`
-// connect with: for MySQL with source.tls applied (it reads the
-// certificate files). Postgres DSNs carry their own sslmode.
-func (c Config) sourceDSN() (string, error) {
-	if c.Source.Type == "postgres" {
-		return c.Source.Postgres.DSN, nil
-	}
-	dsn, err := c.Source.MySQL.ConnDSN()
-	if err != nil {
-		return "", sectionError("source", err)
-	}
-	return dsn, nil
-}
-
 // newKafkaSink returns the Kafka sink of the delivery mode.
 func newKafkaSink(cfg Config, kind string, log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
 	if cfg.Delivery != deliveryExactlyOnce {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -52,21 +51,15 @@ func observeLifecycle(cfg Config, p *outboxcdc.Pipeline, cols outboxcdc.Columns,
 	if err != nil {
 		return lifecycleRun{}, err
 	}
-	var dialect, table string
-	switch cfg.Source.Type {
-	case "mysql":
-		dc, err := mysqldriver.ParseDSN(dsn)
-		if err != nil {
-			return lifecycleRun{}, configErrorf("source.dsn: not a valid go-sql-driver DSN")
-		}
-		dialect, table = lifecycle.MySQL, dc.DBName+"."+cfg.Source.MySQL.Table
-	case "postgres":
-		dialect, table = lifecycle.Postgres, cfg.Source.Postgres.Table
+	table, err := cfg.source().lifecycleTable(cfg, dsn)
+	if err != nil {
+		return lifecycleRun{}, err
 	}
-	if table == "" || table[len(table)-1] == '.' {
+	if table == "" {
 		return lifecycleRun{}, configErrorf("lifecycle: needs source.table")
 	}
-	l, err := lifecycle.New(cfg.Lifecycle, dialect, dsn, table, cols.MessageID, log, reg)
+	// The lifecycle's dialects are named as the source types are.
+	l, err := lifecycle.New(cfg.Lifecycle, cfg.Source.Type, dsn, table, cols.MessageID, log, reg)
 	if err != nil {
 		return lifecycleRun{}, fmt.Errorf("lifecycle: %w", err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,18 +12,13 @@ import (
 	"strings"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // database/sql driver for --to latest
-	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/ha"
 	"github.com/outbox-cdc/outbox-cdc/migrate"
 	"github.com/outbox-cdc/outbox-cdc/sink"
-	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 // The position commands act on the store run uses: the checkpoint file or
@@ -120,10 +114,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox-cdc position %s: %v\n", sub, err)
 		return 2
 	}
-	kind := binlog.Kind
-	if cfg.Source.Type == "postgres" {
-		kind = wal.Kind
-	}
+	kind := cfg.Source.Type
 	log := newLogger(cfg.Log, stderr)
 	store, err := openPositionStore(cfg, kind, log)
 	if err != nil {
@@ -150,24 +141,24 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		if strings.EqualFold(strings.TrimSpace(*to), "latest") {
 			form := ""
 			if old, err := store.read(ctx); err == nil && old.exists {
-				form = migrate.Form(old.pos)
+				form = positionForm(old.pos)
 			}
 			qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			pos, err = latestPosition(qctx, cfg, form)
+			pos, err = cfg.source().latest(qctx, cfg, form)
 			cancel()
 			if err != nil {
 				fmt.Fprintf(stderr, "outbox-cdc: reading the server's current position: %v\n", err)
 				return 1
 			}
-			fmt.Fprintf(stdout, "the server's current position is %s (%s)\n", pos, migrate.Describe(pos))
+			fmt.Fprintf(stdout, "the server's current position is %s (%s)\n", pos, describePosition(pos))
 		} else {
-			pos, err = migrate.ParsePosition(kind, *to)
+			pos, err = parsePosition(kind, *to)
 			if err != nil {
 				fmt.Fprintf(stderr, "outbox-cdc position set: --to: %v\n", err)
 				return 2
 			}
 		}
-		if code := refuseBehindSlot(ctx, cfg, kind, pos, "position set", stdout, stderr); code != 0 {
+		if code := refuseUnresumable(ctx, cfg, pos, "position set", stdout, stderr); code != 0 {
 			return code
 		}
 		return writePosition(ctx, cfg, store, pos, *force, *dryRun, "position set", stdout, stderr, log)
@@ -188,7 +179,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		}
 		pos, notes, err := migrate.Convert(kind, data, migrate.Options{
 			Connector:  *debeziumName,
-			PreferFile: kind == binlog.Kind && cfg.Source.MySQL.GTID == binlog.GTIDOff,
+			PreferFile: cfg.source().preferFileForm(cfg),
 		})
 		if err != nil {
 			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
@@ -200,7 +191,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "Debezium offset:\n")
 		}
 		fmt.Fprintf(stdout, "  %s\n", notes.Offset)
-		fmt.Fprintf(stdout, "derived position: %s (%s)\n", pos, migrate.Describe(pos))
+		fmt.Fprintf(stdout, "derived position: %s (%s)\n", pos, describePosition(pos))
 		for _, l := range notes.Lines {
 			fmt.Fprintf(stdout, "  - %s\n", l)
 		}
@@ -209,7 +200,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info().Str("debezium_key", notes.Key).Str("debezium_offset", notes.Offset).
 			Str("position", string(pos)).Bool("resend_transaction", notes.Resend).Msg("Debezium offset converted")
-		if code := refuseBehindSlot(ctx, cfg, kind, pos, "position import-debezium", stdout, stderr); code != 0 {
+		if code := refuseUnresumable(ctx, cfg, pos, "position import-debezium", stdout, stderr); code != 0 {
 			return code
 		}
 		return writePosition(ctx, cfg, store, pos, *force, *dryRun, "position import-debezium", stdout, stderr, log)
@@ -403,8 +394,8 @@ func describeSaved(ctx context.Context, s positionStore, kind string) (showJSON,
 	out.Exists = true
 	out.Position = string(st.pos)
 	out.Kind = st.pos.Kind()
-	out.Form = migrate.Form(st.pos)
-	out.Description = migrate.Describe(st.pos)
+	out.Form = positionForm(st.pos)
+	out.Description = describePosition(st.pos)
 	if !st.savedAt.IsZero() {
 		out.SavedAt = st.savedAt.UTC().Format(time.RFC3339Nano)
 	}
@@ -470,7 +461,7 @@ func writePosition(ctx context.Context, cfg Config, store positionStore, pos out
 	exists := err == nil && old.exists
 	damaged := err != nil
 	fmt.Fprintf(stdout, "%s\n", store)
-	dir, why := migrate.Direction(0), ""
+	dir, why := 0, ""
 	switch {
 	case damaged:
 		fmt.Fprintf(stdout, "  old: unreadable: %v\n", err)
@@ -479,20 +470,23 @@ func writePosition(ctx context.Context, cfg Config, store positionStore, pos out
 		if !old.savedAt.IsZero() {
 			at = old.savedAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(stdout, "  old: %s (%s, saved %s)\n", old.pos, migrate.Describe(old.pos), at)
-		dir, why = migrate.Compare(old.pos, pos)
+		fmt.Fprintf(stdout, "  old: %s (%s, saved %s)\n", old.pos, describePosition(old.pos), at)
+		var err error
+		if dir, err = comparePositions(old.pos, pos); err != nil {
+			dir, why = notComparable, err.Error()
+		}
 	default:
 		fmt.Fprintf(stdout, "  old: none\n")
 	}
-	fmt.Fprintf(stdout, "  new: %s (%s)\n", pos, migrate.Describe(pos))
+	fmt.Fprintf(stdout, "  new: %s (%s)\n", pos, describePosition(pos))
 	if exists {
 		switch dir {
-		case migrate.Same:
+		case 0:
 			fmt.Fprintf(stdout, "the position is already this one; nothing to do\n")
 			return 0
-		case migrate.Backward:
+		case 1:
 			fmt.Fprintf(stdout, "  direction: BACKWARD: transactions between the new and the old position are published again\n")
-		case migrate.Forward:
+		case -1:
 			fmt.Fprintf(stdout, "  direction: FORWARD: transactions between the old and the new position are skipped and never published\n")
 		default:
 			fmt.Fprintf(stdout, "  direction: not comparable (%s): check by hand what is re-published or skipped\n", why)
@@ -527,7 +521,7 @@ func writePosition(ctx context.Context, cfg Config, store positionStore, pos out
 	}
 	ev = ev.Str("command", what).Str("position", string(pos)).Str("store", store.String())
 	if exists {
-		ev = ev.Str("old_position", string(old.pos)).Str("direction", dir.String())
+		ev = ev.Str("old_position", string(old.pos)).Str("direction", directionName(dir))
 	}
 	ev.Msg("position set by hand")
 	fmt.Fprintf(stdout, "checkpoint written to %s: the connector resumes from %s at its next start\n", store, pos)
@@ -557,118 +551,20 @@ func holdHALock(ctx context.Context, cfg Config, log zerolog.Logger) (func(), er
 	return release, nil
 }
 
-// latestPosition asks the database for its current position, in the form
-// the existing checkpoint has (form, "" when none) or, without one, the
-// form source.gtid asks for.
-func latestPosition(ctx context.Context, cfg Config, form string) (outboxcdc.Position, error) {
-	if cfg.Source.Type == "postgres" {
-		conn, err := pgx.Connect(ctx, cfg.Source.Postgres.DSN)
-		if err != nil {
-			return "", err
-		}
-		defer conn.Close(context.Background())
-		var s string
-		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
-			return "", err
-		}
-		lsn, err := pglogrepl.ParseLSN(s)
-		if err != nil {
-			return "", err
-		}
-		return wal.MakePosition(lsn), nil
-	}
-	dsn, err := cfg.sourceDSN()
-	if err != nil {
-		return "", err
-	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return "", err
-	}
-	defer db.Close()
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return "", err
-	}
-	wantFile := form == "file" || (form == "" && cfg.Source.MySQL.GTID == binlog.GTIDOff)
-	if !wantFile {
-		var q string
-		if strings.Contains(strings.ToLower(version), "mariadb") {
-			q = "SELECT @@GLOBAL.gtid_binlog_pos"
-		} else {
-			var mode string
-			if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_mode").Scan(&mode); err != nil {
-				return "", err
-			}
-			if strings.EqualFold(mode, "ON") {
-				q = "SELECT @@GLOBAL.gtid_executed"
-			}
-		}
-		if q != "" {
-			var set string
-			if err := db.QueryRowContext(ctx, q).Scan(&set); err != nil {
-				return "", err
-			}
-			if set = strings.NewReplacer("\n", "", " ", "").Replace(set); set != "" {
-				return migrate.ParsePosition(binlog.Kind, set)
-			}
-		}
-		if form != "" {
-			return "", fmt.Errorf("the checkpoint is in %s form but the server has no GTIDs", form)
-		}
-	}
-	file, pos, err := binlogStatus(ctx, db)
-	if err != nil {
-		return "", err
-	}
-	return migrate.ParsePosition(binlog.Kind, fmt.Sprintf("%s:%d", file, pos))
-}
+// notComparable is writePosition's direction when comparePositions could
+// not order the old and the new position.
+const notComparable = 2
 
-// binlogStatus returns the current binlog file and offset (SHOW BINARY
-// LOG STATUS on MySQL 8.2+, SHOW MASTER STATUS before and on MariaDB).
-func binlogStatus(ctx context.Context, db *sql.DB) (string, uint64, error) {
-	var lastErr error
-	for _, q := range []string{"SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"} {
-		rows, err := db.QueryContext(ctx, q)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		defer rows.Close()
-		cols, err := rows.Columns()
-		if err != nil {
-			return "", 0, err
-		}
-		if !rows.Next() {
-			if err := rows.Err(); err != nil {
-				return "", 0, err
-			}
-			return "", 0, errors.New(q + " returned nothing: binary logging is off")
-		}
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return "", 0, err
-		}
-		var file string
-		var pos uint64
-		for i, c := range cols {
-			switch strings.ToLower(c) {
-			case "file":
-				file = vals[i].String
-			case "position":
-				if _, err := fmt.Sscan(vals[i].String, &pos); err != nil {
-					return "", 0, fmt.Errorf("%s: position %q", q, vals[i].String)
-				}
-			}
-		}
-		if file == "" {
-			return "", 0, fmt.Errorf("%s: no File column", q)
-		}
-		return file, pos, nil
+// directionName names the move from old to new for comparePositions'
+// result dir = compare(old, new).
+func directionName(dir int) string {
+	switch dir {
+	case 0:
+		return "same"
+	case 1:
+		return "backward"
+	case -1:
+		return "forward"
 	}
-	return "", 0, lastErr
+	return "not comparable"
 }

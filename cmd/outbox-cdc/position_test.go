@@ -17,7 +17,6 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
-	"github.com/outbox-cdc/outbox-cdc/migrate"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
@@ -298,7 +297,7 @@ func TestPositionSetLatest(t *testing.T) {
 		// An existing file-form checkpoint keeps its form.
 		saveCheckpoint(t, cp, "mysql:file:mysql-bin.000001:4")
 		code, out, errs = runCmd(t, "position", "set", "--config", cfg, "--to", "latest", "--force")
-		if code != 0 || migrate.Form(readCheckpoint(t, cp)) != "file" {
+		if code != 0 || positionForm(readCheckpoint(t, cp)) != "file" {
 			t.Fatalf("file form: code %d out %q err %q checkpoint %q", code, out, errs, readCheckpoint(t, cp))
 		}
 	})
@@ -306,7 +305,7 @@ func TestPositionSetLatest(t *testing.T) {
 		cfg, cp := positionEnv(t, "postgres")
 		t.Setenv("OUTBOX_CDC_SOURCE_DSN", testenv.PostgresDSN(t))
 		code, out, errs := runCmd(t, "position", "set", "--config", cfg, "--to", "latest")
-		if code != 0 || migrate.Form(readCheckpoint(t, cp)) != "lsn" || !strings.Contains(out, "the server's current position is postgres:") {
+		if code != 0 || positionForm(readCheckpoint(t, cp)) != "lsn" || !strings.Contains(out, "the server's current position is postgres:") {
 			t.Fatalf("code %d out %q err %q", code, out, errs)
 		}
 	})

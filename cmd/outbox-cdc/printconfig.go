@@ -11,8 +11,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/binlog"
-	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 // printConfig writes the effective configuration (defaults, then the file,
@@ -29,7 +27,7 @@ func printConfigPlaced(w io.Writer, cfg Config, plc *PlacementConfig) error {
 	if plc != nil {
 		root.Content = append(root.Content, scalar("placement"), toNode(reflect.ValueOf(*plc)))
 	}
-	src := toNode(reflect.ValueOf(sourceTypes[cfg.Source.Type](&cfg.Source)).Elem())
+	src := toNode(reflect.ValueOf(cfg.source().config(&cfg.Source)).Elem())
 	src.Content = append([]*yaml.Node{scalar("type"), scalar(cfg.Source.Type)}, src.Content...)
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		if root.Content[i].Value == "source" {
@@ -66,18 +64,8 @@ func markDerived(root *yaml.Node, cfg Config) {
 			n.LineComment = "derived: " + text
 		}
 	}
-	switch cfg.Source.Type {
-	case "mysql":
-		if cfg.Source.MySQL.ServerID == 0 {
-			note("source.server_id", fmt.Sprint(binlog.DeriveServerID(cfg.Name)))
-		}
-	case "postgres":
-		if cfg.Source.Postgres.Slot == "" {
-			note("source.slot", wal.DeriveName(cfg.Name))
-		}
-		if cfg.Source.Postgres.Publication == "" {
-			note("source.publication", wal.DeriveName(cfg.Name))
-		}
+	for _, d := range cfg.source().derived(cfg) { // sources.go
+		note(d.key, d.value)
 	}
 	if cfg.Sink.Type == "kafka" && cfg.Sink.TransactionalID == "" {
 		id := cfg.Sink.TxnConfig.WithName(cfg.Name).TransactionalID

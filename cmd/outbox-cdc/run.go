@@ -12,8 +12,6 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/binlog"
-	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 func newLogger(cfg LogConfig, w io.Writer) zerolog.Logger {
@@ -150,32 +148,11 @@ func build(ctx context.Context, cfg Config, opts runOptions, role *haState, log 
 	cols := rt.Columns()
 	srcMetrics := outboxcdc.NewSourceMetrics(reg)
 
-	var src outboxcdc.Source
-	var kind string
-	switch cfg.Source.Type {
-	case "mysql":
-		mc := cfg.Source.MySQL
-		// Under HA this instance streams only while it holds the lock, so a
-		// previous binlog dump of this connector belongs to a fenced
-		// instance and is ended at once (binlog/dumplock.go).
-		mc.TakeOver = cfg.HA.Enabled
-		s, err := binlog.New(mc, cfg.Name, cols, log, srcMetrics)
-		if err != nil {
-			return nil, err
-		}
-		src, kind = s, binlog.Kind
-	case "postgres":
-		pc := cfg.Source.Postgres
-		// The HA lock makes this instance the only rightful reader of the
-		// slot: a walsender still holding it served a previous active
-		// instance that is gone or cut off (wal/takeover.go).
-		pc.TakeOverSlot = cfg.HA.Enabled
-		s, err := wal.New(pc, cfg.Name, cols, log, srcMetrics, reg)
-		if err != nil {
-			return nil, err
-		}
-		src, kind = s, wal.Kind
+	src, err := cfg.source().build(cfg, cols, log, srcMetrics, reg) // sources.go
+	if err != nil {
+		return nil, err
 	}
+	kind := cfg.Source.Type // the kind of the positions it issues
 
 	snk, err := sinkKinds[cfg.Sink.Type].build(cfg, kind, log, reg, stdout) // sinks.go
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 	"github.com/outbox-cdc/outbox-cdc/router"
 )
 
@@ -35,7 +36,7 @@ func newRouter(ctx context.Context, cfg Config, log zerolog.Logger) (*router.Rou
 		}
 		return rt, nil
 	}
-	backoff := time.Second
+	backoff := retry.New(retry.Policy{Min: time.Second, Max: 30 * time.Second})
 	for {
 		table, err := readOutboxTable(ctx, cfg)
 		if err == nil {
@@ -51,14 +52,12 @@ func newRouter(ctx context.Context, cfg Config, log zerolog.Logger) (*router.Rou
 		if errors.As(err, &perm) {
 			return nil, err
 		}
-		log.Warn().Str("component", "route").Err(err).Dur("backoff", backoff).
+		wait := backoff.Next()
+		log.Warn().Str("component", "route").Err(err).Dur("backoff", wait).
 			Msg("cannot read the outbox table's column types (route.converters needs them); retrying")
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, wait) != nil {
 			return nil, fmt.Errorf("reading the outbox table's column types: %w (last error: %v)", ctx.Err(), err)
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 
@@ -75,17 +74,11 @@ func (e *tableError) Unwrap() error { return e.err }
 func readOutboxTable(ctx context.Context, cfg Config) (*router.Table, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	switch cfg.Source.Type {
-	case "mysql":
-		return readMySQLTable(ctx, cfg)
-	case "postgres":
-		return readPostgresTable(ctx, cfg)
-	}
-	return nil, &tableError{fmt.Errorf("source.type %q has no table", cfg.Source.Type)}
+	return cfg.source().table(ctx, cfg) // sources.go
 }
 
 func readMySQLTable(ctx context.Context, cfg Config) (*router.Table, error) {
-	dsn, err := cfg.sourceDSN()
+	dsn, err := mysqlDSN(cfg)
 	if err != nil {
 		return nil, &tableError{err}
 	}
@@ -97,10 +90,11 @@ func readMySQLTable(ctx context.Context, cfg Config) (*router.Table, error) {
 	if name == "" || dc.DBName == "" {
 		return nil, &tableError{configErrorf("route.converters: the column types are read from source.table in source.dsn's database; set both")}
 	}
-	db, err := sql.Open("mysql", dsn)
+	conn, err := mysqldriver.NewConnector(dc)
 	if err != nil {
 		return nil, &tableError{err}
 	}
+	db := sql.OpenDB(conn)
 	defer db.Close()
 	classify := func(err error) error {
 		var me *mysqldriver.MySQLError

@@ -1,0 +1,112 @@
+package backfill
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
+)
+
+// Snapshot is one attempt's consistent view of the outbox table, opened by
+// a source (Loop.Open). Its methods are called from the source's Run
+// goroutine, one at a time.
+type Snapshot interface {
+	// Read returns the rows that match the pending WHERE with key in
+	// (st.Last, st.High], in key order, at most limit of them.
+	Read(ctx context.Context, st State, limit int) ([]Row, error)
+	// Finish is called once the last batch (shorter than the limit) was
+	// handed on; total counts the rows of this attempt.
+	Finish(ctx context.Context, st State, total int) error
+	// Close releases the snapshot; called after every attempt.
+	Close()
+}
+
+// Loop is the backfill both sources run before streaming: it decides
+// whether the run starts with one, publishes the pending rows batch by
+// batch as synthetic transactions, and retries transient failures from the
+// last batch sent. What is database specific (the snapshot and the stream
+// position consistent with it) is the source's Open.
+type Loop struct {
+	Kind  string // the source's position kind
+	Start string // source.start
+	Batch int    // source.pending.batch
+	Retry retry.Policy
+	// CheckStream refuses the stream position of a pending checkpoint that
+	// the source cannot stream from.
+	CheckStream func(outboxcdc.Position) error
+	// Open opens a snapshot. *st is nil on a first backfill: Open then
+	// takes the stream position consistent with the snapshot and the
+	// highest pending key, and sets *st.
+	Open func(ctx context.Context, st **State) (Snapshot, error)
+	// Sent, when set, is called after each batch was handed on.
+	Sent func(rows []Row)
+	// Retrying, when set, is called with each transient failure and the
+	// wait before the next attempt.
+	Retrying func(err error, wait time.Duration)
+}
+
+// Run publishes the pending rows when the run starts with a backfill: from
+// a checkpoint in the pending form, or from no checkpoint when source.start
+// is pending. It returns the position streaming starts from: from itself
+// when there is no backfill, else the stream position of the backfill's
+// snapshot. It returns ctx.Err() when ctx is done, and a permanent error
+// (outboxcdc.IsTransient false) as it is.
+func (l *Loop) Run(ctx context.Context, from outboxcdc.Position, out chan<- outboxcdc.Tx) (outboxcdc.Position, error) {
+	var st *State
+	switch {
+	case IsPending(from):
+		v, err := Parse(from, l.Kind)
+		if err != nil {
+			return "", outboxcdc.Permanent(err, "")
+		}
+		if err := l.CheckStream(v.StreamPosition(l.Kind)); err != nil {
+			return "", outboxcdc.Permanent(fmt.Errorf("pending checkpoint: %w", err), "")
+		}
+		st = &v
+	case from.IsZero() && l.Start == StartPending:
+	default:
+		return from, nil
+	}
+	err := retry.Do(ctx, l.Retry, func(ctx context.Context) error { return l.attempt(ctx, &st, out) }, l.Retrying)
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	if err != nil {
+		return "", err
+	}
+	return st.StreamPosition(l.Kind), nil
+}
+
+// attempt publishes the rows after (*st).Last in one snapshot.
+func (l *Loop) attempt(ctx context.Context, st **State, out chan<- outboxcdc.Tx) error {
+	snap, err := l.Open(ctx, st)
+	if err != nil {
+		return err
+	}
+	defer snap.Close()
+	total := 0
+	for {
+		rows, err := snap.Read(ctx, **st, l.Batch)
+		if err != nil {
+			return err
+		}
+		done := len(rows) < l.Batch
+		select {
+		case out <- Tx(l.Kind, **st, rows, done):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if len(rows) > 0 {
+			(*st).Last = rows[len(rows)-1].Key
+		}
+		total += len(rows)
+		if l.Sent != nil {
+			l.Sent(rows)
+		}
+		if done {
+			return snap.Finish(ctx, **st, total)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
+)
+
+// memSnapshot serves keys 1..n; the read after failAfter rows fails once
+// with fail.
+type memSnapshot struct {
+	n, failAfter *int
+	fail         error
+	opens        *int
+}
+
+func (m memSnapshot) Read(_ context.Context, st State, limit int) ([]Row, error) {
+	if m.fail != nil && int(st.Last) >= *m.failAfter {
+		*m.failAfter = 1 << 30
+		return nil, m.fail
+	}
+	var rows []Row
+	for k := max(st.Last+1, 1); k <= st.High && k <= int64(*m.n) && len(rows) < limit; k++ {
+		rows = append(rows, Row{Key: k, Event: outboxcdc.Event{MessageID: string(rune('a' + k))}})
+	}
+	return rows, nil
+}
+func (memSnapshot) Finish(context.Context, State, int) error { return nil }
+func (memSnapshot) Close()                                   {}
+
+func runLoop(t *testing.T, from outboxcdc.Position, fail error) ([]outboxcdc.Tx, outboxcdc.Position, int, error) {
+	n, failAfter, opens := 7, 4, 0
+	l := Loop{
+		Kind: "mysql", Start: StartPending, Batch: 3,
+		Retry:       retry.Policy{Min: time.Millisecond, Max: time.Millisecond},
+		CheckStream: func(outboxcdc.Position) error { return nil },
+		Open: func(_ context.Context, st **State) (Snapshot, error) {
+			opens++
+			if *st == nil {
+				*st = &State{Last: -1 << 63, High: 7, Stream: "file:bin.000001:4"}
+			}
+			return memSnapshot{n: &n, failAfter: &failAfter, fail: fail, opens: &opens}, nil
+		},
+	}
+	out := make(chan outboxcdc.Tx, 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pos, err := l.Run(ctx, from, out)
+	close(out)
+	var txs []outboxcdc.Tx
+	for tx := range out {
+		txs = append(txs, tx)
+	}
+	return txs, pos, opens, err
+}
+
+// A transient failure resumes after the last batch handed on: every key is
+// sent once, every batch but the last ends at a pending position, the last
+// at the stream position.
+func TestLoopResumesAfterLastBatch(t *testing.T) {
+	txs, pos, opens, err := runLoop(t, "", outboxcdc.Transient(errors.New("connection reset")))
+	if err != nil || pos != "mysql:file:bin.000001:4" || opens != 2 {
+		t.Fatalf("Run = %q, %v after %d opens", pos, err, opens)
+	}
+	var keys []string
+	for i, tx := range txs {
+		for _, ev := range tx.Events {
+			keys = append(keys, ev.MessageID)
+		}
+		if last := i == len(txs)-1; IsPending(tx.End) == last {
+			t.Errorf("tx %d ends at %s", i, tx.End)
+		}
+	}
+	if got := len(keys); got != 7 || keys[0] != "b" || keys[6] != "h" {
+		t.Fatalf("keys sent %v, want 1..7 once", keys)
+	}
+}
+
+func TestLoopStopsOnPermanent(t *testing.T) {
+	_, _, opens, err := runLoop(t, "", errors.New("syntax error in pending.where"))
+	if err == nil || opens != 1 {
+		t.Fatalf("Run = %v after %d opens, want the error at once", err, opens)
+	}
+}
+
+func TestLoopFromCheckpoint(t *testing.T) {
+	txs, pos, _, err := runLoop(t, "mysql:pending:5:7:file:bin.000001:4", nil)
+	if err != nil || pos != "mysql:file:bin.000001:4" || len(txs) != 1 || len(txs[0].Events) != 2 {
+		t.Fatalf("Run = %q, %v, %d txs", pos, err, len(txs))
+	}
+	if _, pos, opens, err := runLoop(t, "mysql:file:bin.000001:4", nil); err != nil || opens != 0 || pos != "mysql:file:bin.000001:4" {
+		t.Fatalf("a plain checkpoint ran a backfill: %q %v %d", pos, err, opens)
+	}
+}
