@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	stdlog "log"
+	"sync"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
@@ -17,11 +18,19 @@ import (
 // that with log.format json every line the process writes is JSON. The
 // binlog source also passes its own loggers to the drivers it opens
 // (binlog/driverlog.go).
+//
+// The drivers' loggers are process-wide and read without a lock, so they are
+// set once, by the first process run (tests run several in one binary,
+// whose connectors may be parsing DSNs meanwhile).
 func routeLibraryLogs(log zerolog.Logger) {
-	mysqldriver.SetLogger(binlog.SQLDriverLogger(log))
-	stdlog.SetFlags(0)
-	stdlog.SetOutput(lineLogger{log.With().Str("component", "stdlog").Logger()})
+	libLogsOnce.Do(func() {
+		mysqldriver.SetLogger(binlog.SQLDriverLogger(log))
+		stdlog.SetFlags(0)
+		stdlog.SetOutput(lineLogger{log.With().Str("component", "stdlog").Logger()})
+	})
 }
+
+var libLogsOnce sync.Once
 
 // lineLogger writes each line it is given as one warning.
 type lineLogger struct{ log zerolog.Logger }
