@@ -163,9 +163,11 @@ type Connectors interface {
 // connectors it runs and leaves the group, so the other replicas take them
 // over at once, and returns nil. names is the deployment's connector list;
 // every replica of the deployment must be given the same one. opts are
-// extra franz-go client options, for TLS and SASL. An error is a
-// configuration the cluster refuses (the placement topic exists with
-// another partition count, authorisation).
+// extra franz-go client options, for TLS and SASL. Brokers that cannot be
+// reached at start are retried (retry.Default, each failure logged with
+// the remedy) until they answer or ctx is done, running no connector
+// meanwhile. An error is a configuration the cluster refuses (the
+// placement topic exists with another partition count, authorisation).
 func Run(ctx context.Context, cfg Config, names []string, conns Connectors, log zerolog.Logger, opts ...kgo.Opt) error {
 	if err := cfg.Validate(); err != nil {
 		return err
