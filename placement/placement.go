@@ -63,6 +63,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Config is the placement: section.
@@ -162,9 +163,11 @@ type Connectors interface {
 // connectors it runs and leaves the group, so the other replicas take them
 // over at once, and returns nil. names is the deployment's connector list;
 // every replica of the deployment must be given the same one. opts are
-// extra franz-go client options, for TLS and SASL. An error is a
-// configuration the cluster refuses (the placement topic exists with
-// another partition count, authorisation).
+// extra franz-go client options, for TLS and SASL. Brokers that cannot be
+// reached at start are retried (retry.Default, each failure logged with
+// the remedy) until they answer or ctx is done, running no connector
+// meanwhile. An error is a configuration the cluster refuses (the
+// placement topic exists with another partition count, authorisation).
 func Run(ctx context.Context, cfg Config, names []string, conns Connectors, log zerolog.Logger, opts ...kgo.Opt) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -181,7 +184,19 @@ func Run(ctx context.Context, cfg Config, names []string, conns Connectors, log 
 	group := GroupName(cfg.Deployment)
 	log = log.With().Str("component", "placement").Str("group", group).Str("topic", topic).Logger()
 
-	if err := ensureTopic(ctx, cfg, topic, int32(len(sorted)), log, opts); err != nil {
+	// Brokers that cannot be reached yet (the cluster restarting, the
+	// network not up when the pod starts) are waited for: a replica
+	// holding no connector is ready, and exiting would only restart it.
+	err := retry.Do(ctx, retry.Default(), func(ctx context.Context) error {
+		return ensureTopic(ctx, cfg, topic, int32(len(sorted)), log, opts)
+	}, func(err error, wait time.Duration) {
+		log.Warn().Err(err).Dur("retry_in", wait).Str("hint", outboxcdc.Hint(err)).
+			Msg("cannot set up the placement group; running no connector until it can")
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() // stopped while waiting for the brokers
+		}
 		return err
 	}
 
@@ -325,8 +340,14 @@ func (m *member) stopAll(why string) {
 
 // ensureTopic creates the placement topic with one partition per connector,
 // or checks the partition count of the one that exists.
+//
+// Failures to reach the brokers, and errors Kafka calls retriable, are
+// transient (outboxcdc.IsTransient), with the remedy as hint; the rest are
+// permanent. Each request gives up after the session timeout, so that
+// Run's retry loop logs an outage instead of franz-go retrying in silence.
 func ensureTopic(ctx context.Context, cfg Config, topic string, partitions int32, log zerolog.Logger, opts []kgo.Opt) error {
-	cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("outbox-cdc-placement"))...)
+	cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("outbox-cdc-placement"),
+		kgo.RetryTimeout(cfg.SessionTimeout))...)
 	if err != nil {
 		return fmt.Errorf("placement: %w", err)
 	}
@@ -338,7 +359,7 @@ func ensureTopic(ctx context.Context, cfg Config, topic string, partitions int32
 		meta.Topics = append(meta.Topics, mt)
 		mresp, err := meta.RequestWith(ctx, cl)
 		if err != nil {
-			return fmt.Errorf("placement: reading metadata of topic %s: %w", topic, err)
+			return classify(cfg, fmt.Errorf("placement: reading metadata of topic %s: %w", topic, err))
 		}
 		if len(mresp.Topics) == 1 {
 			t := mresp.Topics[0]
@@ -370,7 +391,7 @@ func ensureTopic(ctx context.Context, cfg Config, topic string, partitions int32
 		create.TimeoutMillis = 30000
 		cresp, err := create.RequestWith(ctx, cl)
 		if err != nil {
-			return fmt.Errorf("placement: creating topic %s: %w", topic, err)
+			return classify(cfg, fmt.Errorf("placement: creating topic %s: %w", topic, err))
 		}
 		if len(cresp.Topics) == 1 {
 			switch cerr := kerr.ErrorForCode(cresp.Topics[0].ErrorCode); {
@@ -379,13 +400,22 @@ func ensureTopic(ctx context.Context, cfg Config, topic string, partitions int32
 			case errors.Is(cerr, kerr.TopicAlreadyExists):
 				// Another replica created it at the same time.
 			default:
-				return fmt.Errorf("placement: creating topic %s: %w", topic, cerr)
+				return classify(cfg, fmt.Errorf("placement: creating topic %s: %w", topic, cerr))
 			}
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
+}
+
+// classify marks a failed request to the placement brokers: transient when
+// the brokers could not be reached or Kafka says retrying may help.
+func classify(cfg Config, err error) error {
+	if outboxcdc.IsTransient(outboxcdc.Network(err)) || kerr.IsRetriable(err) {
+		return outboxcdc.TransientHint(err, fmt.Sprintf("check that placement.brokers (%s) are up and reachable from this replica, and placement.tls/placement.sasl", strings.Join(cfg.Brokers, ",")))
+	}
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

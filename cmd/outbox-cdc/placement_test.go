@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -226,4 +227,146 @@ connectors:
 	}
 	testenv.Eventually(t, 20*time.Second, "the second replica takes the connector over", func() bool { return active(b) })
 	t.Logf("takeover after a graceful stop: %s", time.Since(stopped).Round(time.Millisecond))
+}
+
+// placedTable creates a database with the seed outbox table and returns
+// its DSN and a random suffix for names.
+func placedTable(t *testing.T) (dsn, suffix string) {
+	t.Helper()
+	admin := testenv.MySQL(t)
+	suffix = fmt.Sprintf("%06d", rand.IntN(1e6))
+	dbName := "placed_" + suffix
+	if _, err := admin.Exec("CREATE DATABASE " + dbName); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + dbName) })
+	mc, err := mysql.ParseDSN(testenv.MySQLDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.DBName = dbName
+	if _, err := admin.Exec("CREATE TABLE " + dbName + "." + strings.TrimPrefix(testenv.SeedTableMySQL("outbox_message"), "CREATE TABLE ")); err != nil {
+		t.Fatal(err)
+	}
+	return mc.FormatDSN(), suffix
+}
+
+// TestPlacementBrokersDownAtStart: a replica whose placement brokers
+// refuse connections when it starts keeps running, holding no connector:
+// it logs each failed attempt with the remedy, answers 200 on /readyz,
+// and joins the group once the brokers are up, then streams its
+// connector. SIGTERM while it waits stops it at once.
+func TestPlacementBrokersDownAtStart(t *testing.T) {
+	dsn, suffix := placedTable(t)
+	addr := testenv.FreeAddr(t) // nothing listens here yet
+	_, portText, _ := net.SplitHostPort(addr)
+	var port int
+	fmt.Sscan(portText, &port)
+	name := "placed-down-" + suffix
+	file := writeFile(t, fmt.Sprintf(`placement:
+  enabled: true
+  deployment: test-down-%s
+  brokers: [%q]
+connectors:
+  - name: %s
+    source: {type: mysql, dsn: %q, table: outbox_message}
+    route: {preset: seed, topic: %q}
+    sink: {brokers: [%q]}
+    checkpoint: {type: table}
+    ha: {enabled: true, check_interval: 200ms, session_timeout: 2s}
+`, suffix, addr, name, dsn, name, addr))
+
+	type replica struct {
+		addr   string
+		cancel context.CancelFunc
+		exited chan struct{} // closed when runProcess returned, err set
+		err    error
+		logs   *lockedBuffer
+	}
+	launch := func(file string) *replica {
+		r := &replica{addr: testenv.FreeAddr(t), exited: make(chan struct{}), logs: &lockedBuffer{}}
+		pc, err := loadProcessConfig(file, map[string]string{"OUTBOX_CDC_HTTP_LISTEN": r.addr, "OUTBOX_CDC_LOG_FORMAT": "json"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		r.cancel = cancel
+		go func() { r.err = runProcess(ctx, pc, runOptions{}, r.logs); close(r.exited) }()
+		t.Cleanup(func() {
+			cancel()
+			select {
+			case <-r.exited:
+			case <-time.After(40 * time.Second):
+			}
+			if t.Failed() {
+				t.Logf("log of %s:\n%s", r.addr, r.logs.String())
+			}
+		})
+		return r
+	}
+	const retrying = "cannot set up the placement group"
+	waitRetries := func(r *replica, n int) {
+		testenv.Eventually(t, 40*time.Second, fmt.Sprintf("%d failed attempts logged", n), func() bool {
+			select {
+			case <-r.exited:
+				t.Fatalf("the replica exited while the placement brokers were down: %v", r.err)
+			default:
+			}
+			return strings.Count(r.logs.String(), retrying) >= n
+		})
+	}
+	get := func(httpAddr, path string) (int, healthAnswer) {
+		var a healthAnswer
+		resp, err := http.Get("http://" + httpAddr + path)
+		if err != nil {
+			return 0, a
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(&a)
+		return resp.StatusCode, a
+	}
+
+	a := launch(file)
+	waitRetries(a, 2)
+	if !strings.Contains(a.logs.String(), "placement.brokers") {
+		t.Fatalf("the retry log does not name the remedy:\n%s", a.logs.String())
+	}
+	if code, st := get(a.addr, "/readyz"); code != 200 || st.Active != 0 {
+		t.Fatalf("waiting for the placement brokers: /readyz %d %+v, want 200 with no connector", code, st)
+	}
+
+	// The brokers come up on the address the replica keeps trying.
+	testenv.Kafka(t, kfake.Ports(port), kfake.GroupMinSessionTimeout(time.Second))
+	up := time.Now()
+	testenv.Eventually(t, 60*time.Second, "the replica joins and streams the connector", func() bool {
+		code, _ := get(a.addr, "/active")
+		return code == 200
+	})
+	t.Logf("streaming %s after the brokers came up", time.Since(up).Round(time.Millisecond))
+
+	// SIGTERM while waiting for brokers that never come stops at once.
+	never := testenv.FreeAddr(t)
+	file2 := strings.ReplaceAll(strings.ReplaceAll(mustRead(t, file), addr, never), "test-down-", "test-never-")
+	b := launch(writeFile(t, file2))
+	waitRetries(b, 1)
+	b.cancel()
+	stopped := time.Now()
+	select {
+	case <-b.exited:
+		if b.err != nil {
+			t.Fatalf("stopped while waiting for the brokers: %v, want a clean exit", b.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the replica did not stop within 5s of SIGTERM while waiting for the brokers")
+	}
+	t.Logf("stopped %s after SIGTERM while waiting for the brokers", time.Since(stopped).Round(time.Millisecond))
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -575,3 +575,124 @@ func TestDeployKubernetes(t *testing.T) {
 		t.Errorf("config print shows the password from the Secret:\n%s", out)
 	}
 }
+
+// TestDeployKubernetesReplicated checks the overlay that spreads six
+// connectors over three replicas: it patches the base (kustomization), the
+// Deployment runs 3 replicas, every dsn_file names a key of the Secret
+// patch under the base's Secret mount, and each connector of the
+// ConfigMap patch loads with the real loader (config print --connector,
+// the Secret's files standing in), placement on, ha.enabled, no password
+// in the output.
+func TestDeployKubernetesReplicated(t *testing.T) {
+	decode := func(rel string) map[string]any {
+		var d map[string]any
+		if err := yaml.Unmarshal(readDeploy(t, filepath.Join("kubernetes-replicated", rel)), &d); err != nil {
+			t.Fatalf("kubernetes-replicated/%s: %v", rel, err)
+		}
+		return d
+	}
+	kust := decode("kustomization.yaml")
+	if res := fmt.Sprint(kust["resources"]); res != "[../kubernetes]" {
+		t.Errorf("kustomization resources %s, want [../kubernetes]", res)
+	}
+	patched := map[string]bool{}
+	for _, p := range kust["patches"].([]any) {
+		patched[p.(map[string]any)["path"].(string)] = true
+	}
+	for _, f := range []string{"deployment-patch.yaml", "configmap-patch.yaml", "secret-patch.yaml"} {
+		if !patched[f] {
+			t.Errorf("kustomization does not apply %s", f)
+		}
+	}
+	dep := decode("deployment-patch.yaml")
+	if r := dep["spec"].(map[string]any)["replicas"]; r != 3 {
+		t.Errorf("Deployment patch replicas = %v, want 3", r)
+	}
+	secret, _ := decode("secret-patch.yaml")["stringData"].(map[string]any)
+	if len(secret) == 0 {
+		t.Fatal("Secret patch has no stringData")
+	}
+	// The base Deployment mounts the Secret here.
+	const secretMount = "/etc/outbox-cdc/secret"
+	if !strings.Contains(string(readDeploy(t, "kubernetes/deployment.yaml")), "mountPath: "+secretMount) {
+		t.Fatalf("base Deployment does not mount the Secret at %s", secretMount)
+	}
+	cm := decode("configmap-patch.yaml")
+	cfgText, _ := cm["data"].(map[string]any)["outbox-cdc.yaml"].(string)
+	var cfg struct {
+		Placement  map[string]any `yaml:"placement"`
+		Connectors []struct {
+			Name   string `yaml:"name"`
+			Source struct {
+				DSN     string `yaml:"dsn"`
+				DSNFile string `yaml:"dsn_file"`
+			} `yaml:"source"`
+		} `yaml:"connectors"`
+	}
+	if err := yaml.Unmarshal([]byte(cfgText), &cfg); err != nil {
+		t.Fatalf("ConfigMap patch outbox-cdc.yaml: %v", err)
+	}
+	if len(cfg.Connectors) != 6 {
+		t.Errorf("%d connectors, want 6", len(cfg.Connectors))
+	}
+
+	// The Secret's keys as files in a temporary directory, the
+	// configuration pointing there instead of at the mount.
+	dir := t.TempDir()
+	for k, v := range secret {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(fmt.Sprint(v)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgPath := filepath.Join(dir, "outbox-cdc.yaml")
+	if err := os.WriteFile(cfgPath, []byte(strings.ReplaceAll(cfgText, secretMount+"/", dir+"/")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Connectors {
+		t.Run(c.Name, func(t *testing.T) {
+			if c.Source.DSN != "" || filepath.Dir(c.Source.DSNFile) != secretMount {
+				t.Errorf("source.dsn_file %q should name a file under %s, with no inline dsn", c.Source.DSNFile, secretMount)
+			}
+			if _, ok := secret[filepath.Base(c.Source.DSNFile)]; !ok {
+				t.Errorf("Secret patch has no key %q", filepath.Base(c.Source.DSNFile))
+			}
+			cmd := testenv.Command(t, "config", "print", "--config", cfgPath, "--connector", c.Name)
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "OUTBOX_CDC_") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			raw, err := cmd.CombinedOutput()
+			out := string(raw)
+			if err != nil {
+				t.Fatalf("does not load: %v\n%s", err, out)
+			}
+			var printed struct {
+				Name      string `yaml:"name"`
+				Placement struct {
+					Enabled    bool     `yaml:"enabled"`
+					Deployment string   `yaml:"deployment"`
+					Brokers    []string `yaml:"brokers"`
+				} `yaml:"placement"`
+				HA struct {
+					Enabled bool `yaml:"enabled"`
+				} `yaml:"ha"`
+				Checkpoint struct {
+					Type string `yaml:"type"`
+				} `yaml:"checkpoint"`
+			}
+			if err := yaml.Unmarshal(raw, &printed); err != nil {
+				t.Fatalf("config print output: %v\n%s", err, out)
+			}
+			if printed.Name != c.Name || !printed.Placement.Enabled || printed.Placement.Deployment == "" || len(printed.Placement.Brokers) == 0 {
+				t.Errorf("want connector %s with placement on: %+v", c.Name, printed)
+			}
+			if !printed.HA.Enabled || printed.Checkpoint.Type != "table" {
+				t.Errorf("ha.enabled %v, checkpoint.type %q: placement needs the HA lock and a table checkpoint", printed.HA.Enabled, printed.Checkpoint.Type)
+			}
+			if strings.Contains(out, "change-me") {
+				t.Errorf("config print shows the password from the Secret:\n%s", out)
+			}
+		})
+	}
+}
