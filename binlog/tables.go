@@ -43,51 +43,7 @@ func (p namePart) matches(name []byte, fold bool) bool {
 		}
 		return string(name) == p.text
 	}
-	return globMatch(p.text, name, fold)
-}
-
-// globMatch matches name against pat, where * and % stand for any run of
-// bytes. It backtracks to the last wildcard only, so it is linear in
-// practice.
-func globMatch(pat string, name []byte, fold bool) bool {
-	p, n := 0, 0
-	star, mark := -1, 0
-	for n < len(name) {
-		switch {
-		case p < len(pat) && (pat[p] == '*' || pat[p] == '%'):
-			star, mark = p, n
-			p++
-		case p < len(pat) && sameByte(pat[p], name[n], fold):
-			p++
-			n++
-		case star >= 0:
-			p = star + 1
-			mark++
-			n = mark
-		default:
-			return false
-		}
-	}
-	for p < len(pat) && (pat[p] == '*' || pat[p] == '%') {
-		p++
-	}
-	return p == len(pat)
-}
-
-func sameByte(a, b byte, fold bool) bool {
-	if a == b {
-		return true
-	}
-	if !fold {
-		return false
-	}
-	if 'A' <= a && a <= 'Z' {
-		a += 'a' - 'A'
-	}
-	if 'A' <= b && b <= 'Z' {
-		b += 'a' - 'A'
-	}
-	return a == b
+	return outboxcdc.GlobMatch(p.text, name, fold)
 }
 
 // matchesFold reports whether a pattern matches db.table, compared

@@ -29,7 +29,7 @@ func TestGlobMatch(t *testing.T) {
 		{"%", "", false, true},
 		{"a%", "", false, false},
 	} {
-		if got := globMatch(tc.pat, []byte(tc.name), tc.fold); got != tc.want {
+		if got := outboxcdc.GlobMatch(tc.pat, []byte(tc.name), tc.fold); got != tc.want {
 			t.Errorf("globMatch(%q, %q, fold=%v) = %v, want %v", tc.pat, tc.name, tc.fold, got, tc.want)
 		}
 	}

@@ -55,34 +55,7 @@ func (p tablePattern) schemaLiteral() bool { return !strings.ContainsAny(p.schem
 func (p tablePattern) String() string { return p.schema + "." + p.table }
 
 func (p tablePattern) matches(schema, table string) bool {
-	return globMatch(p.table, table) && globMatch(p.schema, schema)
-}
-
-// globMatch matches name against pat, where * and % stand for any run of
-// bytes.
-func globMatch(pat, name string) bool {
-	p, n := 0, 0
-	star, mark := -1, 0
-	for n < len(name) {
-		switch {
-		case p < len(pat) && (pat[p] == '*' || pat[p] == '%'):
-			star, mark = p, n
-			p++
-		case p < len(pat) && pat[p] == name[n]:
-			p++
-			n++
-		case star >= 0:
-			p = star + 1
-			mark++
-			n = mark
-		default:
-			return false
-		}
-	}
-	for p < len(pat) && (pat[p] == '*' || pat[p] == '%') {
-		p++
-	}
-	return p == len(pat)
+	return outboxcdc.GlobMatch(p.table, []byte(table), false) && outboxcdc.GlobMatch(p.schema, []byte(schema), false)
 }
 
 func parseTables(entries []string) ([]tablePattern, error) {

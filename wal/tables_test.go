@@ -25,7 +25,7 @@ func TestGlobMatchAndPublicationTarget(t *testing.T) {
 		{"t*x", "tabx", true},
 		{"t*x", "tabxy", false},
 	} {
-		if got := globMatch(tc.pat, tc.name); got != tc.want {
+		if got := outboxcdc.GlobMatch(tc.pat, []byte(tc.name), false); got != tc.want {
 			t.Errorf("globMatch(%q, %q) = %v", tc.pat, tc.name, got)
 		}
 	}
