@@ -16,13 +16,16 @@ import (
 // configError is a configuration mistake: the process exits 2. Key is
 // the dotted key it is about ("" when it concerns none), Line the key's
 // line in the file (0 when the value came from elsewhere), Hint the remedy.
+// In a connectors: list Key starts with the entry (connectors[1].delivery)
+// and Connector holds the entry's name.
 type configError struct {
-	File string // the configuration file, when the mistake is in it
-	Key  string
-	Line int
-	Msg  string
-	Hint string
-	also []*configError // further mistakes found by the same check, one line each
+	File      string // the configuration file, when the mistake is in it
+	Key       string
+	Connector string // the name of the connectors: entry the mistake is in
+	Line      int
+	Msg       string
+	Hint      string
+	also      []*configError // further mistakes found by the same check, one line each
 }
 
 func (e *configError) Error() string {
@@ -33,7 +36,12 @@ func (e *configError) Error() string {
 	}
 	if e.Key != "" {
 		b.WriteString(e.Key)
-		if e.Line > 0 {
+		switch {
+		case e.Connector != "" && e.Line > 0:
+			fmt.Fprintf(&b, " (connector %q, line %d)", e.Connector, e.Line)
+		case e.Connector != "":
+			fmt.Fprintf(&b, " (connector %q)", e.Connector)
+		case e.Line > 0:
 			fmt.Fprintf(&b, " (line %d)", e.Line)
 		}
 		b.WriteString(": ")

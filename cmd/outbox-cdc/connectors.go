@@ -97,20 +97,27 @@ func loadProcessConfig(path string, env map[string]string) (processConfig, error
 	pc := processConfig{Listed: true}
 	var allKeys []keySet
 	for i, entry := range list.Content {
-		label := fmt.Sprintf("connectors[%d]", i)
+		name := ""
 		if n := lookup(entry, "name"); n != nil && n.Kind == yaml.ScalarNode {
-			label = fmt.Sprintf("connectors[%d] (%s)", i, n.Value)
+			name = n.Value
+		}
+		// entryError is a mistake in the entry, at line (a key of the
+		// entry when key is set).
+		entryError := func(key string, line int, msg, hint string) error {
+			return inConnector(&configError{File: path, Key: key, Line: line, Msg: msg, Hint: hint}, i, name)
 		}
 		if entry.Kind != yaml.MappingNode {
-			return processConfig{}, configErrorf("%s: %s: want a mapping of connector keys", where(entry.Line), label)
+			return processConfig{}, entryError("", entry.Line, "want a mapping of connector keys", "")
 		}
 		for j := 0; j+1 < len(entry.Content); j += 2 {
 			if k := entry.Content[j]; sharedKeys[k.Value] {
-				return processConfig{}, configErrorf("%s: %s: %s is shared by every connector; set it at the top level", where(k.Line), label, k.Value)
+				// Not inConnector's key: it would leave a shared key's name alone.
+				return processConfig{}, &configError{File: path, Key: fmt.Sprintf("connectors[%d].%s", i, k.Value), Connector: name, Line: k.Line,
+					Msg: k.Value + " is shared by every connector", Hint: "set it at the top level"}
 			}
 		}
 		if lookup(entry, "name") == nil {
-			return processConfig{}, configErrorf("%s: %s: name: every connector in a list needs its own name", where(entry.Line), label)
+			return processConfig{}, entryError("name", entry.Line, "every connector in a list needs its own name", "")
 		}
 		// The entry plus the shared keys form a single-connector document.
 		m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: entry.Line, Column: entry.Column}
@@ -118,7 +125,7 @@ func loadProcessConfig(path string, env map[string]string) (processConfig, error
 		one := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{m}}
 		cfg, keys, err := configFromNode(one, path, env, false)
 		if err != nil {
-			return processConfig{}, &configError{Msg: label + ": " + err.Error()}
+			return processConfig{}, inConnector(err, i, name)
 		}
 		pc.Connectors = append(pc.Connectors, cfg)
 		allKeys = append(allKeys, keys)
@@ -142,6 +149,31 @@ func loadProcessConfig(path string, env map[string]string) (processConfig, error
 		return processConfig{}, err
 	}
 	return pc, nil
+}
+
+// inConnector places a mistake found in the i-th entry of connectors:
+// (called name) in that entry: its key gets connectors[i] in front
+// (connectors[0].source.dsn; the entry itself when the mistake names no
+// key) and the name goes in Connector. File, Line and Hint stay. A key of
+// the shared http or log keeps its own name: it is written at the top.
+// Any other error becomes the message of a *configError about the entry.
+func inConnector(err error, i int, name string) error {
+	entry := fmt.Sprintf("connectors[%d]", i)
+	ce, ok := err.(*configError)
+	if !ok {
+		return &configError{Key: entry, Connector: name, Msg: err.Error()}
+	}
+	for _, e := range append([]*configError{ce}, ce.also...) {
+		e.Connector = name
+		first, _, _ := strings.Cut(e.Key, ".")
+		switch {
+		case e.Key == "":
+			e.Key = entry
+		case !sharedKeys[first]:
+			e.Key = entry + "." + e.Key
+		}
+	}
+	return ce
 }
 
 // cloneNodes deep-copies nodes, so that applying the environment to one
@@ -189,12 +221,11 @@ func checkDistinct(cs []Config) error {
 	seen := map[string]string{}
 	// scope narrows where a value must be unique (a Postgres server).
 	claim := func(i int, what, scope, value string) error {
-		label := fmt.Sprintf("connectors[%d] (%s)", i, cs[i].Name)
 		k := what + "\x00" + scope + "\x00" + value
 		if prev, ok := seen[k]; ok {
-			return configErrorf("%s: %s %q is also %s's; every connector needs its own", label, what, value, prev)
+			return inConnector(&configError{Key: what, Msg: fmt.Sprintf("%q is also %s's", value, prev), Hint: "every connector needs its own"}, i, cs[i].Name)
 		}
-		seen[k] = label
+		seen[k] = fmt.Sprintf("connectors[%d] (%s)", i, cs[i].Name)
 		return nil
 	}
 	for i, c := range cs {

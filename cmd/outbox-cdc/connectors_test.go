@@ -95,14 +95,14 @@ func TestLoadProcessConfigListMistakes(t *testing.T) {
 	}{
 		{"connector key at the top", "sink:\n  brokers: [a:1]\nconnectors:\n" + entry("a", ""), nil, `line 1: "sink" sits at the top level beside connectors:`},
 		{"empty list", "connectors: []\n", nil, "connectors: want a list"},
-		{"shared key inside", "connectors:\n" + entry("a", "    http:\n      listen: \":1\"\n"), nil, "connectors[0] (a): http is shared by every connector; set it at the top level"},
-		{"no name", "connectors:\n  - source:\n      type: mysql\n", nil, "connectors[0]: name: every connector in a list needs its own name"},
-		{"duplicate name", "connectors:\n" + entry("a", "") + entry("a", ""), nil, `connectors[1] (a): name "a" is also connectors[0] (a)'s`},
-		{"shared checkpoint file", "connectors:\n" + entry("a", "    checkpoint:\n      path: /tmp/x\n") + entry("b", "    checkpoint:\n      path: /tmp/x\n"), nil, `connectors[1] (b): checkpoint.path "/tmp/x" is also connectors[0] (a)'s`},
-		{"shared server_id", "connectors:\n" + entry("a", "") + entry("b", ""), map[string]string{"OUTBOX_CDC_SOURCE_SERVER_ID": "77"}, `source.server_id "77" is also connectors[0] (a)'s`},
-		{"unknown key in an entry", "connectors:\n" + entry("a", "    route:\n      topicz: x\n"), nil, `connectors[0] (a): `},
-		{"unknown key names its line", "connectors:\n" + entry("a", "    route:\n      topicz: x\n"), nil, `route.topicz (line 9): unknown configuration key "route.topicz" (did you mean "route.topic"?)`},
-		{"invalid value names the connector", "connectors:\n" + entry("a", "") + entry("b", "    delivery: sometimes\n"), nil, `connectors[1] (b): delivery: "sometimes"`},
+		{"shared key inside", "connectors:\n" + entry("a", "    http:\n      listen: \":1\"\n"), nil, `connectors[0].http (connector "a", line 8): http is shared by every connector; set it at the top level`},
+		{"no name", "connectors:\n  - source:\n      type: mysql\n", nil, "connectors[0].name (line 2): every connector in a list needs its own name"},
+		{"duplicate name", "connectors:\n" + entry("a", "") + entry("a", ""), nil, `connectors[1].name (connector "a"): "a" is also connectors[0] (a)'s; every connector needs its own`},
+		{"shared checkpoint file", "connectors:\n" + entry("a", "    checkpoint:\n      path: /tmp/x\n") + entry("b", "    checkpoint:\n      path: /tmp/x\n"), nil, `connectors[1].checkpoint.path (connector "b"): "/tmp/x" is also connectors[0] (a)'s`},
+		{"shared server_id", "connectors:\n" + entry("a", "") + entry("b", ""), map[string]string{"OUTBOX_CDC_SOURCE_SERVER_ID": "77"}, `connectors[1].source.server_id (connector "b"): "77" is also connectors[0] (a)'s`},
+		{"unknown key in an entry", "connectors:\n" + entry("a", "    route:\n      topicz: x\n"), nil, `connectors[0].route.topicz (connector "a"`},
+		{"unknown key names its line", "connectors:\n" + entry("a", "    route:\n      topicz: x\n"), nil, `connectors[0].route.topicz (connector "a", line 9): unknown configuration key "route.topicz" (did you mean "route.topic"?)`},
+		{"invalid value names the connector", "connectors:\n" + entry("a", "") + entry("b", "    delivery: sometimes\n"), nil, `connectors[1] (connector "b"): delivery: "sometimes"`},
 		{"env matching no connector", "connectors:\n" + entry("a", ""), map[string]string{"OUTBOX_CDC_SOURCE_SLOT": "s"}, "OUTBOX_CDC_SOURCE_SLOT matches no configuration key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,5 +188,46 @@ func TestImportDebeziumConnectorNames(t *testing.T) {
 			!strings.Contains(out.String(), "mysql-bin.000003:1748") || !strings.Contains(out.String(), tc.want) {
 			t.Errorf("%v: exit %d\nout: %s\nerr: %s", tc.args, code, out.String(), errOut.String())
 		}
+	}
+}
+
+// TestConnectorMistakeIsStructured: a mistake in a connectors: entry is one
+// *configError whose key starts with the entry, with the line of the key
+// in the file and the file named once.
+func TestConnectorMistakeIsStructured(t *testing.T) {
+	file := "connectors:\n" +
+		"  - name: a\n" +
+		"    source:\n" +
+		"      type: mysql\n" +
+		"      dsn: \"u@tcp(h:3306)/d\"\n" +
+		"    sink:\n" +
+		"      brokers: [\"k:9092\"]\n" +
+		"  - name: b\n" +
+		"    source:\n" +
+		"      type: mysql\n" +
+		"      dsn: \"not a dsn\"\n" +
+		"    sink:\n" +
+		"      brokers: [\"k:9092\"]\n"
+	p := writeFile(t, file)
+	_, err := loadProcessConfig(p, nil)
+	ce, ok := err.(*configError)
+	if !ok {
+		t.Fatalf("%T %v is not a configuration error", err, err)
+	}
+	if ce.Key != "connectors[1].source.dsn" || ce.Line != 11 || ce.File != p || ce.Connector != "b" {
+		t.Errorf("key %q line %d file %q connector %q, want connectors[1].source.dsn, 11, %s, b", ce.Key, ce.Line, ce.File, ce.Connector, p)
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, p); n != 1 {
+		t.Errorf("the file is named %d times in %q", n, msg)
+	}
+	if !strings.HasPrefix(msg, p+`: connectors[1].source.dsn (connector "b", line 11): `) {
+		t.Errorf("message %q", msg)
+	}
+
+	// A mistake that names no key is about the entry.
+	_, err = loadProcessConfig(writeFile(t, strings.Replace(file, "dsn: \"not a dsn\"", "dsn: \"u@tcp(h:3306)/d\"\n    delivery: sometimes", 1)), nil)
+	if ce, ok := err.(*configError); !ok || ce.Key != "connectors[1]" || ce.Connector != "b" {
+		t.Errorf("%T %v: want a configuration error about connectors[1] (b)", err, err)
 	}
 }

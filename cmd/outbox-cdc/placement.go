@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"reflect"
@@ -115,13 +114,13 @@ func validatePlacement(p *PlacementConfig, cs []Config, listed bool) error {
 	}
 	for i, c := range cs {
 		if !c.HA.Enabled {
-			label := ""
-			if listed {
-				label = fmt.Sprintf("connectors[%d] (%s): ", i, c.Name)
-			}
-			return &configError{Key: label + "ha.enabled",
+			err := &configError{Key: "ha.enabled",
 				Msg:  "placement.enabled needs every connector's HA lock: placement only decides which replica tries, the lock in the source database keeps two from streaming",
 				Hint: "set ha.enabled: true (with checkpoint.type: table) on every connector"}
+			if listed {
+				return inConnector(err, i, c.Name) // connectors.go
+			}
+			return err
 		}
 	}
 	if p.SessionTimeout == 0 {

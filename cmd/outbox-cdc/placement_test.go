@@ -86,7 +86,7 @@ func TestLoadPlacementMistakes(t *testing.T) {
 	}{
 		{"connector without HA", head + "connectors:\n" + placedEntry("a", "") +
 			"  - name: b\n    source:\n      type: mysql\n      dsn: \"u@tcp(h:3306)/d\"\n    sink:\n      brokers: [\"k:9092\"]\n",
-			nil, "connectors[1] (b): ha.enabled: placement.enabled needs every connector's HA lock"},
+			nil, `connectors[1].ha.enabled (connector "b"): placement.enabled needs every connector's HA lock`},
 		{"no brokers", "placement:\n  enabled: true\n  deployment: shop\n" + list, nil, "placement.brokers: placement needs a Kafka-protocol cluster"},
 		{"broker not host:port", "placement:\n  enabled: true\n  deployment: shop\n  brokers: [k1]\n" + list, nil, `placement.brokers: "k1" is not host:port`},
 		{"bad deployment", "placement:\n  enabled: true\n  deployment: \"a b\"\n  brokers: [\"k1:9092\"]\n" + list, nil, `placement.deployment: "a b" must be`},

@@ -48,7 +48,8 @@ type sourceKind struct {
 	// must not share: its key, the scope it is unique in ("": everywhere)
 	// and its value, derived when the key is not set.
 	exclusive func(Config) (key, scope, value string)
-	// table reads the outbox table's columns for route.converters (table.go).
+	// table reads the outbox table's columns for route.converters
+	// (table.go): a transient error when the database is out of reach.
 	table func(ctx context.Context, cfg Config) (*router.Table, error)
 	// lifecycleTable names the outbox table for the lifecycle's UPDATEs
 	// and DELETEs ("" when source.table is not set).
@@ -109,7 +110,9 @@ var sourceKinds = map[string]sourceKind{
 			}
 			return "source.server_id", "", fmt.Sprint(id)
 		},
-		table: readMySQLTable,
+		table: func(ctx context.Context, cfg Config) (*router.Table, error) {
+			return binlog.ReadOutboxTable(ctx, cfg.Source.MySQL)
+		},
 		lifecycleTable: func(cfg Config, dsn string) (string, error) {
 			dc, err := mysqldriver.ParseDSN(dsn)
 			if err != nil {
@@ -163,7 +166,9 @@ var sourceKinds = map[string]sourceKind{
 			}
 			return "source.slot", c.Source.Postgres.DSN, slot
 		},
-		table:          readPostgresTable,
+		table: func(ctx context.Context, cfg Config) (*router.Table, error) {
+			return wal.ReadOutboxTable(ctx, cfg.Source.Postgres)
+		},
 		lifecycleTable: func(cfg Config, _ string) (string, error) { return cfg.Source.Postgres.Table, nil },
 		latest: func(ctx context.Context, cfg Config, form string) (outboxcdc.Position, error) {
 			return wal.LatestPosition(ctx, cfg.Source.Postgres, form)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -215,5 +216,31 @@ func TestTopicNeedsWithRegexRouting(t *testing.T) {
 	cfg.Route.TopicReplacement = "all-events"
 	if needs := topicNeeds(cfg); len(needs) != 1 || needs[0].Prefix != "all-events" || !needs[0].Exact {
 		t.Fatalf("literal replacement: %+v", needs)
+	}
+}
+
+// TestReadOutboxTableNotSet: route.converters without source.table (or,
+// for MySQL, without a database in the DSN) is a configuration error
+// naming the key, returned at once rather than retried.
+func TestReadOutboxTableNotSet(t *testing.T) {
+	my := defaultConfig()
+	my.Source.Type = "mysql"
+	my.Source.MySQL.DSN = "u@tcp(127.0.0.1:1)/"
+	my.Source.MySQL.Table = "outboxevent"
+	pg := defaultConfig()
+	pg.Source.Type = "postgres"
+	pg.Source.Postgres.DSN = "postgres://u@127.0.0.1:1/db"
+	pg.Source.Postgres.Table = "" // logical decoding messages only
+	for _, cfg := range []Config{my, pg} {
+		cfg.Route.Preset = router.PresetDebezium
+		cfg.Route.Converters.Key = "json"
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := newRouter(ctx, cfg, zerolog.Nop())
+		cancel()
+		var te *tableError
+		var ce *configError
+		if !errors.As(err, &te) || !errors.As(err, &ce) || ce.Key != "source.table" {
+			t.Errorf("%s: %v (%T), want a *tableError holding a *configError about source.table", cfg.Source.Type, err, err)
+		}
 	}
 }
