@@ -179,13 +179,30 @@ func startMariaDB(opt MariaDBOptions, id int) (string, error) {
 	}
 	lctn := "--lower-case-table-names=" + strconv.Itoa(opt.LowerCaseTableNames)
 	asRoot := os.Geteuid() == 0
-	args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db", lctn}
+	// Its own temporary directory: the bootstrap server's temporary tables
+	// do not meet any other server's (a shared /tmp once lost one mid-install,
+	// "Could not remove temporary table", with several installs at once).
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return fail(err)
+	}
+	args := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--auth-root-authentication-method=normal", "--skip-test-db", lctn}
 	if asRoot {
 		args = append(args, "--user=root")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, install, args...).CombinedOutput(); err != nil {
+	// Installed at most twice: a failed install leaves a partial data
+	// directory, removed before the second try.
+	for attempt := 1; ; attempt++ {
+		out, err := exec.CommandContext(ctx, install, args...).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if attempt < 2 && ctx.Err() == nil {
+			os.RemoveAll(data)
+			continue
+		}
 		if len(out) > 2000 {
 			out = out[len(out)-2000:]
 		}
@@ -198,6 +215,7 @@ func startMariaDB(opt MariaDBOptions, id int) (string, error) {
 	args = []string{
 		"--no-defaults",
 		"--datadir=" + data,
+		"--tmpdir=" + tmp,
 		"--port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1",
 		"--socket=" + filepath.Join(dir, "mysqld.sock"),
