@@ -1096,6 +1096,15 @@ func (p *Pipeline) halt(ctx context.Context, b *batch, i int, cause error, sv *s
 	at := "the checkpoint did not move"
 	if !end.IsZero() {
 		if err := p.write(ctx, b.records[:n], end); err != nil {
+			// A sink reports the first rejection it hears of, which need not
+			// be the first rejected record (Kafka answers per partition):
+			// when an earlier row is rejected too, the halt names that one.
+			var re RecordError
+			if j, permanent := -1, false; errors.As(err, &re) && !errors.Is(err, ErrOpenWriteAborted) {
+				if j, permanent = re.FailedRecord(); permanent && j >= 0 && j < n {
+					return p.halt(ctx, b, j, err, sv)
+				}
+			}
 			p.log.Warn().Err(err).Msg("could not write the transactions before the rejected row")
 		} else {
 			// The writer's error path closes the saver, which saves this.

@@ -329,3 +329,52 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) fl
 	t.Fatalf("no %s{%s}", name, label)
 	return 0
 }
+
+// lastFirstSink rejects every record whose id is in reject, as a Kafka
+// producer does when several partitions answer: it reports the last
+// rejected record of the write (its partition answered first), and writes
+// the others.
+type lastFirstSink struct{ *rejectingSink }
+
+func (s lastFirstSink) Write(_ context.Context, recs []Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := -1
+	for i := range recs {
+		id, _ := headerOf(&recs[i], "id")
+		if s.reject[id] {
+			last = i
+			continue
+		}
+		s.acked[id]++
+		s.written = append(s.written, recs[i])
+	}
+	if last >= 0 {
+		return &recordErr{last, fmt.Sprintf("record %d rejected: INVALID_TIMESTAMP", last)}
+	}
+	return nil
+}
+
+// TestPipelineHaltNamesFirstRejectedRow: two rows of different transactions
+// in one write are rejected and the sink reports the later one; the halt
+// names the earlier row and checkpoints just before its transaction.
+func TestPipelineHaltNamesFirstRejectedRow(t *testing.T) {
+	sink := lastFirstSink{newRejectingSink("2.1", "3.0")}
+	cp := &memCheckpointer{}
+	cfg := DefaultPipelineConfig()
+	cfg.MaxBatchRecords = 100
+	// One write for every transaction: the source sends them all before
+	// the pipeline's first batch is cut (see the assertion on writes).
+	src := &fakeSource{txCount: 4, perTx: 2}
+	p, err := NewPipeline(cfg, src, idRouter{}, sink, cp, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "(message id 2.1)") {
+		t.Fatalf("want a halt naming row 2.1, the first rejected, got %v", err)
+	}
+	if cp.pos != fakePos(1) {
+		t.Fatalf("checkpoint %s, want fake:1", cp.pos)
+	}
+}
