@@ -151,7 +151,11 @@ func (s *supervisor) Stop(name string) error {
 		select {
 		case <-done:
 		default:
-			s.setState(m, stateStopping, nil)
+			// A connector that has just halted (its goroutine is returning)
+			// keeps that state: the process's exit status comes from it.
+			if m.state != stateHalted && m.state != stateStopped {
+				s.setState(m, stateStopping, nil)
+			}
 		}
 	}
 	s.mu.Unlock()
