@@ -32,6 +32,31 @@ func runBigTx(ctx context.Context, o *options, be *backend) (*bigTxResult, error
 	}
 	res.PayloadBytes = size
 	logf("%s: loaded %d rows, %.0f MB of payload, in %.1fs", be.kind, o.bigRows, float64(size)/1e6, bl.loadSeconds)
+	if res.LogBytes, err = bl.logBytes(ctx, be); err != nil {
+		res.LogError = err.Error()
+	} else if be.kind == "mysql" {
+		logf("%s: the binary log grew by %.2f GB (%s:%d to %s:%d); it stays until the server purges it (bench/README.md)",
+			be.kind, float64(res.LogBytes)/1e9, bl.startFile, bl.startPos, bl.endFile, bl.endPos)
+	} else {
+		logf("%s: the WAL grew by %.2f GB; the server recycles it once the bench's slots are dropped", be.kind, float64(res.LogBytes)/1e9)
+	}
+	// What a plain client takes to read the same transaction: PostgreSQL
+	// decodes all of it on the server (spilling to disk) before the first
+	// row leaves, so this is the ceiling of the drain rate.
+	if ctx.Err() == nil {
+		secs, rows, err := rawRead(ctx, o, be, bl)
+		switch {
+		case err != nil:
+			res.RawReadError = err.Error()
+			logf("%s: raw read failed: %v", be.kind, err)
+		case rows != o.bigRows:
+			res.RawReadError = fmt.Sprintf("raw read saw %d rows of %d", rows, o.bigRows)
+			logf("%s: %s", be.kind, res.RawReadError)
+		default:
+			res.RawReadSeconds = secs
+			logf("%s: raw read %.2fs (%.0f rows/s)", be.kind, secs, float64(rows)/secs)
+		}
+	}
 	for _, m := range []drainMode{modeALO, modeEOS} {
 		if ctx.Err() != nil {
 			return res, ctx.Err()

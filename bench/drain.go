@@ -38,9 +38,9 @@ type backlog struct {
 	// PostgreSQL: a template slot created before the load (never read,
 	// copied for every reader) and its publication, and the WAL position
 	// after the load.
-	tplSlot, pub string
-	endLSN       string
-	loadSeconds  float64
+	tplSlot, pub     string
+	startLSN, endLSN string
+	loadSeconds      float64
 }
 
 // loadPlan says what to insert: rows rows in transactions of txRows (0:
@@ -70,6 +70,9 @@ func loadBacklog(ctx context.Context, be *backend, pl loadPlan) (*backlog, error
 	case "postgres":
 		bl.pub, bl.tplSlot = be.slotName(pl.tag), be.slotName(pl.tag+"_tpl")
 		if err := be.createSlot(ctx, bl.pub, bl.tplSlot); err != nil {
+			return nil, err
+		}
+		if err := be.db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&bl.startLSN); err != nil {
 			return nil, err
 		}
 	}
@@ -141,6 +144,59 @@ func loadBacklog(ctx context.Context, be *backend, pl loadPlan) (*backlog, error
 		}
 	}
 	return bl, ctx.Err()
+}
+
+// logBytes is how much the server's log grew during the load: the binlog
+// bytes between the two positions (MariaDB; other sessions' events in
+// that range included), or the WAL between the two LSNs (PostgreSQL).
+func (bl *backlog) logBytes(ctx context.Context, be *backend) (int64, error) {
+	if be.kind == "postgres" {
+		var n int64
+		err := be.db.QueryRowContext(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint", bl.endLSN, bl.startLSN).Scan(&n)
+		return n, err
+	}
+	if bl.startFile == bl.endFile {
+		return int64(bl.endPos) - int64(bl.startPos), nil
+	}
+	sizes, err := binlogSizes(ctx, be)
+	if err != nil {
+		return 0, err
+	}
+	if _, ok := sizes[bl.startFile]; !ok {
+		return 0, fmt.Errorf("binary log %s is gone", bl.startFile)
+	}
+	n := sizes[bl.startFile] - int64(bl.startPos) + int64(bl.endPos)
+	for f, s := range sizes {
+		if f > bl.startFile && f < bl.endFile {
+			n += s
+		}
+	}
+	return n, nil
+}
+
+// binlogSizes is SHOW BINARY LOGS: every binary log file and its size.
+func binlogSizes(ctx context.Context, be *backend) (map[string]int64, error) {
+	rows, err := be.db.QueryContext(ctx, "SHOW BINARY LOGS")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	sizes := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var size int64
+		vals := make([]any, len(cols))
+		vals[0], vals[1] = &name, &size
+		for i := 2; i < len(vals); i++ {
+			vals[i] = new(any)
+		}
+		if err := rows.Scan(vals...); err != nil {
+			return nil, err
+		}
+		sizes[name] = size
+	}
+	return sizes, rows.Err()
 }
 
 // release drops the template slot and the publication.
@@ -248,14 +304,14 @@ func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error
 // saw; a failure is recorded in the result rather than returned, so the
 // other modes still run.
 func drainOnce(ctx context.Context, o *options, be *backend, bl *backlog, m drainMode, what string, limit time.Duration) drainRun {
-	r := drainRun{Mode: m.label, Brokers: m.brokers, ExactlyOnce: m.exactly, Rows: bl.rows}
+	r := drainRun{Mode: m.label, Brokers: m.brokers, ExactlyOnce: m.exactly, Rows: bl.rows, LoadAvgBefore: loadAvg()}
 	if err := drainInto(ctx, o, be, bl, m, what, limit, &r); err != nil {
 		r.Error = err.Error()
 		logf("%s: %s (%s) failed: %v", be.kind, what, m.label, err)
 		return r
 	}
-	logf("%s: %s (%s): %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct",
-		be.kind, what, m.label, bl.rows, r.Seconds, r.rate(), r.CPUSeconds, r.PeakRSSMiB, r.AllocBytesPerRow, r.MallocsPerRow, 100*r.GCShare, r.Consumed, r.Distinct)
+	logf("%s: %s (%s): %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct; load average %s before",
+		be.kind, what, m.label, bl.rows, r.Seconds, r.rate(), r.CPUSeconds, r.PeakRSSMiB, r.AllocBytesPerRow, r.MallocsPerRow, 100*r.GCShare, r.Consumed, r.Distinct, r.LoadAvgBefore)
 	return r
 }
 
