@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/go-mysql-org/go-mysql/replication"
 )
 
 // runBigTx is scenario 6: one source transaction of o.bigRows rows with
@@ -32,19 +34,24 @@ func runBigTx(ctx context.Context, o *options, be *backend) (*bigTxResult, error
 	}
 	res.PayloadBytes = size
 	logf("%s: loaded %d rows, %.0f MB of payload, in %.1fs", be.kind, o.bigRows, float64(size)/1e6, bl.loadSeconds)
-	if res.LogBytes, err = bl.logBytes(ctx, be); err != nil {
-		res.LogError = err.Error()
-	} else if be.kind == "mysql" {
-		logf("%s: the binary log grew by %.2f GB (%s:%d to %s:%d); it stays until the server purges it (bench/README.md)",
-			be.kind, float64(res.LogBytes)/1e9, bl.startFile, bl.startPos, bl.endFile, bl.endPos)
-	} else {
-		logf("%s: the WAL grew by %.2f GB; the server recycles it once the bench's slots are dropped", be.kind, float64(res.LogBytes)/1e9)
+	if be.kind == "postgres" {
+		if res.LogBytes, err = bl.walBytes(ctx, be); err != nil {
+			res.LogError = err.Error()
+		} else {
+			logf("%s: the server's WAL advanced by %.2f GB while it was written; the server recycles it once the bench's slots are dropped", be.kind, float64(res.LogBytes)/1e9)
+		}
 	}
 	// What a plain client takes to read the same transaction: PostgreSQL
 	// decodes all of it on the server (spilling to disk) before the first
-	// row leaves, so this is the ceiling of the drain rate.
+	// row leaves, so this is the ceiling of the drain rate. On MariaDB the
+	// same pass measures the transaction's size in the binary log.
 	if ctx.Err() == nil {
-		secs, rows, err := rawRead(ctx, o, be, bl)
+		var f func(*replication.BinlogEvent)
+		var span *int64
+		if be.kind == "mysql" {
+			f, span = txSpans(be.name)
+		}
+		secs, rows, err := rawRead(ctx, o, be, bl, f)
 		switch {
 		case err != nil:
 			res.RawReadError = err.Error()
@@ -55,6 +62,15 @@ func runBigTx(ctx context.Context, o *options, be *backend) (*bigTxResult, error
 		default:
 			res.RawReadSeconds = secs
 			logf("%s: raw read %.2fs (%.0f rows/s)", be.kind, secs, float64(rows)/secs)
+		}
+		if span != nil {
+			if err != nil {
+				res.LogError = "raw read failed"
+			} else {
+				res.LogBytes = *span
+				logf("%s: the transaction takes %.2f GB of the binary log (%s:%d to %s:%d); it stays until the server purges it (bench/README.md)",
+					be.kind, float64(res.LogBytes)/1e9, bl.startFile, bl.startPos, bl.endFile, bl.endPos)
+			}
 		}
 	}
 	for _, m := range []drainMode{modeALO, modeEOS} {

@@ -180,57 +180,37 @@ func (be *backend) beginLoad(ctx context.Context, pl loadPlan) (*sql.Tx, func(),
 	return tx, done, err
 }
 
-// logBytes is how much the server's log grew during the load: the binlog
-// bytes between the two positions (MariaDB; other sessions' events in
-// that range included), or the WAL between the two LSNs (PostgreSQL).
-func (bl *backlog) logBytes(ctx context.Context, be *backend) (int64, error) {
-	if be.kind == "postgres" {
-		var n int64
-		err := be.db.QueryRowContext(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint", bl.endLSN, bl.startLSN).Scan(&n)
-		return n, err
-	}
-	if bl.startFile == bl.endFile {
-		return int64(bl.endPos) - int64(bl.startPos), nil
-	}
-	sizes, err := binlogSizes(ctx, be)
-	if err != nil {
-		return 0, err
-	}
-	if _, ok := sizes[bl.startFile]; !ok {
-		return 0, fmt.Errorf("binary log %s is gone", bl.startFile)
-	}
-	n := sizes[bl.startFile] - int64(bl.startPos) + int64(bl.endPos)
-	for f, s := range sizes {
-		if f > bl.startFile && f < bl.endFile {
-			n += s
-		}
-	}
-	return n, nil
+// walBytes is how far the server's WAL advanced while the backlog was
+// written (PostgreSQL; every database's traffic in that time included).
+func (bl *backlog) walBytes(ctx context.Context, be *backend) (int64, error) {
+	var n int64
+	err := be.db.QueryRowContext(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint", bl.endLSN, bl.startLSN).Scan(&n)
+	return n, err
 }
 
-// binlogSizes is SHOW BINARY LOGS: every binary log file and its size.
-func binlogSizes(ctx context.Context, be *backend) (map[string]int64, error) {
-	rows, err := be.db.QueryContext(ctx, "SHOW BINARY LOGS")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	sizes := map[string]int64{}
-	for rows.Next() {
-		var name string
-		var size int64
-		vals := make([]any, len(cols))
-		vals[0], vals[1] = &name, &size
-		for i := 2; i < len(vals); i++ {
-			vals[i] = new(any)
+// txSpans returns an event handler for scanBinlog and the sum it keeps:
+// the binary log bytes (file offsets, so events no reader asked for, such
+// as Annotate_rows, count too) of every transaction that wrote a row of
+// schema.
+func txSpans(schema string) (func(*replication.BinlogEvent), *int64) {
+	var total int64
+	var start uint32
+	ours := false
+	return func(ev *replication.BinlogEvent) {
+		switch e := ev.Event.(type) {
+		case *replication.MariadbGTIDEvent, *replication.GTIDEvent:
+			start, ours = ev.Header.LogPos-ev.Header.EventSize, false
+		case *replication.TableMapEvent:
+			ours = ours || string(e.Schema) == schema
+		case *replication.RowsEvent:
+			ours = ours || string(e.Table.Schema) == schema
+		case *replication.XIDEvent:
+			if ours && ev.Header.LogPos > start {
+				total += int64(ev.Header.LogPos - start)
+			}
+			ours = false
 		}
-		if err := rows.Scan(vals...); err != nil {
-			return nil, err
-		}
-		sizes[name] = size
-	}
-	return sizes, rows.Err()
+	}, &total
 }
 
 // release drops the template slot and the publication.
@@ -288,7 +268,7 @@ func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error
 	d := &drainResult{Rows: o.rows, LoadSeconds: bl.loadSeconds, LoadAvgBefore: loadAvg()}
 	logf("%s: loaded in %.1fs; raw source read", be.kind, bl.loadSeconds)
 
-	if d.RawReadSeconds, d.RawReadRows, err = rawRead(ctx, o, be, bl); err != nil {
+	if d.RawReadSeconds, d.RawReadRows, err = rawRead(ctx, o, be, bl, nil); err != nil {
 		return nil, fmt.Errorf("raw read: %w", err)
 	}
 	logf("%s: raw read %.2fs (%d rows, %.0f rows/s); raw produce", be.kind, d.RawReadSeconds, d.RawReadRows, float64(d.RawReadRows)/d.RawReadSeconds)
@@ -543,7 +523,8 @@ func countTopic(ctx context.Context, br *broker, topic string, committed bool, r
 // discards it: go-mysql's BinlogSyncer (events read and decoded, rows
 // parsed), or pg_recvlogical with pgoutput to /dev/null on a copy of the
 // template slot.
-func rawRead(ctx context.Context, o *options, be *backend, bl *backlog) (float64, int, error) {
+// MariaDB: f, when not nil, sees every event.
+func rawRead(ctx context.Context, o *options, be *backend, bl *backlog, f func(*replication.BinlogEvent)) (float64, int, error) {
 	if be.kind == "postgres" {
 		slot := be.slotName("raw")
 		if err := be.copySlot(ctx, bl.tplSlot, slot); err != nil {
@@ -560,8 +541,11 @@ func rawRead(ctx context.Context, o *options, be *backend, bl *backlog) (float64
 		}
 		return time.Since(start).Seconds(), bl.rows, nil // the slot is confirmed up to endLSN now
 	}
+	if f == nil {
+		f = func(*replication.BinlogEvent) {}
+	}
 	start := time.Now()
-	rows, err := scanBinlog(ctx, o, bl.startFile, bl.startPos, bl.endFile, bl.endPos, func(ev *replication.BinlogEvent) {})
+	rows, err := scanBinlog(ctx, o, bl.startFile, bl.startPos, bl.endFile, bl.endPos, f)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -105,8 +105,9 @@ type bigTxResult struct {
 	Rows, RowBytes int
 	PayloadBytes   int64
 	LoadSeconds    float64
-	// LogBytes is how much the binlog (MariaDB) or WAL (PostgreSQL) grew
-	// while the transaction was written; LogError says why it is missing.
+	// LogBytes is the transaction's size in the binary log (MariaDB), or
+	// how far the server's WAL advanced while it was written (PostgreSQL,
+	// every database's traffic included); LogError says why it is missing.
 	LogBytes int64  `json:",omitempty"`
 	LogError string `json:",omitempty"`
 	// RawReadSeconds is the plain client's read of the same transaction
@@ -616,8 +617,10 @@ func writeBigTxTable(w io.Writer, res *results) {
 		switch {
 		case b.LogError != "":
 			fmt.Fprintf(w, "; %s size not measured (%s)", logName, firstLine(b.LogError))
+		case b.LogBytes > 0 && db.Kind == "mysql":
+			fmt.Fprintf(w, "; %.2f GB in the binary log", float64(b.LogBytes)/1e9)
 		case b.LogBytes > 0:
-			fmt.Fprintf(w, "; the %s grew by %.2f GB", logName, float64(b.LogBytes)/1e9)
+			fmt.Fprintf(w, "; the server's WAL advanced by %.2f GB meanwhile", float64(b.LogBytes)/1e9)
 		}
 		switch {
 		case b.RawReadError != "":
