@@ -20,7 +20,7 @@ import (
 // the server purges it (bench/README.md says how to reclaim it).
 func runBigTx(ctx context.Context, o *options, be *backend) (*bigTxResult, error) {
 	logf("%s: loading one transaction of %d rows with ~%d-byte payloads", be.kind, o.bigRows, o.bigRowBytes)
-	bl, err := loadBacklog(ctx, be, loadPlan{rows: o.bigRows, txRows: 0, stmtRows: 1000, rowBytes: o.bigRowBytes, loaders: 1, aggregates: o.aggregates, tag: "bigtx", noAnnotate: true})
+	bl, err := loadBacklog(ctx, be, loadPlan{rows: o.bigRows, txRows: 0, stmtRows: 1000, rowBytes: o.bigRowBytes, loaders: 1, aggregates: o.aggregates, tag: "bigtx", noAnnotate: !o.bigAnnotate})
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,7 @@ type options struct {
 	aggregates  int
 	bigRows     int
 	bigRowBytes int
+	bigAnnotate bool
 	dbs         []string
 	scenarios   map[string]bool
 	relays      []string
@@ -81,6 +82,7 @@ func main() {
 	flag.BoolVar(&bigtx, "bigtx", false, "add the huge-transaction scenario (heavy: ~1 GB per database in the table and again in the binlog/WAL; see bench/README.md)")
 	flag.IntVar(&o.bigRows, "bigtx-rows", 1_000_000, "rows of the huge transaction")
 	flag.IntVar(&o.bigRowBytes, "bigtx-row-bytes", 1024, "payload bytes per row of the huge transaction")
+	flag.BoolVar(&o.bigAnnotate, "bigtx-annotate", false, "MariaDB: keep the server's binlog_annotate_row_events for the huge transaction's load (on by default in MariaDB: the INSERTs' text is logged too, twice the binary log the bench leaves behind)")
 	flag.StringVar(&rates, "rates", "50,1000,5000,max", "live loads in rows/s; max = as fast as -writers writers commit")
 	flag.IntVar(&o.writers, "writers", 8, "writer connections in the live scenarios")
 	flag.DurationVar(&o.liveFor, "live-duration", 20*time.Second, "length of each live load")
