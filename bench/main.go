@@ -170,6 +170,7 @@ func main() {
 	if o.work, err = os.MkdirTemp("", "outbox-cdc-bench"); err != nil {
 		fatalf("%v", err)
 	}
+	workDir = o.work
 	defer os.RemoveAll(o.work)
 
 	if o.profile != "" {
@@ -202,7 +203,7 @@ func main() {
 	printSummary(os.Stdout, res)
 	if o.noReport || len(res.DBs) == 0 {
 		if failed {
-			os.Exit(1)
+			exit(1)
 		}
 		return
 	}
@@ -212,7 +213,7 @@ func main() {
 	must(writeResults(filepath.Join(o.out, "RESULTS.md"), res))
 	fmt.Printf("wrote %s, %s, %s, %s\n", filepath.Join(o.out, "RESULTS.md"), filepath.Join(o.out, "latency.svg"), filepath.Join(o.out, "drain.svg"), filepath.Join(o.out, "results.json"))
 	if failed {
-		os.Exit(1)
+		exit(1)
 	}
 }
 
@@ -277,7 +278,18 @@ func logf(format string, args ...any) {
 
 func fatalf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
-	os.Exit(1)
+	exit(1)
+}
+
+// workDir is the run's work directory (connector configurations,
+// checkpoints, logs), removed by exit: os.Exit skips deferred calls.
+var workDir string
+
+func exit(code int) {
+	if workDir != "" {
+		os.RemoveAll(workDir)
+	}
+	os.Exit(code)
 }
 
 func must(err error) {
