@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,9 +39,9 @@ type backlog struct {
 	// PostgreSQL: a template slot created before the load (never read,
 	// copied for every reader) and its publication, and the WAL position
 	// after the load.
-	tplSlot, pub string
-	endLSN       string
-	loadSeconds  float64
+	tplSlot, pub     string
+	startLSN, endLSN string
+	loadSeconds      float64
 }
 
 // loadPlan says what to insert: rows rows in transactions of txRows (0:
@@ -49,6 +50,14 @@ type backlog struct {
 type loadPlan struct {
 	rows, txRows, stmtRows, rowBytes, loaders, aggregates int
 	tag                                                   string
+	// noAnnotate turns MariaDB's Annotate_rows events off for the loading
+	// sessions (binlog_annotate_row_events, a session variable). With it
+	// on, the server logs every INSERT's text, values included, next to
+	// its rows: twice the binary log, which the bench cannot purge. No
+	// reader here sees them either way: the connector and the raw reader
+	// do not ask for them (go-mysql's dump request without
+	// BINLOG_SEND_ANNOTATE_ROWS_EVENT), so the server skips them.
+	noAnnotate bool
 }
 
 // loadBacklog recreates the table, notes the start position (PostgreSQL:
@@ -70,6 +79,9 @@ func loadBacklog(ctx context.Context, be *backend, pl loadPlan) (*backlog, error
 	case "postgres":
 		bl.pub, bl.tplSlot = be.slotName(pl.tag), be.slotName(pl.tag+"_tpl")
 		if err := be.createSlot(ctx, bl.pub, bl.tplSlot); err != nil {
+			return nil, err
+		}
+		if err := be.db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&bl.startLSN); err != nil {
 			return nil, err
 		}
 	}
@@ -95,20 +107,20 @@ func loadBacklog(ctx context.Context, be *backend, pl loadPlan) (*backlog, error
 					return
 				}
 				n := min(txRows, pl.rows-int(first))
-				tx, err := be.db.BeginTx(ctx, nil)
-				for done := 0; err == nil && done < n; {
-					k := min(stmtRows, n-done)
+				tx, done, err := be.beginLoad(ctx, pl)
+				for ins := 0; err == nil && ins < n; {
+					k := min(stmtRows, n-ins)
 					for i := range k {
-						rows[i] = makeRowPad(first+int64(done+i), pl.aggregates, 0, pad)
+						rows[i] = makeRowPad(first+int64(ins+i), pl.aggregates, 0, pad)
 					}
 					q := stmt
 					if k != stmtRows {
 						q = be.insertSQL(k)
 					}
 					_, err = tx.ExecContext(ctx, q, rowArgs(rows[:k])...)
-					done += k
-					if txRows == pl.rows && done%100_000 < k {
-						logf("%s: %d of %d rows inserted in the open transaction", be.kind, done, n)
+					ins += k
+					if txRows == pl.rows && ins%100_000 < k {
+						logf("%s: %d of %d rows inserted in the open transaction", be.kind, ins, n)
 					}
 				}
 				if err == nil {
@@ -116,6 +128,7 @@ func loadBacklog(ctx context.Context, be *backend, pl loadPlan) (*backlog, error
 				} else if tx != nil {
 					tx.Rollback()
 				}
+				done()
 				if err != nil {
 					errs <- err
 					return
@@ -141,6 +154,63 @@ func loadBacklog(ctx context.Context, be *backend, pl loadPlan) (*backlog, error
 		}
 	}
 	return bl, ctx.Err()
+}
+
+// beginLoad begins a loading transaction. With pl.noAnnotate on MariaDB it
+// runs on a connection of its own with binlog_annotate_row_events off;
+// done puts the setting back and returns the connection to the pool.
+func (be *backend) beginLoad(ctx context.Context, pl loadPlan) (*sql.Tx, func(), error) {
+	if !pl.noAnnotate || be.kind != "mysql" {
+		tx, err := be.db.BeginTx(ctx, nil)
+		return tx, func() {}, err
+	}
+	conn, err := be.db.Conn(ctx)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	done := func() {
+		conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION binlog_annotate_row_events = DEFAULT")
+		conn.Close()
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION binlog_annotate_row_events = 0"); err != nil {
+		done()
+		return nil, func() {}, fmt.Errorf("binlog_annotate_row_events: %w", err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	return tx, done, err
+}
+
+// walBytes is how far the server's WAL advanced while the backlog was
+// written (PostgreSQL; every database's traffic in that time included).
+func (bl *backlog) walBytes(ctx context.Context, be *backend) (int64, error) {
+	var n int64
+	err := be.db.QueryRowContext(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint", bl.endLSN, bl.startLSN).Scan(&n)
+	return n, err
+}
+
+// txSpans returns an event handler for scanBinlog and the sum it keeps:
+// the binary log bytes (file offsets, so events no reader asked for, such
+// as Annotate_rows, count too) of every transaction that wrote a row of
+// schema.
+func txSpans(schema string) (func(*replication.BinlogEvent), *int64) {
+	var total int64
+	var start uint32
+	ours := false
+	return func(ev *replication.BinlogEvent) {
+		switch e := ev.Event.(type) {
+		case *replication.MariadbGTIDEvent, *replication.GTIDEvent:
+			start, ours = ev.Header.LogPos-ev.Header.EventSize, false
+		case *replication.TableMapEvent:
+			ours = ours || string(e.Schema) == schema
+		case *replication.RowsEvent:
+			ours = ours || string(e.Table.Schema) == schema
+		case *replication.XIDEvent:
+			if ours && ev.Header.LogPos > start {
+				total += int64(ev.Header.LogPos - start)
+			}
+			ours = false
+		}
+	}, &total
 }
 
 // release drops the template slot and the publication.
@@ -198,7 +268,7 @@ func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error
 	d := &drainResult{Rows: o.rows, LoadSeconds: bl.loadSeconds, LoadAvgBefore: loadAvg()}
 	logf("%s: loaded in %.1fs; raw source read", be.kind, bl.loadSeconds)
 
-	if d.RawReadSeconds, d.RawReadRows, err = rawRead(ctx, o, be, bl); err != nil {
+	if d.RawReadSeconds, d.RawReadRows, err = rawRead(ctx, o, be, bl, nil); err != nil {
 		return nil, fmt.Errorf("raw read: %w", err)
 	}
 	logf("%s: raw read %.2fs (%d rows, %.0f rows/s); raw produce", be.kind, d.RawReadSeconds, d.RawReadRows, float64(d.RawReadRows)/d.RawReadSeconds)
@@ -248,14 +318,14 @@ func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error
 // saw; a failure is recorded in the result rather than returned, so the
 // other modes still run.
 func drainOnce(ctx context.Context, o *options, be *backend, bl *backlog, m drainMode, what string, limit time.Duration) drainRun {
-	r := drainRun{Mode: m.label, Brokers: m.brokers, ExactlyOnce: m.exactly, Rows: bl.rows}
+	r := drainRun{Mode: m.label, Brokers: m.brokers, ExactlyOnce: m.exactly, Rows: bl.rows, LoadAvgBefore: loadAvg()}
 	if err := drainInto(ctx, o, be, bl, m, what, limit, &r); err != nil {
 		r.Error = err.Error()
 		logf("%s: %s (%s) failed: %v", be.kind, what, m.label, err)
 		return r
 	}
-	logf("%s: %s (%s): %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct",
-		be.kind, what, m.label, bl.rows, r.Seconds, r.rate(), r.CPUSeconds, r.PeakRSSMiB, r.AllocBytesPerRow, r.MallocsPerRow, 100*r.GCShare, r.Consumed, r.Distinct)
+	logf("%s: %s (%s): %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct; load average %s before",
+		be.kind, what, m.label, bl.rows, r.Seconds, r.rate(), r.CPUSeconds, r.PeakRSSMiB, r.AllocBytesPerRow, r.MallocsPerRow, 100*r.GCShare, r.Consumed, r.Distinct, r.LoadAvgBefore)
 	return r
 }
 
@@ -453,7 +523,8 @@ func countTopic(ctx context.Context, br *broker, topic string, committed bool, r
 // discards it: go-mysql's BinlogSyncer (events read and decoded, rows
 // parsed), or pg_recvlogical with pgoutput to /dev/null on a copy of the
 // template slot.
-func rawRead(ctx context.Context, o *options, be *backend, bl *backlog) (float64, int, error) {
+// MariaDB: f, when not nil, sees every event.
+func rawRead(ctx context.Context, o *options, be *backend, bl *backlog, f func(*replication.BinlogEvent)) (float64, int, error) {
 	if be.kind == "postgres" {
 		slot := be.slotName("raw")
 		if err := be.copySlot(ctx, bl.tplSlot, slot); err != nil {
@@ -470,8 +541,11 @@ func rawRead(ctx context.Context, o *options, be *backend, bl *backlog) (float64
 		}
 		return time.Since(start).Seconds(), bl.rows, nil // the slot is confirmed up to endLSN now
 	}
+	if f == nil {
+		f = func(*replication.BinlogEvent) {}
+	}
 	start := time.Now()
-	rows, err := scanBinlog(ctx, o, bl.startFile, bl.startPos, bl.endFile, bl.endPos, func(ev *replication.BinlogEvent) {})
+	rows, err := scanBinlog(ctx, o, bl.startFile, bl.startPos, bl.endFile, bl.endPos, f)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -34,6 +34,7 @@ type options struct {
 	aggregates  int
 	bigRows     int
 	bigRowBytes int
+	bigAnnotate bool
 	dbs         []string
 	scenarios   map[string]bool
 	relays      []string
@@ -81,6 +82,7 @@ func main() {
 	flag.BoolVar(&bigtx, "bigtx", false, "add the huge-transaction scenario (heavy: ~1 GB per database in the table and again in the binlog/WAL; see bench/README.md)")
 	flag.IntVar(&o.bigRows, "bigtx-rows", 1_000_000, "rows of the huge transaction")
 	flag.IntVar(&o.bigRowBytes, "bigtx-row-bytes", 1024, "payload bytes per row of the huge transaction")
+	flag.BoolVar(&o.bigAnnotate, "bigtx-annotate", false, "MariaDB: keep the server's binlog_annotate_row_events for the huge transaction's load (on by default in MariaDB: the INSERTs' text is logged too, twice the binary log the bench leaves behind)")
 	flag.StringVar(&rates, "rates", "50,1000,5000,max", "live loads in rows/s; max = as fast as -writers writers commit")
 	flag.IntVar(&o.writers, "writers", 8, "writer connections in the live scenarios")
 	flag.DurationVar(&o.liveFor, "live-duration", 20*time.Second, "length of each live load")
@@ -168,6 +170,7 @@ func main() {
 	if o.work, err = os.MkdirTemp("", "outbox-cdc-bench"); err != nil {
 		fatalf("%v", err)
 	}
+	workDir = o.work
 	defer os.RemoveAll(o.work)
 
 	if o.profile != "" {
@@ -200,7 +203,7 @@ func main() {
 	printSummary(os.Stdout, res)
 	if o.noReport || len(res.DBs) == 0 {
 		if failed {
-			os.Exit(1)
+			exit(1)
 		}
 		return
 	}
@@ -210,7 +213,7 @@ func main() {
 	must(writeResults(filepath.Join(o.out, "RESULTS.md"), res))
 	fmt.Printf("wrote %s, %s, %s, %s\n", filepath.Join(o.out, "RESULTS.md"), filepath.Join(o.out, "latency.svg"), filepath.Join(o.out, "drain.svg"), filepath.Join(o.out, "results.json"))
 	if failed {
-		os.Exit(1)
+		exit(1)
 	}
 }
 
@@ -275,7 +278,18 @@ func logf(format string, args ...any) {
 
 func fatalf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
-	os.Exit(1)
+	exit(1)
+}
+
+// workDir is the run's work directory (connector configurations,
+// checkpoints, logs), removed by exit: os.Exit skips deferred calls.
+var workDir string
+
+func exit(code int) {
+	if workDir != "" {
+		os.RemoveAll(workDir)
+	}
+	os.Exit(code)
 }
 
 func must(err error) {

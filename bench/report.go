@@ -73,7 +73,9 @@ type drainRun struct {
 	GCCPUSeconds, GCShare, GCPercent float64
 	Consumed, Distinct               int // what a consumer read back (read_committed for exactly-once)
 	Checkpoint                       string
-	Error                            string `json:",omitempty"`
+	// LoadAvgBefore is the 1-minute load average when the run began.
+	LoadAvgBefore string `json:",omitempty"`
+	Error         string `json:",omitempty"`
 }
 
 func (r *drainRun) rate() float64 {
@@ -103,7 +105,24 @@ type bigTxResult struct {
 	Rows, RowBytes int
 	PayloadBytes   int64
 	LoadSeconds    float64
+	// LogBytes is the transaction's size in the binary log (MariaDB), or
+	// how far the server's WAL advanced while it was written (PostgreSQL,
+	// every database's traffic included); LogError says why it is missing.
+	LogBytes int64  `json:",omitempty"`
+	LogError string `json:",omitempty"`
+	// RawReadSeconds is the plain client's read of the same transaction
+	// (as in the drain scenario's raw read); RawReadError says why it is
+	// missing.
+	RawReadSeconds float64 `json:",omitempty"`
+	RawReadError   string  `json:",omitempty"`
 	Runs           []drainRun
+}
+
+func (b *bigTxResult) rawReadRate() float64 {
+	if b.RawReadSeconds <= 0 {
+		return math.NaN()
+	}
+	return float64(b.Rows) / b.RawReadSeconds
 }
 
 func (b *bigTxResult) run(mode string) *drainRun {
@@ -586,14 +605,57 @@ func writeBigTxTable(w io.Writer, res *results) {
 	fmt.Fprintln(w, "### Scenario 6: one huge transaction")
 	fmt.Fprintln(w)
 	for _, db := range res.DBs {
-		if b := db.BigTx; b != nil {
-			fmt.Fprintf(w, "%s: one transaction of %d rows, %.0f MB of payload (~%d B a row), committed in %.1f s.\n\n", dbLabel(db.Kind), b.Rows, float64(b.PayloadBytes)/1e6, b.RowBytes, b.LoadSeconds)
+		b := db.BigTx
+		if b == nil {
+			continue
 		}
+		fmt.Fprintf(w, "%s: one transaction of %d rows, %.0f MB of payload (~%d B a row), committed in %.1f s", dbLabel(db.Kind), b.Rows, float64(b.PayloadBytes)/1e6, b.RowBytes, b.LoadSeconds)
+		logName, reader := "WAL", "`pg_recvlogical`"
+		if db.Kind == "mysql" {
+			logName, reader = "binary log", "go-mysql `BinlogSyncer`"
+		}
+		switch {
+		case b.LogError != "":
+			fmt.Fprintf(w, "; %s size not measured (%s)", logName, firstLine(b.LogError))
+		case b.LogBytes > 0 && db.Kind == "mysql":
+			fmt.Fprintf(w, "; %.2f GB in the binary log", float64(b.LogBytes)/1e9)
+		case b.LogBytes > 0:
+			fmt.Fprintf(w, "; the server's WAL advanced by %.2f GB meanwhile", float64(b.LogBytes)/1e9)
+		}
+		switch {
+		case b.RawReadError != "":
+			fmt.Fprintf(w, "; raw read (%s) failed: %s", reader, strings.ReplaceAll(firstLine(b.RawReadError), "|", "/"))
+		case b.RawReadSeconds > 0:
+			fmt.Fprintf(w, "; raw read (%s) %.0f rows/s (%.2f s)", reader, b.rawReadRate(), b.RawReadSeconds)
+		}
+		fmt.Fprint(w, ".")
+		var la []string
+		for _, r := range b.Runs {
+			if r.LoadAvgBefore != "" {
+				la = append(la, fmt.Sprintf("%s before the %s drain", r.LoadAvgBefore, r.Mode))
+			}
+		}
+		if len(la) > 0 {
+			fmt.Fprintf(w, " Load average %s.", strings.Join(la, ", "))
+		}
+		fmt.Fprint(w, "\n\n")
 	}
-	writeRunHeader(w, false)
+	writeRunHeader(w, true)
 	for _, db := range res.DBs {
-		for i := range db.BigTx.runs() {
-			writeRun(w, dbLabel(db.Kind), &db.BigTx.Runs[i], "", "")
+		b := db.BigTx
+		alo := b.run(modeALO.label)
+		for i := range b.runs() {
+			r := &b.Runs[i]
+			vsRaw, vsALO := "–", "–"
+			if rr := r.rate(); !math.IsNaN(rr) {
+				if raw := b.rawReadRate(); !math.IsNaN(raw) {
+					vsRaw = fmt.Sprintf("%.2f×", rr/raw)
+				}
+				if alo != nil && r != alo && !math.IsNaN(alo.rate()) {
+					vsALO = fmt.Sprintf("%.2f×", rr/alo.rate())
+				}
+			}
+			writeRun(w, dbLabel(db.Kind), r, vsRaw, vsALO)
 		}
 	}
 }

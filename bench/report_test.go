@@ -56,7 +56,7 @@ func sampleResults() *results {
 		DBs: []dbResult{
 			{Kind: "mysql", Version: "10.11", Drain: &drainResult{Rows: 1_000_000, RawReadSeconds: 1, RawProduceFranzSeconds: 0.7, RawProduceSaramaSeconds: 3,
 				Runs: []drainRun{run(modeALO.label, false, 1, 2), run(modeEOS.label, true, 1, 2.6), run(modeCluster.label, false, 3, 1.8)}},
-				BigTx: &bigTxResult{Rows: 1_000_000, RowBytes: 1024, PayloadBytes: 1.03e9, Runs: []drainRun{
+				BigTx: &bigTxResult{Rows: 1_000_000, RowBytes: 1024, PayloadBytes: 1.03e9, LogBytes: 2.1e9, RawReadSeconds: 8, Runs: []drainRun{
 					run(modeALO.label, false, 1, 20),
 					{Mode: modeEOS.label, ExactlyOnce: true, Brokers: 1, Rows: 1_000_000, PeakRSSMiB: 700, Error: "connector exited: signal: killed\nlog tail"},
 				}},
