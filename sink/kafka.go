@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +56,10 @@ import (
 type Kafka struct {
 	*kafkaSink
 	mem byteSem
+
+	// Used by the writing goroutine only.
+	roundRobin int32                   // partition of the next null-key record
+	oneByOne   map[topicPartition]bool // partitions whose batch was refused whole in this Write
 }
 
 // NewKafka validates cfg and returns a Kafka sink. It does not wait for the
@@ -67,9 +70,9 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	k := &Kafka{mem: byteSem{limit: cfg.MaxInFlightBytes}}
+	k := &Kafka{mem: byteSem{limit: cfg.MaxInFlightBytes}, oneByOne: map[topicPartition]bool{}}
 	log = log.With().Str("component", "sink").Str("sink", "kafka").Logger()
-	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig, k.answer)
+	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig, nil)
 	k.producers.onStart = func(*producer) {
 		k.reached()
 		k.log.Debug().Msg("kafka producer started")
@@ -81,9 +84,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	return k, nil
 }
 
-// pending is one record of a Write. The Metadata of the sarama message sent
-// for it points back to the pending, which is how an answer finds its
-// record without a map or an allocation.
+// pending is one record of a Write.
 type pending struct {
 	rec     *outboxcdc.Record
 	key     byteRef
@@ -91,34 +92,16 @@ type pending struct {
 	headers []sarama.RecordHeader
 	index   int
 	size    int64
-	// Set before each send, read by the answer goroutine.
-	att *attempt
-	// Set by the answer goroutine before it counts the answer.
+	// Set by each attempt: the answer, the partition chosen and the
+	// number of records in the batch that carried the record.
 	err       error
 	partition int32
+	batched   int
 }
 
-// attempt tracks the answers to one attempt's records.
+// attempt is one attempt's progress, for the stall watch.
 type attempt struct {
-	last    atomic.Int64 // unix nanos of the last answer (or the start)
-	left    atomic.Int64
-	done    chan struct{} // closed when every record is answered
-	failed  chan struct{} // closed on the first permanent failure
-	once    sync.Once
-	permErr atomic.Pointer[pending]
-}
-
-func (a *attempt) answered(p *pending) {
-	a.last.Store(time.Now().UnixNano())
-	if p.err != nil && permanent(p.err) && !blockedCode(p.err) {
-		a.once.Do(func() {
-			a.permErr.Store(p)
-			close(a.failed)
-		})
-	}
-	if a.left.Add(-1) == 0 {
-		close(a.done)
-	}
+	last atomic.Int64 // unix nanos of the last answer (or the start)
 }
 
 // Write sends records and returns nil once every one is acknowledged by all
@@ -131,6 +114,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 	}
 	k.writing.Lock()
 	defer k.writing.Unlock()
+	clear(k.oneByOne)
 	start := time.Now()
 	pend := make([]pending, len(records))
 	nh := 0
@@ -305,71 +289,54 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		return todo, e, nil
 	}
 
-	a := &attempt{done: make(chan struct{}), failed: make(chan struct{})}
-	a.left.Store(int64(len(todo)))
+	a := &attempt{}
 	a.last.Store(time.Now().UnixNano())
-	input := c.async.Input()
-	// New messages for every attempt: sarama may still read a message
-	// after answering it.
-	msgs := make([]sarama.ProducerMessage, len(todo))
-	for i, p := range todo {
-		p.att = a
+	for _, p := range todo {
 		p.err = nil
 		p.partition = -1
-		m := &msgs[i]
-		m.Topic = p.rec.Topic
-		m.Timestamp = p.rec.Timestamp
-		m.Headers = p.headers
-		m.Metadata = p
-		m.Partition = -1
-		if p.rec.Partition != nil {
-			m.Partition = *p.rec.Partition // the route chose it; see partitioner
-		}
-		if p.rec.Key != nil {
-			m.Key = &p.key
-		}
-		if p.rec.Value != nil {
-			m.Value = &p.value
-		}
-		if err := k.mem.acquire(ctx, a.failed, k.stop, p.size); err != nil {
-			if errors.Is(err, errAborted) {
-				return nil, nil, k.permanentFailure(a)
-			}
-			return nil, nil, k.stopped(ctx, err)
-		}
-		select {
-		case input <- m:
-			continue
-		case <-a.failed:
-			err = k.permanentFailure(a)
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-k.stop:
-			err = k.stopped(ctx, errClosed)
-		}
-		k.mem.release(p.size)
-		return nil, nil, err
+		p.batched = 0
 	}
+	works := k.plan(c, todo)
+	done := k.sendAll(c, works, a, func(n int64) error { return k.mem.acquire(ctx, nil, k.stop, n) })
 	watch := newStallWatch(k.cfg.stallAfter(), &a.last)
 	defer watch.stop()
 wait:
 	for {
 		select {
-		case <-a.done:
+		case <-done:
 			break wait
-		case <-a.failed:
-			return nil, nil, k.permanentFailure(a)
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		case <-k.stop:
 			return nil, nil, k.stopped(ctx, errClosed)
 		case <-watch.tick():
 			if err := watch.check(); err != nil {
-				k.failed(err) // Ready reports it; sarama's own deadlines end the attempt
+				k.failed(err) // Ready reports it; the read deadline ends the attempt
 			}
 		}
 	}
-
+	if ctx.Err() != nil {
+		return nil, nil, ctx.Err()
+	}
+	if k.isClosed() {
+		return nil, nil, k.stopped(ctx, errClosed)
+	}
+	if p := k.split(todo); p != nil {
+		// A batch of several records was refused whole: the next attempt
+		// sends its partition's records one per batch, which finds the
+		// record at fault.
+		retry, _, failures := resendSet(todo)
+		k.m.Retryable.Add(float64(failures))
+		e := &Error{Index: p.index, Topic: p.rec.Topic, Partition: p.partition, Err: p.err}
+		k.failed(e)
+		k.producers.retire(c)
+		return retry, e, nil
+	}
+	for _, p := range todo {
+		if p.err != nil && permanent(p.err) && !blockedCode(p.err) {
+			return nil, nil, k.permanentRecord(p)
+		}
+	}
 	retry, first, failures := resendSet(todo)
 	if first == nil {
 		return nil, nil, nil
@@ -438,25 +405,12 @@ func resendSet(todo []*pending) (retry []*pending, first *pending, failures int)
 	return retry, first, failures
 }
 
-// permanentFailure returns the first permanent failure of a.
-func (k *Kafka) permanentFailure(a *attempt) error {
-	p := a.permErr.Load()
+// permanentRecord returns the permanent failure of p.
+func (k *Kafka) permanentRecord(p *pending) error {
 	e := &Error{Index: p.index, Topic: p.rec.Topic, Partition: p.partition, Err: p.err, Permanent: true}
 	k.m.Permanent.Inc()
 	k.log.Error().Err(e).Msg("kafka rejected a record permanently")
 	return e
-}
-
-// answer is called by a connection's answer goroutine for every record.
-func (k *Kafka) answer(msg *sarama.ProducerMessage, err error) {
-	p, ok := msg.Metadata.(*pending)
-	if !ok {
-		return
-	}
-	p.err = err
-	p.partition = msg.Partition
-	k.mem.release(p.size)
-	p.att.answered(p)
 }
 
 // Close stops the sink: a Write in progress returns a permanent error, and
@@ -477,4 +431,23 @@ func (k *Kafka) Close() error {
 	k.closeProducers(deadline)
 	k.log.Info().Msg("kafka sink closed")
 	return nil
+}
+
+// split finds a record that failed permanently in a batch of several
+// records: the broker refuses a batch whole (MESSAGE_TOO_LARGE, INVALID_RECORD,
+// ...), so the record at fault is not known. Its partition is then sent one
+// record per batch for the rest of the Write, and split returns the record;
+// nil when there is none.
+func (k *Kafka) split(todo []*pending) *pending {
+	var first *pending
+	for _, p := range todo {
+		if p.err == nil || p.batched < 2 || !permanent(p.err) || blockedCode(p.err) {
+			continue
+		}
+		k.oneByOne[topicPartition{p.rec.Topic, p.partition}] = true
+		if first == nil {
+			first = p
+		}
+	}
+	return first
 }

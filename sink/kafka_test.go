@@ -506,6 +506,43 @@ func TestKafkaRecordTooLargeForBroker(t *testing.T) {
 	}
 }
 
+// TestKafkaBatchRefusedWholeNamesTheRecord: the broker refuses a record
+// batch as a whole (here MESSAGE_TOO_LARGE for a batch holding one record
+// over the broker's limit after good ones of the same partition). The sink
+// sends that partition one record per batch, so the error names the record
+// at fault, and the good records before it are written.
+func TestKafkaBatchRefusedWholeNamesTheRecord(t *testing.T) {
+	const topic = "t"
+	_, addrs := testenv.Kafka(t, kfake.SeedTopics(3, topic),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
+	k, _ := newTestKafka(t, testConfig(addrs))
+	recs := []outboxcdc.Record{ // one key: one partition, one batch
+		{Topic: topic, Key: []byte("k"), Value: []byte("small-0")},
+		{Topic: topic, Key: []byte("k"), Value: []byte("small-1")},
+		{Topic: topic, Key: []byte("k"), Value: bytes.Repeat([]byte("x"), 10000)},
+		{Topic: topic, Key: []byte("k"), Value: []byte("small-3")},
+	}
+	err := k.Write(context.Background(), recs)
+	var e *Error
+	if !IsPermanent(err) || !errors.As(err, &e) {
+		t.Fatalf("want a permanent error, got %v", err)
+	}
+	if e.Index != 2 || e.Partition != JavaPartition([]byte("k"), 3) {
+		t.Fatalf("error names record %d partition %d, want record 2 partition %d: %v", e.Index, e.Partition, JavaPartition([]byte("k"), 3), err)
+	}
+	if code, ok := Code(err); !ok || code != sarama.ErrMessageSizeTooLarge {
+		t.Fatalf("code %v %v, want MESSAGE_TOO_LARGE", code, ok)
+	}
+	got := consume(t, addrs, topic, 2)
+	if len(got) != 2 || string(got[0].Value) != "small-0" || string(got[1].Value) != "small-1" {
+		var vals []string
+		for _, r := range got {
+			vals = append(vals, string(r.Value))
+		}
+		t.Fatalf("partition holds %q, want the two records before the refused one", vals)
+	}
+}
+
 func TestKafkaRecordTooLargeForClient(t *testing.T) {
 	_, addrs := testenv.Kafka(t, kfake.SeedTopics(3, "t"))
 	cfg := testConfig(addrs)

@@ -118,9 +118,14 @@ func closedError() error { return &Error{Index: -1, Partition: -1, Err: errClose
 
 // producer is one sarama client and async producer, with the goroutine
 // that hands every answer (success or failure) to onAnswer.
+//
+// A producer without onAnswer (the at-least-once sink's) has no async
+// producer: the sink builds its produce requests itself (direct.go) with
+// the client and the producer id it got at start (idem).
 type producer struct {
 	client sarama.Client
 	async  sarama.AsyncProducer
+	idem   *idempotence
 	done   chan struct{} // answer goroutine finished
 }
 
@@ -128,6 +133,16 @@ func startProducer(brokers []string, sc *sarama.Config, onAnswer func(*sarama.Pr
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
 		return nil, err
+	}
+	if onAnswer == nil {
+		idem, err := initIdempotence(client)
+		if err != nil {
+			_ = client.Close()
+			return nil, err
+		}
+		done := make(chan struct{})
+		close(done)
+		return &producer{client: client, idem: idem, done: done}, nil
 	}
 	async, err := sarama.NewAsyncProducerFromClient(client)
 	if err != nil {
@@ -163,7 +178,9 @@ func (p *producer) answers(onAnswer func(*sarama.ProducerMessage, error)) {
 // shutdown closes the producer once its in-flight records are answered,
 // then the client.
 func (p *producer) shutdown() {
-	p.async.AsyncClose()
+	if p.async != nil {
+		p.async.AsyncClose()
+	}
 	<-p.done
 	_ = p.client.Close()
 }

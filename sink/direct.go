@@ -1,0 +1,418 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// The at-least-once sink does not hand records to sarama's AsyncProducer
+// one message at a time. It builds the produce requests itself, with
+// sarama's client (metadata, leaders, connections, TLS, SASL) and sarama's
+// protocol types (ProduceRequest, RecordBatch): every partition's records
+// of an attempt become one record batch (or a few, under
+// max_message_bytes), every leader gets one request holding its
+// partitions' batches, and the requests to different brokers run side by
+// side. The producer is idempotent as sarama's is: a producer id from
+// InitProducerID, and per partition a sequence number that every batch
+// continues, so the broker drops a batch it already holds. Nothing passes
+// through a chain of goroutines per record: the profile of a drain showed
+// sarama's per-message channels, goroutine switches and copies as the
+// largest share of the connector's CPU.
+
+// idempotence is one producer's identity at the brokers and its next
+// sequence number per partition. Used by the writing goroutine only.
+type idempotence struct {
+	id    int64
+	epoch int16
+	seq   map[topicPartition]int32
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// initIdempotence asks a broker for a producer id.
+func initIdempotence(client sarama.Client) (*idempotence, error) {
+	res, err := client.InitProducerID()
+	if err != nil {
+		return nil, err
+	}
+	if !errors.Is(res.Err, sarama.ErrNoError) {
+		return nil, res.Err
+	}
+	return &idempotence{id: res.ProducerID, epoch: res.ProducerEpoch, seq: map[topicPartition]int32{}}, nil
+}
+
+// next returns the first sequence number of a batch of n records for tp
+// and advances tp's sequence (it wraps at 2^31, as Kafka's does).
+func (s *idempotence) next(tp topicPartition, n int) int32 {
+	first := s.seq[tp]
+	s.seq[tp] = int32((int64(first) + int64(n)) & 0x7fffffff)
+	return first
+}
+
+// produceVersion is the ProduceRequest version for the configured Kafka
+// version, as sarama's own producer chooses it (record batches need v3).
+func produceVersion(v sarama.KafkaVersion) int16 {
+	switch {
+	case v.IsAtLeast(sarama.V3_7_0_0):
+		return 10
+	case v.IsAtLeast(sarama.V2_8_0_0):
+		return 9
+	case v.IsAtLeast(sarama.V2_4_0_0):
+		return 8
+	case v.IsAtLeast(sarama.V2_1_0_0):
+		return 7
+	case v.IsAtLeast(sarama.V2_0_0_0):
+		return 6
+	case v.IsAtLeast(sarama.V1_0_0_0):
+		return 5
+	default:
+		return 3
+	}
+}
+
+// batchOverhead and recordOverhead bound the encoded size of a record batch
+// and of one record in it beyond their keys, values and headers (sarama's
+// own conservative estimates).
+const (
+	batchOverhead  = 49
+	recordOverhead = 5*5 + 10 + 1 // five varint32s, one varint64, attributes
+	headerOverhead = 2 * 5
+)
+
+// wireBytes is the most a record can take in a record batch.
+func wireBytes(p *pending) int {
+	n := recordOverhead + len(p.rec.Key) + len(p.rec.Value)
+	for _, h := range p.headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// errNotSent marks the records of a partition after one of its batches
+// failed: they were not sent in this attempt.
+var errNotSent = errors.New("not sent: an earlier batch of the same partition failed in this attempt")
+
+// partBatch is a run of one partition's records that goes out as one
+// record batch.
+type partBatch struct {
+	tp   topicPartition
+	recs []*pending
+	size int64 // Record.Size of the records, for the in-flight bound
+	seq  int32 // first sequence number
+}
+
+// brokerWork is what one attempt sends to one broker: rounds of batches,
+// at most one per partition in a round (a produce request holds one batch
+// per partition), sent one request after the other.
+type brokerWork struct {
+	broker *sarama.Broker
+	rounds [][]*partBatch
+}
+
+// plan groups todo by partition, in record order, and by leader. Records
+// whose partition or leader cannot be found are answered with the error
+// at once (they are then in the attempt's resend set).
+func (k *Kafka) plan(c *producer, todo []*pending) []*brokerWork {
+	type topicMeta struct {
+		n        int32
+		writable []int32
+		err      error
+	}
+	metas := map[string]*topicMeta{}
+	meta := func(topic string) *topicMeta {
+		if m, ok := metas[topic]; ok {
+			return m
+		}
+		m := &topicMeta{}
+		all, err := c.client.Partitions(topic)
+		switch {
+		case err != nil:
+			m.err = err
+		case len(all) == 0:
+			m.err = sarama.ErrUnknownTopicOrPartition
+		default:
+			m.n = int32(len(all))
+			m.writable, _ = c.client.WritablePartitions(topic)
+		}
+		metas[topic] = m
+		return m
+	}
+
+	// Partition of every record, then the per-partition runs in order of
+	// first appearance.
+	var order []topicPartition
+	runs := map[topicPartition][]*pending{}
+	for _, p := range todo {
+		m := meta(p.rec.Topic)
+		if m.err != nil {
+			p.err, p.partition = m.err, -1
+			continue
+		}
+		var part int32
+		switch {
+		case p.rec.Partition != nil:
+			part = *p.rec.Partition
+			if part < 0 || part >= m.n {
+				p.err, p.partition = sarama.ErrInvalidPartition, -1
+				continue
+			}
+		case p.rec.Key != nil:
+			part = JavaPartition(p.rec.Key, m.n)
+		case len(m.writable) > 0:
+			part = m.writable[k.roundRobin%int32(len(m.writable))]
+			k.roundRobin = (k.roundRobin + 1) & 0x7fffffff
+		default:
+			part = k.roundRobin % m.n
+			k.roundRobin = (k.roundRobin + 1) & 0x7fffffff
+		}
+		p.partition = part
+		tp := topicPartition{p.rec.Topic, part}
+		if _, ok := runs[tp]; !ok {
+			order = append(order, tp)
+		}
+		runs[tp] = append(runs[tp], p)
+	}
+
+	limit := k.cfg.MaxMessageBytes
+	works := map[*sarama.Broker]*brokerWork{}
+	var out []*brokerWork
+	for _, tp := range order {
+		recs := runs[tp]
+		leader, err := c.client.Leader(tp.topic, tp.partition)
+		if err != nil {
+			for _, p := range recs {
+				p.err = err
+			}
+			continue
+		}
+		w := works[leader]
+		if w == nil {
+			w = &brokerWork{broker: leader}
+			works[leader] = w
+			out = append(out, w)
+		}
+		// Cut the run into batches under max_message_bytes (of one
+		// record when a batch of tp was refused whole in this Write).
+		oneByOne := k.oneByOne[tp]
+		round := 0
+		cur := &partBatch{tp: tp}
+		bytes := batchOverhead
+		flush := func() {
+			if len(cur.recs) == 0 {
+				return
+			}
+			for len(w.rounds) <= round {
+				w.rounds = append(w.rounds, nil)
+			}
+			w.rounds[round] = append(w.rounds[round], cur)
+			for _, p := range cur.recs {
+				p.batched = len(cur.recs)
+			}
+			round++
+			cur = &partBatch{tp: tp}
+			bytes = batchOverhead
+		}
+		for _, p := range recs {
+			n := wireBytes(p)
+			if batchOverhead+n > limit {
+				// As sarama: a record that alone exceeds the limit is
+				// refused before it is sent.
+				p.err = sarama.ConfigurationError(fmt.Sprintf(
+					"Attempt to produce message larger than configured Producer.MaxMessageBytes: %d > %d", batchOverhead+n, limit))
+				continue
+			}
+			if len(cur.recs) > 0 && (bytes+n > limit || oneByOne) {
+				flush()
+			}
+			cur.recs = append(cur.recs, p)
+			cur.size += p.size
+			bytes += n
+		}
+		flush()
+	}
+	return out
+}
+
+// request builds the produce request of one round.
+func (k *Kafka) request(c *producer, round []*partBatch, enc *encodeBuf) *sarama.ProduceRequest {
+	sc := c.client.Config()
+	req := &sarama.ProduceRequest{
+		Version:      produceVersion(sc.Version),
+		RequiredAcks: sarama.WaitForAll,
+		Timeout:      int32(sc.Producer.Timeout / time.Millisecond),
+	}
+	now := time.Now()
+	for _, b := range round {
+		recs := enc.records(len(b.recs))
+		ptrs := enc.pointers(len(b.recs))
+		var first time.Time
+		for i, p := range b.recs {
+			ts := p.rec.Timestamp
+			if ts.IsZero() {
+				ts = now
+			}
+			ts = ts.Truncate(time.Millisecond)
+			if i == 0 {
+				first = ts
+			}
+			r := &recs[i]
+			*r = sarama.Record{Key: p.rec.Key, Value: p.rec.Value, TimestampDelta: ts.Sub(first), OffsetDelta: int64(i)}
+			if len(p.headers) > 0 {
+				r.Headers = enc.headers(p.headers)
+			}
+			ptrs[i] = r
+		}
+		var maxDelta time.Duration
+		for _, r := range ptrs {
+			maxDelta = max(maxDelta, r.TimestampDelta)
+		}
+		batch := &sarama.RecordBatch{
+			Version:          2,
+			Codec:            sc.Producer.Compression,
+			CompressionLevel: sc.Producer.CompressionLevel,
+			FirstTimestamp:   first,
+			MaxTimestamp:     first.Add(maxDelta),
+			LastOffsetDelta:  int32(len(ptrs) - 1),
+			ProducerID:       c.idem.id,
+			ProducerEpoch:    c.idem.epoch,
+			FirstSequence:    b.seq,
+			Records:          ptrs,
+		}
+		req.AddBatch(b.tp.topic, b.tp.partition, batch)
+	}
+	return req
+}
+
+// encodeBuf holds the sarama records of one attempt in a few large
+// slices rather than one allocation per record and header.
+type encodeBuf struct {
+	recs []sarama.Record
+	ptrs []*sarama.Record
+	hdrs []*sarama.RecordHeader
+}
+
+func (e *encodeBuf) records(n int) []sarama.Record {
+	if cap(e.recs)-len(e.recs) < n {
+		e.recs = make([]sarama.Record, 0, max(n, 2*cap(e.recs)))
+	}
+	out := e.recs[len(e.recs) : len(e.recs)+n]
+	e.recs = e.recs[:len(e.recs)+n]
+	return out
+}
+
+func (e *encodeBuf) pointers(n int) []*sarama.Record {
+	if cap(e.ptrs)-len(e.ptrs) < n {
+		e.ptrs = make([]*sarama.Record, 0, max(n, 2*cap(e.ptrs)))
+	}
+	out := e.ptrs[len(e.ptrs) : len(e.ptrs)+n : len(e.ptrs)+n]
+	e.ptrs = e.ptrs[:len(e.ptrs)+n]
+	return out
+}
+
+func (e *encodeBuf) headers(hs []sarama.RecordHeader) []*sarama.RecordHeader {
+	n := len(hs)
+	if cap(e.hdrs)-len(e.hdrs) < n {
+		e.hdrs = make([]*sarama.RecordHeader, 0, max(n, 2*cap(e.hdrs), 1024))
+	}
+	out := e.hdrs[len(e.hdrs) : len(e.hdrs)+n : len(e.hdrs)+n]
+	e.hdrs = e.hdrs[:len(e.hdrs)+n]
+	for i := range hs {
+		out[i] = &hs[i]
+	}
+	return out
+}
+
+// send runs one broker's rounds, one request after the other, and
+// answers every record of them. A partition whose batch failed sends
+// nothing more in this attempt: its later records are answered errNotSent
+// (the attempt's resend set takes them, in order, with a fresh producer).
+// Before each request it waits for room under max_in_flight_bytes; when
+// that wait ends (ctx, Close), the rest is answered errNotSent too.
+func (k *Kafka) send(c *producer, w *brokerWork, a *attempt, acquire func(int64) error) {
+	enc := &encodeBuf{}
+	var failed map[topicPartition]bool
+	var stopped error
+	for _, round := range w.rounds {
+		var size int64
+		for _, b := range round {
+			size += b.size
+		}
+		var res *sarama.ProduceResponse
+		var err error
+		if stopped == nil {
+			stopped = acquire(size)
+		}
+		sent := stopped == nil
+		if sent {
+			res, err = w.broker.Produce(k.request(c, round, enc))
+			a.last.Store(time.Now().UnixNano())
+			if err != nil {
+				// The connection is in doubt: the next attempt's
+				// producer opens a new one.
+				_ = w.broker.Close()
+			}
+		}
+		for _, b := range round {
+			berr := err
+			switch {
+			case !sent, failed[b.tp]:
+				berr = errNotSent
+			case berr == nil:
+				blk := res.GetBlock(b.tp.topic, b.tp.partition)
+				switch {
+				case blk == nil:
+					berr = sarama.ErrIncompleteResponse
+				case errors.Is(blk.Err, sarama.ErrNoError), errors.Is(blk.Err, sarama.ErrDuplicateSequenceNumber):
+					berr = nil
+				default:
+					berr = blk.Err
+				}
+			}
+			if berr != nil {
+				if failed == nil {
+					failed = map[topicPartition]bool{}
+				}
+				failed[b.tp] = true
+			}
+			for _, p := range b.recs {
+				p.err = berr
+			}
+		}
+		if sent {
+			k.mem.release(size)
+		}
+	}
+}
+
+// sendAll hands the planned work to the brokers, one goroutine per broker
+// so that the requests to different brokers overlap, and returns a channel
+// closed when every record has its answer.
+func (k *Kafka) sendAll(c *producer, works []*brokerWork, a *attempt, acquire func(int64) error) <-chan struct{} {
+	var wg sync.WaitGroup
+	for _, w := range works {
+		// Sequence numbers in send order, before any goroutine runs.
+		for _, round := range w.rounds {
+			for _, b := range round {
+				b.seq = c.idem.next(b.tp, len(b.recs))
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.send(c, w, a, acquire)
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return done
+}
