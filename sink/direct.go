@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // The at-least-once sink does not hand records to sarama's AsyncProducer
@@ -29,6 +31,7 @@ type idempotence struct {
 	id    int64
 	epoch int16
 	seq   map[topicPartition]int32
+	txn   *txnState // transactional producers only
 }
 
 type topicPartition struct {
@@ -54,6 +57,39 @@ func (s *idempotence) next(tp topicPartition, n int) int32 {
 	first := s.seq[tp]
 	s.seq[tp] = int32((int64(first) + int64(n)) & 0x7fffffff)
 	return first
+}
+
+// pendings makes the pending records of a write: records in order, and
+// extra (exactly-once: the progress record) last, with index -1.
+func (k *kafkaSink) pendings(records []outboxcdc.Record, extra *outboxcdc.Record) []*pending {
+	n := len(records)
+	if extra != nil {
+		n++
+	}
+	pend := make([]pending, n)
+	todo := make([]*pending, n)
+	nh := 0
+	for i := range records {
+		nh += len(records[i].Headers)
+	}
+	hdrs := make([]sarama.RecordHeader, 0, nh)
+	for i := range pend {
+		r, index := extra, -1
+		if i < len(records) {
+			r, index = &records[i], i
+		}
+		p := &pend[i]
+		p.rec, p.index, p.size = r, index, int64(r.Size())
+		if len(r.Headers) > 0 {
+			from := len(hdrs)
+			for _, h := range r.Headers {
+				hdrs = append(hdrs, sarama.RecordHeader{Key: k.headerKeys.get(h.Key), Value: h.Value})
+			}
+			p.headers = hdrs[from:len(hdrs):len(hdrs)]
+		}
+		todo[i] = p
+	}
+	return todo
 }
 
 // produceVersion is the ProduceRequest version for the configured Kafka
@@ -119,7 +155,7 @@ type brokerWork struct {
 // plan groups todo by partition, in record order, and by leader. Records
 // whose partition or leader cannot be found are answered with the error
 // at once (they are then in the attempt's resend set).
-func (k *Kafka) plan(c *producer, todo []*pending) []*brokerWork {
+func (k *kafkaSink) plan(c *producer, todo []*pending) []*brokerWork {
 	type topicMeta struct {
 		n        int32
 		writable []int32
@@ -241,12 +277,15 @@ func (k *Kafka) plan(c *producer, todo []*pending) []*brokerWork {
 }
 
 // request builds the produce request of one round.
-func (k *Kafka) request(c *producer, round []*partBatch, enc *encodeBuf) *sarama.ProduceRequest {
+func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sarama.ProduceRequest {
 	sc := c.client.Config()
 	req := &sarama.ProduceRequest{
 		Version:      produceVersion(sc.Version),
 		RequiredAcks: sarama.WaitForAll,
 		Timeout:      int32(sc.Producer.Timeout / time.Millisecond),
+	}
+	if c.idem.txn != nil {
+		req.TransactionalID = &c.idem.txn.id
 	}
 	now := time.Now()
 	for _, b := range round {
@@ -284,6 +323,7 @@ func (k *Kafka) request(c *producer, round []*partBatch, enc *encodeBuf) *sarama
 			ProducerEpoch:    c.idem.epoch,
 			FirstSequence:    b.seq,
 			Records:          ptrs,
+			IsTransactional:  c.idem.txn != nil,
 		}
 		req.AddBatch(b.tp.topic, b.tp.partition, batch)
 	}
@@ -335,7 +375,7 @@ func (e *encodeBuf) headers(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 // (the attempt's resend set takes them, in order, with a fresh producer).
 // Before each request it waits for room under max_in_flight_bytes; when
 // that wait ends (ctx, Close), the rest is answered errNotSent too.
-func (k *Kafka) send(c *producer, w *brokerWork, a *attempt, acquire func(int64) error) {
+func (k *kafkaSink) send(c *producer, w *brokerWork, a *attempt, acquire func(int64) error) {
 	enc := &encodeBuf{}
 	var failed map[topicPartition]bool
 	var stopped error
@@ -394,7 +434,7 @@ func (k *Kafka) send(c *producer, w *brokerWork, a *attempt, acquire func(int64)
 // sendAll hands the planned work to the brokers, one goroutine per broker
 // so that the requests to different brokers overlap, and returns a channel
 // closed when every record has its answer.
-func (k *Kafka) sendAll(c *producer, works []*brokerWork, a *attempt, acquire func(int64) error) <-chan struct{} {
+func (k *kafkaSink) sendAll(c *producer, works []*brokerWork, a *attempt, acquire func(int64) error) <-chan struct{} {
 	var wg sync.WaitGroup
 	for _, w := range works {
 		// Sequence numbers in send order, before any goroutine runs.

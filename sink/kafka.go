@@ -55,11 +55,6 @@ import (
 // counted until the producer answers them.
 type Kafka struct {
 	*kafkaSink
-	mem byteSem
-
-	// Used by the writing goroutine only.
-	roundRobin int32                   // partition of the next null-key record
-	oneByOne   map[topicPartition]bool // partitions whose batch was refused whole in this Write
 }
 
 // NewKafka validates cfg and returns a Kafka sink. It does not wait for the
@@ -70,7 +65,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	k := &Kafka{mem: byteSem{limit: cfg.MaxInFlightBytes}, oneByOne: map[topicPartition]bool{}}
+	k := &Kafka{}
 	log = log.With().Str("component", "sink").Str("sink", "kafka").Logger()
 	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig, nil)
 	k.producers.onStart = func(*producer) {
@@ -87,8 +82,6 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 // pending is one record of a Write.
 type pending struct {
 	rec     *outboxcdc.Record
-	key     byteRef
-	value   byteRef
 	headers []sarama.RecordHeader
 	index   int
 	size    int64
@@ -116,36 +109,8 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 	defer k.writing.Unlock()
 	clear(k.oneByOne)
 	start := time.Now()
-	pend := make([]pending, len(records))
-	nh := 0
-	for i := range records {
-		nh += len(records[i].Headers)
-	}
-	var hdrs []sarama.RecordHeader
-	if nh > 0 {
-		hdrs = make([]sarama.RecordHeader, 0, nh)
-	}
-	var bytes float64
-	todo := make([]*pending, len(records))
-	for i := range records {
-		r := &records[i]
-		p := &pend[i]
-		p.rec = r
-		p.index = i
-		p.size = int64(r.Size())
-		p.key.b = r.Key
-		p.value.b = r.Value
-		if len(r.Headers) > 0 {
-			from := len(hdrs)
-			for _, h := range r.Headers {
-				hdrs = append(hdrs, sarama.RecordHeader{Key: k.headerKeys.get(h.Key), Value: h.Value})
-				bytes += float64(len(h.Key) + len(h.Value))
-			}
-			p.headers = hdrs[from:len(hdrs):len(hdrs)]
-		}
-		bytes += float64(len(r.Key) + len(r.Value))
-		todo[i] = p
-	}
+	todo := k.pendings(records, nil)
+	bytes := recordBytes(records)
 
 	b := retry.New(k.cfg.retryPolicy())
 	var lastErr error
@@ -438,7 +403,7 @@ func (k *Kafka) Close() error {
 // ...), so the record at fault is not known. Its partition is then sent one
 // record per batch for the rest of the Write, and split returns the record;
 // nil when there is none.
-func (k *Kafka) split(todo []*pending) *pending {
+func (k *kafkaSink) split(todo []*pending) *pending {
 	var first *pending
 	for _, p := range todo {
 		if p.err == nil || p.batched < 2 || !permanent(p.err) || blockedCode(p.err) {

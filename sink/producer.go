@@ -36,6 +36,12 @@ type kafkaSink struct {
 	producers *producers
 	stop      chan struct{} // closed by Close
 
+	// mem bounds the bytes of records sent and not yet answered.
+	mem byteSem
+	// Used by the writing goroutine only (direct.go).
+	roundRobin int32                   // partition of the next null-key record
+	oneByOne   map[topicPartition]bool // partitions whose batch was refused whole in this write
+
 	probing   atomic.Bool   // a probe's request is pending
 	probeDone chan struct{} // closed when probeLoop returns
 
@@ -54,6 +60,8 @@ func newKafkaSink(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer
 		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
 		probeDone:  make(chan struct{}),
+		mem:        byteSem{limit: cfg.MaxInFlightBytes},
+		oneByOne:   map[topicPartition]bool{},
 	}
 	s.health = newHealth(errors.New(notYet), s.m.Connected, log, upMsg)
 	s.producers = &producers{brokers: cfg.Brokers, config: start, onAnswer: onAnswer, stop: s.stop}
@@ -135,7 +143,11 @@ func startProducer(brokers []string, sc *sarama.Config, onAnswer func(*sarama.Pr
 		return nil, err
 	}
 	if onAnswer == nil {
-		idem, err := initIdempotence(client)
+		init := initIdempotence
+		if sc.Producer.Transaction.ID != "" {
+			init = initTransactional
+		}
+		idem, err := init(client)
 		if err != nil {
 			_ = client.Close()
 			return nil, err
