@@ -66,20 +66,30 @@ func (k *kafkaSink) pendings(records []outboxcdc.Record, extra *outboxcdc.Record
 	if extra != nil {
 		n++
 	}
-	pend := make([]pending, n)
-	todo := make([]*pending, n)
 	nh := 0
 	for i := range records {
 		nh += len(records[i].Headers)
 	}
-	hdrs := make([]sarama.RecordHeader, 0, nh)
+	if extra != nil {
+		nh += len(extra.Headers)
+	}
+	// The previous write's slices when no request of it is in flight any
+	// more (an abandoned attempt's may be).
+	b := &k.bufs
+	if k.sending.Load() != 0 || cap(b.pend) < n || cap(b.hdrs) < nh {
+		b.pend = make([]pending, n)
+		b.todo = make([]*pending, n)
+		b.hdrs = make([]sarama.RecordHeader, 0, nh)
+		b.encs = nil
+	}
+	pend, todo, hdrs := b.pend[:n], b.todo[:n], b.hdrs[:0]
 	for i := range pend {
 		r, index := extra, -1
 		if i < len(records) {
 			r, index = &records[i], i
 		}
 		p := &pend[i]
-		p.rec, p.index, p.size = r, index, int64(r.Size())
+		*p = pending{rec: r, index: index, size: int64(r.Size())}
 		if len(r.Headers) > 0 {
 			from := len(hdrs)
 			for _, h := range r.Headers {
@@ -90,6 +100,33 @@ func (k *kafkaSink) pendings(records []outboxcdc.Record, extra *outboxcdc.Record
 		todo[i] = p
 	}
 	return todo
+}
+
+// writeBufs are the slices a write needs, kept for the next one.
+type writeBufs struct {
+	pend []pending
+	todo []*pending
+	hdrs []sarama.RecordHeader
+	encs []*encodeBuf // one per broker of an attempt
+}
+
+// release drops what the finished write's slices point to (records of a
+// batch the pipeline reuses, or of a huge transaction's fragment).
+func (b *writeBufs) release() {
+	clear(b.pend)
+	clear(b.todo)
+	clear(b.hdrs[:cap(b.hdrs)])
+	for _, e := range b.encs {
+		e.reset()
+	}
+}
+
+// releaseBufs drops what the write's slices point to, unless requests of
+// an abandoned attempt still use them.
+func (k *kafkaSink) releaseBufs() {
+	if k.sending.Load() == 0 {
+		k.bufs.release()
+	}
 }
 
 // produceVersion is the ProduceRequest version for the configured Kafka
@@ -112,6 +149,16 @@ func produceVersion(v sarama.KafkaVersion) int16 {
 		return 3
 	}
 }
+
+// pipelineDepth is how many produce requests one attempt keeps in flight
+// on a broker connection (Kafka keeps an idempotent producer's batches in
+// order for up to five).
+const pipelineDepth = 4
+
+// requestTarget is the size at which a partition's records are cut into
+// a further batch (and so a further request), so that a large write goes
+// out as several requests that overlap (pipelineDepth).
+const requestTarget = 256 << 10
 
 // batchOverhead and recordOverhead bound the encoded size of a record batch
 // and of one record in it beyond their keys, values and headers (sarama's
@@ -217,6 +264,7 @@ func (k *kafkaSink) plan(c *producer, todo []*pending) []*brokerWork {
 	}
 
 	limit := k.cfg.MaxMessageBytes
+	target := min(limit, requestTarget)
 	works := map[*sarama.Broker]*brokerWork{}
 	var out []*brokerWork
 	for _, tp := range order {
@@ -264,7 +312,7 @@ func (k *kafkaSink) plan(c *producer, todo []*pending) []*brokerWork {
 					"Attempt to produce message larger than configured Producer.MaxMessageBytes: %d > %d", batchOverhead+n, limit))
 				continue
 			}
-			if len(cur.recs) > 0 && (bytes+n > limit || oneByOne) {
+			if len(cur.recs) > 0 && (bytes+n > target || oneByOne) {
 				flush()
 			}
 			cur.recs = append(cur.recs, p)
@@ -338,6 +386,14 @@ type encodeBuf struct {
 	hdrs []*sarama.RecordHeader
 }
 
+// reset empties e for the next attempt, dropping what it pointed to.
+func (e *encodeBuf) reset() {
+	clear(e.recs)
+	clear(e.ptrs)
+	clear(e.hdrs)
+	e.recs, e.ptrs, e.hdrs = e.recs[:0], e.ptrs[:0], e.hdrs[:0]
+}
+
 func (e *encodeBuf) records(n int) []sarama.Record {
 	if cap(e.recs)-len(e.recs) < n {
 		e.recs = make([]sarama.Record, 0, max(n, 2*cap(e.recs)))
@@ -375,37 +431,38 @@ func (e *encodeBuf) headers(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 // (the attempt's resend set takes them, in order, with a fresh producer).
 // Before each request it waits for room under max_in_flight_bytes; when
 // that wait ends (ctx, Close), the rest is answered errNotSent too.
-func (k *kafkaSink) send(c *producer, w *brokerWork, a *attempt, acquire func(int64) error) {
-	enc := &encodeBuf{}
+func (k *kafkaSink) send(c *producer, w *brokerWork, enc *encodeBuf, a *attempt, acquire func(int64) error) {
+	type answer struct {
+		res *sarama.ProduceResponse
+		err error
+	}
+	n := len(w.rounds)
+	answers := make([]chan answer, n) // nil: not sent
+	sizes := make([]int64, n)
 	var failed map[topicPartition]bool
-	var stopped error
-	for _, round := range w.rounds {
-		var size int64
-		for _, b := range round {
-			size += b.size
-		}
-		var res *sarama.ProduceResponse
-		var err error
-		if stopped == nil {
-			stopped = acquire(size)
-		}
-		sent := stopped == nil
-		if sent {
-			res, err = w.broker.Produce(k.request(c, round, enc))
+	var stopped, connErr error
+	// settle waits for round r's answer and answers its records, in
+	// round order.
+	settle := func(r int) {
+		var ans answer
+		if answers[r] != nil {
+			ans = <-answers[r]
 			a.last.Store(time.Now().UnixNano())
-			if err != nil {
+			if ans.err != nil && connErr == nil {
 				// The connection is in doubt: the next attempt's
 				// producer opens a new one.
+				connErr = ans.err
 				_ = w.broker.Close()
 			}
+			k.mem.release(sizes[r])
 		}
-		for _, b := range round {
-			berr := err
+		for _, b := range w.rounds[r] {
+			berr := ans.err
 			switch {
-			case !sent, failed[b.tp]:
+			case answers[r] == nil, failed[b.tp]:
 				berr = errNotSent
 			case berr == nil:
-				blk := res.GetBlock(b.tp.topic, b.tp.partition)
+				blk := ans.res.GetBlock(b.tp.topic, b.tp.partition)
 				switch {
 				case blk == nil:
 					berr = sarama.ErrIncompleteResponse
@@ -425,9 +482,37 @@ func (k *kafkaSink) send(c *producer, w *brokerWork, a *attempt, acquire func(in
 				p.err = berr
 			}
 		}
-		if sent {
-			k.mem.release(size)
+	}
+	// Up to pipelineDepth requests in flight on the connection: the
+	// broker works on one while the next is encoded and sent. The
+	// sequence numbers keep a partition's batches in order at the broker
+	// (a batch after a refused one is refused too).
+	next := 0
+	for r, round := range w.rounds {
+		for r-next >= pipelineDepth {
+			settle(next)
+			next++
 		}
+		if stopped == nil && connErr == nil {
+			for _, b := range round {
+				sizes[r] += b.size
+			}
+			stopped = acquire(sizes[r])
+		}
+		if stopped != nil || connErr != nil {
+			continue
+		}
+		ch := make(chan answer, 1)
+		err := w.broker.AsyncProduce(k.request(c, round, enc), func(res *sarama.ProduceResponse, err error) {
+			ch <- answer{res, err} // on the broker's reader goroutine: only hand it over
+		})
+		if err != nil {
+			ch <- answer{nil, err} // not sent: no callback comes
+		}
+		answers[r] = ch
+	}
+	for ; next < n; next++ {
+		settle(next)
 	}
 }
 
@@ -436,7 +521,15 @@ func (k *kafkaSink) send(c *producer, w *brokerWork, a *attempt, acquire func(in
 // closed when every record has its answer.
 func (k *kafkaSink) sendAll(c *producer, works []*brokerWork, a *attempt, acquire func(int64) error) <-chan struct{} {
 	var wg sync.WaitGroup
-	for _, w := range works {
+	if k.sending.Load() != 0 {
+		k.bufs.encs = nil // an abandoned attempt's goroutines still use them
+	}
+	for len(k.bufs.encs) < len(works) {
+		k.bufs.encs = append(k.bufs.encs, &encodeBuf{})
+	}
+	for i, w := range works {
+		enc := k.bufs.encs[i]
+		enc.reset()
 		// Sequence numbers in send order, before any goroutine runs.
 		for _, round := range w.rounds {
 			for _, b := range round {
@@ -444,9 +537,11 @@ func (k *kafkaSink) sendAll(c *producer, works []*brokerWork, a *attempt, acquir
 			}
 		}
 		wg.Add(1)
+		k.sending.Add(1)
 		go func() {
 			defer wg.Done()
-			k.send(c, w, a, acquire)
+			defer k.sending.Add(-1)
+			k.send(c, w, enc, a, acquire)
 		}()
 	}
 	done := make(chan struct{})

@@ -91,13 +91,12 @@ func txnVersion(v sarama.KafkaVersion, init bool) int16 {
 // initTransactional gets the transactional id's producer id and a new
 // epoch from its coordinator. That fences every older producer with the
 // id and aborts the transaction it left open.
-func initTransactional(client sarama.Client) (*idempotence, error) {
+func initTransactional(client sarama.Client, tid string, timeout time.Duration) (*idempotence, error) {
 	sc := client.Config()
-	tid := sc.Producer.Transaction.ID
 	req := &sarama.InitProducerIDRequest{
 		Version:            txnVersion(sc.Version, true),
 		TransactionalID:    &tid,
-		TransactionTimeout: sc.Producer.Transaction.Timeout,
+		TransactionTimeout: timeout,
 		ProducerID:         -1,
 		ProducerEpoch:      -1,
 	}
@@ -114,7 +113,7 @@ func initTransactional(client sarama.Client) (*idempotence, error) {
 		return nil, err
 	}
 	return &idempotence{id: res.ProducerID, epoch: res.ProducerEpoch, seq: map[topicPartition]int32{},
-		txn: &txnState{id: tid, timeout: sc.Producer.Transaction.Timeout, added: map[topicPartition]bool{}}}, nil
+		txn: &txnState{id: tid, timeout: timeout, added: map[topicPartition]bool{}}}, nil
 }
 
 // partitionError is an AddPartitionsToTxn failure of one partition.

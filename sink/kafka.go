@@ -107,6 +107,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 	}
 	k.writing.Lock()
 	defer k.writing.Unlock()
+	defer k.releaseBufs()
 	clear(k.oneByOne)
 	start := time.Now()
 	todo := k.pendings(records, nil)

@@ -41,6 +41,8 @@ type kafkaSink struct {
 	// Used by the writing goroutine only (direct.go).
 	roundRobin int32                   // partition of the next null-key record
 	oneByOne   map[topicPartition]bool // partitions whose batch was refused whole in this write
+	bufs       writeBufs
+	sending    atomic.Int32 // goroutines sending requests (of this or an abandoned write)
 
 	probing   atomic.Bool   // a probe's request is pending
 	probeDone chan struct{} // closed when probeLoop returns
@@ -138,16 +140,24 @@ type producer struct {
 }
 
 func startProducer(brokers []string, sc *sarama.Config, onAnswer func(*sarama.ProducerMessage, error)) (*producer, error) {
-	client, err := sarama.NewClient(brokers, sc)
-	if err != nil {
-		return nil, err
-	}
 	if onAnswer == nil {
-		init := initIdempotence
-		if sc.Producer.Transaction.ID != "" {
-			init = initTransactional
+		// sarama's producer settings are not used by the client: the
+		// sink keeps the producer id and sequences itself, with several
+		// requests in flight per connection.
+		tid, timeout := sc.Producer.Transaction.ID, sc.Producer.Transaction.Timeout
+		sc.Producer.Idempotent = false
+		sc.Producer.Transaction.ID = ""
+		sc.Net.MaxOpenRequests = pipelineDepth
+		client, err := sarama.NewClient(brokers, sc)
+		if err != nil {
+			return nil, err
 		}
-		idem, err := init(client)
+		var idem *idempotence
+		if tid != "" {
+			idem, err = initTransactional(client, tid, timeout)
+		} else {
+			idem, err = initIdempotence(client)
+		}
 		if err != nil {
 			_ = client.Close()
 			return nil, err
@@ -155,6 +165,10 @@ func startProducer(brokers []string, sc *sarama.Config, onAnswer func(*sarama.Pr
 		done := make(chan struct{})
 		close(done)
 		return &producer{client: client, idem: idem, done: done}, nil
+	}
+	client, err := sarama.NewClient(brokers, sc)
+	if err != nil {
+		return nil, err
 	}
 	async, err := sarama.NewAsyncProducerFromClient(client)
 	if err != nil {

@@ -378,6 +378,7 @@ func (t *Transactional) WriteAtomic(ctx context.Context, records []outboxcdc.Rec
 // with this call.
 func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
 	start := time.Now()
+	defer t.releaseBufs()
 	clear(t.oneByOne)
 	msgs := t.messages(records, end)
 	// A record the producer would refuse for its size is refused here,
