@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -126,6 +127,25 @@ func (b *writeBufs) release() {
 func (k *kafkaSink) releaseBufs() {
 	if k.sending.Load() == 0 {
 		k.bufs.release()
+	}
+}
+
+// linger holds a write of fewer than batch_bytes for sink.linger (see
+// KafkaConfig.Linger); it returns ctx's error, or a permanent error after
+// Close.
+func (k *kafkaSink) linger(ctx context.Context, bytes float64) error {
+	if k.cfg.Linger <= 0 || bytes >= float64(k.cfg.BatchBytes) {
+		return nil
+	}
+	t := time.NewTimer(k.cfg.Linger)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-k.stop:
+		return closedError()
 	}
 }
 

@@ -17,42 +17,49 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Kafka writes records to Kafka with an idempotent sarama AsyncProducer
-// (acks=all, one request in flight per broker), choosing the partition of a
-// keyed record as the Java client does (JavaPartition).
+// Kafka writes records to Kafka as an idempotent producer (acks=all),
+// choosing the partition of a keyed record as the Java client does
+// (JavaPartition). It builds the produce requests itself on sarama's client
+// (direct.go): a Write's records of one partition become record batches of
+// up to 256 KiB (max_message_bytes at most), each broker gets requests
+// holding its partitions' batches, up to four in flight per connection, and
+// the brokers are written to side by side.
 //
 // # Retries and ordering
 //
-// A Write is a series of attempts. An attempt hands the records still to be
-// delivered to one producer, in order, and waits for an answer to every one
-// of them. sarama itself retries a failed batch once, at once (leader
-// moved, stale metadata), keeping the partition's order; then it fails the
-// batch. Within an attempt, a later batch of the same partition may still
-// succeed after an earlier one failed (sarama bumps the producer epoch and
-// carries on), so re-sending only the failed records could write a key's
-// records out of order. After an attempt the sink therefore re-sends, for
-// every partition that saw a failure, the first failed record and every
-// record after it in that partition — including ones already acknowledged —
-// in their original order. When the partition is unknown (the record failed
-// before one was chosen) the same rule applies to the whole topic.
+// A Write is a series of attempts. An attempt sends the records still to be
+// delivered, in order, and waits for an answer to every one of them. A
+// partition's batches carry consecutive sequence numbers, so the broker
+// appends them in order and refuses a batch that follows a refused one;
+// once a batch of a partition failed, the attempt sends nothing more of it.
+// A batch may still have been appended although its answer was lost, so
+// re-sending only the failed records could write a key's records out of
+// order. After an attempt the sink therefore re-sends, for every partition
+// that saw a failure, the first failed record and every record after it in
+// that partition — including ones already acknowledged — in their original
+// order. When the partition is unknown (the record failed before one was
+// chosen) the same rule applies to the whole topic.
 //
 // The consequence is at-least-once: after a failure a consumer may see some
 // records of a partition twice (at most the records of that partition in
 // one Write), and the copies written last are always in order. Between
 // attempts the sink backs off exponentially (retry_backoff_min doubling up to
 // retry_backoff_max) and starts a new producer, which gets a new producer id
-// from the broker, clears sarama's per-topic circuit breaker and recovers
-// from sequence errors after a broker lost its state. Retryable failures are
+// from the broker, fresh metadata and connections, and recovers from
+// sequence errors after a broker lost its state. Retryable failures are
 // retried until ctx is done; a permanent failure (see IsPermanent) ends the
 // Write at once with an *Error naming the record, topic, partition and Kafka
-// error code.
+// error code. A broker refuses a batch as a whole (MESSAGE_TOO_LARGE,
+// INVALID_RECORD, ...); when such a batch held several records, the
+// partition is sent again one record per batch, so that the error names the
+// record at fault.
 //
 // # Memory
 //
-// The bytes (Record.Size) of records handed to the producer and not yet
-// answered are bounded by max_in_flight_bytes; Write blocks while the bound
-// is reached. Records of an abandoned Write (ctx done, permanent error) stay
-// counted until the producer answers them.
+// The bytes (Record.Size) of records sent and not yet answered are bounded
+// by max_in_flight_bytes; an attempt waits before a request while the bound
+// is reached. Records of an abandoned Write (ctx done) stay counted until
+// their requests are answered or fail.
 type Kafka struct {
 	*kafkaSink
 }
@@ -67,7 +74,7 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	}
 	k := &Kafka{}
 	log = log.With().Str("component", "sink").Str("sink", "kafka").Logger()
-	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig, nil)
+	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig)
 	k.producers.onStart = func(*producer) {
 		k.reached()
 		k.log.Debug().Msg("kafka producer started")
@@ -112,6 +119,9 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 	start := time.Now()
 	todo := k.pendings(records, nil)
 	bytes := recordBytes(records)
+	if err := k.linger(ctx, bytes); err != nil {
+		return err
+	}
 
 	b := retry.New(k.cfg.retryPolicy())
 	var lastErr error

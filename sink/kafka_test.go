@@ -313,7 +313,7 @@ func TestKafkaRetriesFailingPartition(t *testing.T) {
 		Topic:      topic,
 		Partitions: []int32{1},
 		Err:        kerr.NotEnoughReplicas,
-		Count:      innerRetries + 3, // more than one attempt's worth
+		Count:      4, // several attempts in a row
 	})
 	defer h.Remove()
 	if err := k.Write(context.Background(), recs); err != nil {
@@ -541,6 +541,36 @@ func TestKafkaBatchRefusedWholeNamesTheRecord(t *testing.T) {
 		}
 		t.Fatalf("partition holds %q, want the two records before the refused one", vals)
 	}
+}
+
+// TestKafkaLingerHoldsSmallWrites: sink.linger holds a write smaller than
+// sink.batch_bytes before sending it; a write of batch_bytes or more goes
+// at once.
+func TestKafkaLingerHoldsSmallWrites(t *testing.T) {
+	_, addrs := testenv.Kafka(t, kfake.SeedTopics(3, "t"))
+	cfg := testConfig(addrs)
+	cfg.Linger = 1500 * time.Millisecond
+	cfg.BatchBytes = 4096
+	k, _ := newTestKafka(t, cfg)
+	big := []outboxcdc.Record{{Topic: "t", Key: []byte("k"), Value: bytes.Repeat([]byte("x"), 5000)}}
+	if err := k.Write(context.Background(), big); err != nil { // connects
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := k.Write(context.Background(), big); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= cfg.Linger {
+		t.Errorf("a write of batch_bytes took %v: it lingered", took)
+	}
+	start = time.Now()
+	if err := k.Write(context.Background(), []outboxcdc.Record{{Topic: "t", Key: []byte("k"), Value: []byte("small")}}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < cfg.Linger {
+		t.Errorf("a small write took %v, less than sink.linger %v", took, cfg.Linger)
+	}
+	consume(t, addrs, "t", 3)
 }
 
 func TestKafkaRecordTooLargeForClient(t *testing.T) {

@@ -214,7 +214,7 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 	t := &Transactional{tcfg: tcfg, connector: connector, kind: kind, tm: newTxnMetrics(reg)}
 	log = log.With().Str("component", "sink").Str("sink", "kafka-transactional").Str("transactional_id", tcfg.TransactionalID).Logger()
 	t.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: transactional producer not started yet", "kafka reachable, transactional producer ready",
-		t.saramaConfig, nil)
+		t.saramaConfig)
 	t.producers.onStart = func(*producer) {
 		t.tm.inits.Inc()
 		t.reached()
@@ -387,6 +387,9 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 	if err := t.tooLarge(msgs); err != nil {
 		t.m.Permanent.Inc()
 		t.log.Error().Err(err).Msg("record too large for sink.max_message_bytes")
+		return err
+	}
+	if err := t.linger(ctx, recordBytes(records)); err != nil {
 		return err
 	}
 	if t.open != nil {
