@@ -174,8 +174,8 @@ func (p *producer) shutdown() {
 // starts a fresh one: a new producer id (or, transactional, a new epoch),
 // no circuit breaker left open, no stale sequence numbers.
 type producers struct {
-	brokers  []string
-	config   func() (*sarama.Config, error)
+	brokers []string
+	config  func() (*sarama.Config, error)
 	// onStart is called once per started producer, before any caller
 	// gets it (set before first use).
 	onStart func(*producer)
