@@ -211,7 +211,7 @@ func drainBars(db dbResult) []bar {
 	rate := func(s float64) float64 { return float64(d.Rows) / s }
 	bars := []bar{
 		{"raw source read", rate(d.RawReadSeconds), "#7f7f7f"},
-		{"raw produce, sarama (sink settings)", rate(d.RawProduceSaramaSeconds), "#a6a6a6"},
+		{"raw produce, sarama AsyncProducer", rate(d.RawProduceSaramaSeconds), "#a6a6a6"},
 		{"raw produce, franz-go", rate(d.RawProduceFranzSeconds), "#c8c8c8"},
 	}
 	for _, r := range d.Runs {

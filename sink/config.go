@@ -13,9 +13,10 @@ import (
 )
 
 // KafkaConfig configures the Kafka sink. The producer is always idempotent
-// with acks=all and one request in flight per broker, so records of one
-// partition are written in order and never duplicated by the client's own
-// retries; none of that is configurable.
+// with acks=all (up to four requests in flight per broker, kept in order by
+// their sequence numbers), so records of one partition are written in order
+// and never duplicated by the sink's pipelined requests; none of that is
+// configurable.
 type KafkaConfig struct {
 	// Brokers are the bootstrap servers, host:port.
 	Brokers []string `yaml:"brokers"`
@@ -30,12 +31,15 @@ type KafkaConfig struct {
 	// largest single record it accepts (Java: max.request.size). Keep it at
 	// or below the topic's max.message.bytes.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
-	// Linger is how long the producer waits to fill a batch. 0 sends at once
-	// when the connection is idle; under load records still batch, because
-	// the records that arrive while a request is in flight go in the next one.
+	// Linger is how long the sink holds a write smaller than BatchBytes
+	// before sending it, so that under a light load the pipeline gathers
+	// the records arriving meanwhile into the next, larger write (fewer
+	// requests, at the cost of that much latency). 0 sends every write at
+	// once; under load writes are large anyway, because the pipeline gathers
+	// the records that arrive while a write is in flight.
 	Linger time.Duration `yaml:"linger"`
-	// BatchBytes sends a batch before Linger has passed once it holds this
-	// many bytes. Used only when Linger > 0.
+	// BatchBytes is the size (key, value and header bytes) from which a
+	// write is sent without lingering. Used only when Linger > 0.
 	BatchBytes int `yaml:"batch_bytes"`
 	// MaxInFlightBytes bounds the record bytes (Record.Size) handed to the
 	// producer and not yet acknowledged; Write blocks while it is reached.
@@ -155,14 +159,6 @@ func (c *KafkaConfig) Validate() error {
 	return nil
 }
 
-// innerRetries is how often sarama itself re-sends a failed batch (the
-// idempotent producer needs at least 1). Write is the one retry layer that
-// backs off: sarama's own retries are immediate, so that a leader that moved
-// is found at once, and a dead cluster fails an attempt in milliseconds.
-// sarama sleeps its backoff once per record while a partition has no leader,
-// which would stretch an attempt to minutes with a backoff set.
-const innerRetries = 1
-
 // sarama builds the client configuration. cfg must be valid.
 func (c *KafkaConfig) sarama() *sarama.Config {
 	s := sarama.NewConfig()
@@ -170,7 +166,7 @@ func (c *KafkaConfig) sarama() *sarama.Config {
 	if v, err := sarama.ParseKafkaVersion(c.KafkaVersion); err == nil {
 		s.Version = v
 	}
-	s.Net.MaxOpenRequests = 1
+	s.Net.MaxOpenRequests = pipelineDepth
 	s.Net.DialTimeout = c.DialTimeout
 	s.Net.ReadTimeout = c.stallAfter()
 	s.Net.WriteTimeout = c.stallAfter()
@@ -181,27 +177,16 @@ func (c *KafkaConfig) sarama() *sarama.Config {
 	s.Metadata.Full = false
 	s.Metadata.Retry.Max = 0
 
+	// The sink builds its produce requests itself (direct.go): of the
+	// producer settings it takes the timeout, the compression and the
+	// retries of coordinator requests (exactly-once).
 	p := &s.Producer
-	p.Idempotent = true
 	p.RequiredAcks = sarama.WaitForAll
 	p.Timeout = c.ProduceTimeout
 	p.MaxMessageBytes = c.MaxMessageBytes
-	p.Partitioner = newPartitioner
 	_ = p.Compression.UnmarshalText([]byte(c.Compression))
-	p.Return.Successes = true
-	p.Return.Errors = true
-	p.Retry.Max = innerRetries
-	p.Retry.Backoff = 0
-	p.Retry.BackoffFunc = func(int, int) time.Duration { return 0 }
 	p.Transaction.Retry.Max = 3
 	p.Transaction.Retry.Backoff = c.RetryBackoffMin
-	if c.Linger > 0 {
-		p.Flush.Frequency = c.Linger
-		p.Flush.Bytes = c.BatchBytes
-	}
-	// Flush.* all zero: a batch goes out as soon as the broker connection
-	// is free (see Linger).
-	s.ChannelBufferSize = 1024
 	return s
 }
 

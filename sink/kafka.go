@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,45 +17,51 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Kafka writes records to Kafka with an idempotent sarama AsyncProducer
-// (acks=all, one request in flight per broker), choosing the partition of a
-// keyed record as the Java client does (JavaPartition).
+// Kafka writes records to Kafka as an idempotent producer (acks=all),
+// choosing the partition of a keyed record as the Java client does
+// (JavaPartition). It builds the produce requests itself on sarama's client
+// (direct.go): a Write's records of one partition become record batches of
+// up to 256 KiB (max_message_bytes at most), each broker gets requests
+// holding its partitions' batches, up to four in flight per connection, and
+// the brokers are written to side by side.
 //
 // # Retries and ordering
 //
-// A Write is a series of attempts. An attempt hands the records still to be
-// delivered to one producer, in order, and waits for an answer to every one
-// of them. sarama itself retries a failed batch once, at once (leader
-// moved, stale metadata), keeping the partition's order; then it fails the
-// batch. Within an attempt, a later batch of the same partition may still
-// succeed after an earlier one failed (sarama bumps the producer epoch and
-// carries on), so re-sending only the failed records could write a key's
-// records out of order. After an attempt the sink therefore re-sends, for
-// every partition that saw a failure, the first failed record and every
-// record after it in that partition — including ones already acknowledged —
-// in their original order. When the partition is unknown (the record failed
-// before one was chosen) the same rule applies to the whole topic.
+// A Write is a series of attempts. An attempt sends the records still to be
+// delivered, in order, and waits for an answer to every one of them. A
+// partition's batches carry consecutive sequence numbers, so the broker
+// appends them in order and refuses a batch that follows a refused one;
+// once a batch of a partition failed, the attempt sends nothing more of it.
+// A batch may still have been appended although its answer was lost, so
+// re-sending only the failed records could write a key's records out of
+// order. After an attempt the sink therefore re-sends, for every partition
+// that saw a failure, the first failed record and every record after it in
+// that partition — including ones already acknowledged — in their original
+// order. When the partition is unknown (the record failed before one was
+// chosen) the same rule applies to the whole topic.
 //
 // The consequence is at-least-once: after a failure a consumer may see some
 // records of a partition twice (at most the records of that partition in
 // one Write), and the copies written last are always in order. Between
 // attempts the sink backs off exponentially (retry_backoff_min doubling up to
 // retry_backoff_max) and starts a new producer, which gets a new producer id
-// from the broker, clears sarama's per-topic circuit breaker and recovers
-// from sequence errors after a broker lost its state. Retryable failures are
+// from the broker, fresh metadata and connections, and recovers from
+// sequence errors after a broker lost its state. Retryable failures are
 // retried until ctx is done; a permanent failure (see IsPermanent) ends the
 // Write at once with an *Error naming the record, topic, partition and Kafka
-// error code.
+// error code. A broker refuses a batch as a whole (MESSAGE_TOO_LARGE,
+// INVALID_RECORD, ...); when such a batch held several records, the
+// partition is sent again one record per batch, so that the error names the
+// record at fault.
 //
 // # Memory
 //
-// The bytes (Record.Size) of records handed to the producer and not yet
-// answered are bounded by max_in_flight_bytes; Write blocks while the bound
-// is reached. Records of an abandoned Write (ctx done, permanent error) stay
-// counted until the producer answers them.
+// The bytes (Record.Size) of records sent and not yet answered are bounded
+// by max_in_flight_bytes; an attempt waits before a request while the bound
+// is reached. Records of an abandoned Write (ctx done) stay counted until
+// their requests are answered or fail.
 type Kafka struct {
 	*kafkaSink
-	mem byteSem
 }
 
 // NewKafka validates cfg and returns a Kafka sink. It does not wait for the
@@ -67,9 +72,9 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	k := &Kafka{mem: byteSem{limit: cfg.MaxInFlightBytes}}
+	k := &Kafka{}
 	log = log.With().Str("component", "sink").Str("sink", "kafka").Logger()
-	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig, k.answer)
+	k.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: not connected yet", "kafka reachable", cfg.clientConfig)
 	k.producers.onStart = func(*producer) {
 		k.reached()
 		k.log.Debug().Msg("kafka producer started")
@@ -81,44 +86,22 @@ func NewKafka(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer) (*
 	return k, nil
 }
 
-// pending is one record of a Write. The Metadata of the sarama message sent
-// for it points back to the pending, which is how an answer finds its
-// record without a map or an allocation.
+// pending is one record of a Write.
 type pending struct {
 	rec     *outboxcdc.Record
-	key     byteRef
-	value   byteRef
 	headers []sarama.RecordHeader
 	index   int
 	size    int64
-	// Set before each send, read by the answer goroutine.
-	att *attempt
-	// Set by the answer goroutine before it counts the answer.
+	// Set by each attempt: the answer, the partition chosen and the
+	// number of records in the batch that carried the record.
 	err       error
 	partition int32
+	batched   int
 }
 
-// attempt tracks the answers to one attempt's records.
+// attempt is one attempt's progress, for the stall watch.
 type attempt struct {
-	last    atomic.Int64 // unix nanos of the last answer (or the start)
-	left    atomic.Int64
-	done    chan struct{} // closed when every record is answered
-	failed  chan struct{} // closed on the first permanent failure
-	once    sync.Once
-	permErr atomic.Pointer[pending]
-}
-
-func (a *attempt) answered(p *pending) {
-	a.last.Store(time.Now().UnixNano())
-	if p.err != nil && permanent(p.err) && !blockedCode(p.err) {
-		a.once.Do(func() {
-			a.permErr.Store(p)
-			close(a.failed)
-		})
-	}
-	if a.left.Add(-1) == 0 {
-		close(a.done)
-	}
+	last atomic.Int64 // unix nanos of the last answer (or the start)
 }
 
 // Write sends records and returns nil once every one is acknowledged by all
@@ -131,36 +114,13 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 	}
 	k.writing.Lock()
 	defer k.writing.Unlock()
+	defer k.releaseBufs()
+	clear(k.oneByOne)
 	start := time.Now()
-	pend := make([]pending, len(records))
-	nh := 0
-	for i := range records {
-		nh += len(records[i].Headers)
-	}
-	var hdrs []sarama.RecordHeader
-	if nh > 0 {
-		hdrs = make([]sarama.RecordHeader, 0, nh)
-	}
-	var bytes float64
-	todo := make([]*pending, len(records))
-	for i := range records {
-		r := &records[i]
-		p := &pend[i]
-		p.rec = r
-		p.index = i
-		p.size = int64(r.Size())
-		p.key.b = r.Key
-		p.value.b = r.Value
-		if len(r.Headers) > 0 {
-			from := len(hdrs)
-			for _, h := range r.Headers {
-				hdrs = append(hdrs, sarama.RecordHeader{Key: k.headerKeys.get(h.Key), Value: h.Value})
-				bytes += float64(len(h.Key) + len(h.Value))
-			}
-			p.headers = hdrs[from:len(hdrs):len(hdrs)]
-		}
-		bytes += float64(len(r.Key) + len(r.Value))
-		todo[i] = p
+	todo := k.pendings(records, nil)
+	bytes := recordBytes(records)
+	if err := k.linger(ctx, bytes); err != nil {
+		return err
 	}
 
 	b := retry.New(k.cfg.retryPolicy())
@@ -305,71 +265,54 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		return todo, e, nil
 	}
 
-	a := &attempt{done: make(chan struct{}), failed: make(chan struct{})}
-	a.left.Store(int64(len(todo)))
+	a := &attempt{}
 	a.last.Store(time.Now().UnixNano())
-	input := c.async.Input()
-	// New messages for every attempt: sarama may still read a message
-	// after answering it.
-	msgs := make([]sarama.ProducerMessage, len(todo))
-	for i, p := range todo {
-		p.att = a
+	for _, p := range todo {
 		p.err = nil
 		p.partition = -1
-		m := &msgs[i]
-		m.Topic = p.rec.Topic
-		m.Timestamp = p.rec.Timestamp
-		m.Headers = p.headers
-		m.Metadata = p
-		m.Partition = -1
-		if p.rec.Partition != nil {
-			m.Partition = *p.rec.Partition // the route chose it; see partitioner
-		}
-		if p.rec.Key != nil {
-			m.Key = &p.key
-		}
-		if p.rec.Value != nil {
-			m.Value = &p.value
-		}
-		if err := k.mem.acquire(ctx, a.failed, k.stop, p.size); err != nil {
-			if errors.Is(err, errAborted) {
-				return nil, nil, k.permanentFailure(a)
-			}
-			return nil, nil, k.stopped(ctx, err)
-		}
-		select {
-		case input <- m:
-			continue
-		case <-a.failed:
-			err = k.permanentFailure(a)
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-k.stop:
-			err = k.stopped(ctx, errClosed)
-		}
-		k.mem.release(p.size)
-		return nil, nil, err
+		p.batched = 0
 	}
+	works := k.plan(c, todo)
+	done := k.sendAll(c, works, a, func(n int64) error { return k.mem.acquire(ctx, nil, k.stop, n) })
 	watch := newStallWatch(k.cfg.stallAfter(), &a.last)
 	defer watch.stop()
 wait:
 	for {
 		select {
-		case <-a.done:
+		case <-done:
 			break wait
-		case <-a.failed:
-			return nil, nil, k.permanentFailure(a)
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		case <-k.stop:
 			return nil, nil, k.stopped(ctx, errClosed)
 		case <-watch.tick():
 			if err := watch.check(); err != nil {
-				k.failed(err) // Ready reports it; sarama's own deadlines end the attempt
+				k.failed(err) // Ready reports it; the read deadline ends the attempt
 			}
 		}
 	}
-
+	if ctx.Err() != nil {
+		return nil, nil, ctx.Err()
+	}
+	if k.isClosed() {
+		return nil, nil, k.stopped(ctx, errClosed)
+	}
+	if p := k.split(todo); p != nil {
+		// A batch of several records was refused whole: the next attempt
+		// sends its partition's records one per batch, which finds the
+		// record at fault.
+		retry, _, failures := resendSet(todo)
+		k.m.Retryable.Add(float64(failures))
+		e := &Error{Index: p.index, Topic: p.rec.Topic, Partition: p.partition, Err: p.err}
+		k.failed(e)
+		k.producers.retire(c)
+		return retry, e, nil
+	}
+	for _, p := range todo {
+		if p.err != nil && permanent(p.err) && !blockedCode(p.err) {
+			return nil, nil, k.permanentRecord(p)
+		}
+	}
 	retry, first, failures := resendSet(todo)
 	if first == nil {
 		return nil, nil, nil
@@ -438,25 +381,12 @@ func resendSet(todo []*pending) (retry []*pending, first *pending, failures int)
 	return retry, first, failures
 }
 
-// permanentFailure returns the first permanent failure of a.
-func (k *Kafka) permanentFailure(a *attempt) error {
-	p := a.permErr.Load()
+// permanentRecord returns the permanent failure of p.
+func (k *Kafka) permanentRecord(p *pending) error {
 	e := &Error{Index: p.index, Topic: p.rec.Topic, Partition: p.partition, Err: p.err, Permanent: true}
 	k.m.Permanent.Inc()
 	k.log.Error().Err(e).Msg("kafka rejected a record permanently")
 	return e
-}
-
-// answer is called by a connection's answer goroutine for every record.
-func (k *Kafka) answer(msg *sarama.ProducerMessage, err error) {
-	p, ok := msg.Metadata.(*pending)
-	if !ok {
-		return
-	}
-	p.err = err
-	p.partition = msg.Partition
-	k.mem.release(p.size)
-	p.att.answered(p)
 }
 
 // Close stops the sink: a Write in progress returns a permanent error, and
@@ -477,4 +407,23 @@ func (k *Kafka) Close() error {
 	k.closeProducers(deadline)
 	k.log.Info().Msg("kafka sink closed")
 	return nil
+}
+
+// split finds a record that failed permanently in a batch of several
+// records: the broker refuses a batch whole (MESSAGE_TOO_LARGE, INVALID_RECORD,
+// ...), so the record at fault is not known. Its partition is then sent one
+// record per batch for the rest of the Write, and split returns the record;
+// nil when there is none.
+func (k *kafkaSink) split(todo []*pending) *pending {
+	var first *pending
+	for _, p := range todo {
+		if p.err == nil || p.batched < 2 || !permanent(p.err) || blockedCode(p.err) {
+			continue
+		}
+		k.oneByOne[topicPartition{p.rec.Topic, p.partition}] = true
+		if first == nil {
+			first = p
+		}
+	}
+	return first
 }

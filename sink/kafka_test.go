@@ -313,7 +313,7 @@ func TestKafkaRetriesFailingPartition(t *testing.T) {
 		Topic:      topic,
 		Partitions: []int32{1},
 		Err:        kerr.NotEnoughReplicas,
-		Count:      innerRetries + 3, // more than one attempt's worth
+		Count:      4, // several attempts in a row
 	})
 	defer h.Remove()
 	if err := k.Write(context.Background(), recs); err != nil {
@@ -504,6 +504,73 @@ func TestKafkaRecordTooLargeForBroker(t *testing.T) {
 	if err := k.Write(context.Background(), recs[:1]); err != nil {
 		t.Fatalf("write after a permanent error: %v", err)
 	}
+}
+
+// TestKafkaBatchRefusedWholeNamesTheRecord: the broker refuses a record
+// batch as a whole (here MESSAGE_TOO_LARGE for a batch holding one record
+// over the broker's limit after good ones of the same partition). The sink
+// sends that partition one record per batch, so the error names the record
+// at fault, and the good records before it are written.
+func TestKafkaBatchRefusedWholeNamesTheRecord(t *testing.T) {
+	const topic = "t"
+	_, addrs := testenv.Kafka(t, kfake.SeedTopics(3, topic),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
+	k, _ := newTestKafka(t, testConfig(addrs))
+	recs := []outboxcdc.Record{ // one key: one partition, one batch
+		{Topic: topic, Key: []byte("k"), Value: []byte("small-0")},
+		{Topic: topic, Key: []byte("k"), Value: []byte("small-1")},
+		{Topic: topic, Key: []byte("k"), Value: bytes.Repeat([]byte("x"), 10000)},
+		{Topic: topic, Key: []byte("k"), Value: []byte("small-3")},
+	}
+	err := k.Write(context.Background(), recs)
+	var e *Error
+	if !IsPermanent(err) || !errors.As(err, &e) {
+		t.Fatalf("want a permanent error, got %v", err)
+	}
+	if e.Index != 2 || e.Partition != JavaPartition([]byte("k"), 3) {
+		t.Fatalf("error names record %d partition %d, want record 2 partition %d: %v", e.Index, e.Partition, JavaPartition([]byte("k"), 3), err)
+	}
+	if code, ok := Code(err); !ok || code != sarama.ErrMessageSizeTooLarge {
+		t.Fatalf("code %v %v, want MESSAGE_TOO_LARGE", code, ok)
+	}
+	got := consume(t, addrs, topic, 2)
+	if len(got) != 2 || string(got[0].Value) != "small-0" || string(got[1].Value) != "small-1" {
+		var vals []string
+		for _, r := range got {
+			vals = append(vals, string(r.Value))
+		}
+		t.Fatalf("partition holds %q, want the two records before the refused one", vals)
+	}
+}
+
+// TestKafkaLingerHoldsSmallWrites: sink.linger holds a write smaller than
+// sink.batch_bytes before sending it; a write of batch_bytes or more goes
+// at once.
+func TestKafkaLingerHoldsSmallWrites(t *testing.T) {
+	_, addrs := testenv.Kafka(t, kfake.SeedTopics(3, "t"))
+	cfg := testConfig(addrs)
+	cfg.Linger = 1500 * time.Millisecond
+	cfg.BatchBytes = 4096
+	k, _ := newTestKafka(t, cfg)
+	big := []outboxcdc.Record{{Topic: "t", Key: []byte("k"), Value: bytes.Repeat([]byte("x"), 5000)}}
+	if err := k.Write(context.Background(), big); err != nil { // connects
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := k.Write(context.Background(), big); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= cfg.Linger {
+		t.Errorf("a write of batch_bytes took %v: it lingered", took)
+	}
+	start = time.Now()
+	if err := k.Write(context.Background(), []outboxcdc.Record{{Topic: "t", Key: []byte("k"), Value: []byte("small")}}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < cfg.Linger {
+		t.Errorf("a small write took %v, less than sink.linger %v", took, cfg.Linger)
+	}
+	consume(t, addrs, "t", 3)
 }
 
 func TestKafkaRecordTooLargeForClient(t *testing.T) {

@@ -2,8 +2,6 @@ package sink
 
 import (
 	"encoding/binary"
-
-	"github.com/IBM/sarama"
 )
 
 // Murmur2 is the 32-bit murmur2 hash exactly as the Java Kafka client
@@ -51,46 +49,4 @@ func Murmur2(data []byte) int32 {
 // connector.
 func JavaPartition(key []byte, numPartitions int32) int32 {
 	return (Murmur2(key) & 0x7fffffff) % numPartitions
-}
-
-// partitioner is the sarama Partitioner for one topic. A record that names
-// its partition goes there. Keyed records go to
-// JavaPartition over all partitions of the topic (consistency required, so a
-// key never moves while a partition is offline). Null-key records have no
-// order to keep; they go round-robin over the partitions that currently have
-// a leader, as the Java client did before KIP-480.
-//
-// sarama calls Partition from the topic's single dispatch goroutine, so the
-// counter needs no lock.
-type partitioner struct {
-	next int32
-}
-
-func newPartitioner(string) sarama.Partitioner { return &partitioner{} }
-
-func (p *partitioner) Partition(msg *sarama.ProducerMessage, numPartitions int32) (int32, error) {
-	if msg.Partition >= 0 {
-		// The record names its partition (Record.Partition, Debezium's
-		// partition placement); one that does not exist fails the record
-		// with sarama.ErrInvalidPartition, a permanent error.
-		return msg.Partition, nil
-	}
-	if msg.Key == nil {
-		n := p.next % numPartitions
-		p.next = (p.next + 1) & 0x7fffffff
-		return n, nil
-	}
-	key, err := msg.Key.Encode()
-	if err != nil {
-		return -1, err
-	}
-	return JavaPartition(key, numPartitions), nil
-}
-
-func (p *partitioner) RequiresConsistency() bool { return true }
-
-// MessageRequiresConsistency implements sarama.DynamicConsistencyPartitioner:
-// only null-key records may pick among the writable partitions.
-func (p *partitioner) MessageRequiresConsistency(msg *sarama.ProducerMessage) bool {
-	return msg.Key != nil || msg.Partition >= 0
 }

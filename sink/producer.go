@@ -36,6 +36,14 @@ type kafkaSink struct {
 	producers *producers
 	stop      chan struct{} // closed by Close
 
+	// mem bounds the bytes of records sent and not yet answered.
+	mem byteSem
+	// Used by the writing goroutine only (direct.go).
+	roundRobin int32                   // partition of the next null-key record
+	oneByOne   map[topicPartition]bool // partitions whose batch was refused whole in this write
+	bufs       writeBufs
+	sending    atomic.Int32 // goroutines sending requests (of this or an abandoned write)
+
 	probing   atomic.Bool   // a probe's request is pending
 	probeDone chan struct{} // closed when probeLoop returns
 
@@ -45,7 +53,7 @@ type kafkaSink struct {
 }
 
 func newKafkaSink(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer, notYet, upMsg string,
-	start func() (*sarama.Config, error), onAnswer func(*sarama.ProducerMessage, error)) *kafkaSink {
+	start func() (*sarama.Config, error)) *kafkaSink {
 	s := &kafkaSink{
 		cfg:        cfg,
 		log:        log,
@@ -54,9 +62,11 @@ func newKafkaSink(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer
 		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
 		probeDone:  make(chan struct{}),
+		mem:        byteSem{limit: cfg.MaxInFlightBytes},
+		oneByOne:   map[topicPartition]bool{},
 	}
 	s.health = newHealth(errors.New(notYet), s.m.Connected, log, upMsg)
-	s.producers = &producers{brokers: cfg.Brokers, config: start, onAnswer: onAnswer, stop: s.stop}
+	s.producers = &producers{brokers: cfg.Brokers, config: start, stop: s.stop}
 	cfg.warnSecurity(log)
 	return s
 }
@@ -116,55 +126,44 @@ func (s *kafkaSink) closeProducers(deadline time.Time) {
 // closedError is what a Write returns once the sink is closed.
 func closedError() error { return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true} }
 
-// producer is one sarama client and async producer, with the goroutine
-// that hands every answer (success or failure) to onAnswer.
+// producer is one sarama client with the producer identity the sink got
+// at its start: a producer id and epoch from InitProducerId (for the
+// exactly-once sink, of its transactional id), and the sequence numbers
+// continued from them. The sink builds its produce requests itself
+// (direct.go).
 type producer struct {
 	client sarama.Client
-	async  sarama.AsyncProducer
-	done   chan struct{} // answer goroutine finished
+	idem   *idempotence
 }
 
-func startProducer(brokers []string, sc *sarama.Config, onAnswer func(*sarama.ProducerMessage, error)) (*producer, error) {
+func startProducer(brokers []string, sc *sarama.Config) (*producer, error) {
+	// sarama's own producer settings are not used: the sink keeps the
+	// producer id and sequences itself, with several requests in flight
+	// per connection (sarama's client refuses that for its idempotent
+	// producer, which keeps one).
+	tid, timeout := sc.Producer.Transaction.ID, sc.Producer.Transaction.Timeout
+	sc.Producer.Idempotent = false
+	sc.Producer.Transaction.ID = ""
+	sc.Net.MaxOpenRequests = pipelineDepth
 	client, err := sarama.NewClient(brokers, sc)
 	if err != nil {
 		return nil, err
 	}
-	async, err := sarama.NewAsyncProducerFromClient(client)
+	var idem *idempotence
+	if tid != "" {
+		idem, err = initTransactional(client, tid, timeout)
+	} else {
+		idem, err = initIdempotence(client)
+	}
 	if err != nil {
 		_ = client.Close()
 		return nil, err
 	}
-	p := &producer{client: client, async: async, done: make(chan struct{})}
-	go p.answers(onAnswer)
-	return p, nil
+	return &producer{client: client, idem: idem}, nil
 }
 
-func (p *producer) answers(onAnswer func(*sarama.ProducerMessage, error)) {
-	defer close(p.done)
-	ok, fail := p.async.Successes(), p.async.Errors()
-	for ok != nil || fail != nil {
-		select {
-		case m, open := <-ok:
-			if !open {
-				ok = nil
-				continue
-			}
-			onAnswer(m, nil)
-		case e, open := <-fail:
-			if !open {
-				fail = nil
-				continue
-			}
-			onAnswer(e.Msg, e.Err)
-		}
-	}
-}
-
-// shutdown closes the producer once its in-flight records are answered,
-// then the client.
+// shutdown closes the producer's client; requests still in flight fail.
 func (p *producer) shutdown() {
-	p.async.AsyncClose()
-	<-p.done
 	_ = p.client.Close()
 }
 
@@ -175,9 +174,8 @@ func (p *producer) shutdown() {
 // starts a fresh one: a new producer id (or, transactional, a new epoch),
 // no circuit breaker left open, no stale sequence numbers.
 type producers struct {
-	brokers  []string
-	config   func() (*sarama.Config, error)
-	onAnswer func(*sarama.ProducerMessage, error)
+	brokers []string
+	config  func() (*sarama.Config, error)
 	// onStart is called once per started producer, before any caller
 	// gets it (set before first use).
 	onStart func(*producer)
@@ -231,7 +229,7 @@ func (ps *producers) start(d *dialing) {
 	var p *producer
 	sc, err := ps.config()
 	if err == nil {
-		p, err = startProducer(ps.brokers, sc, ps.onAnswer)
+		p, err = startProducer(ps.brokers, sc)
 	}
 	ps.mu.Lock()
 	ps.dial = nil

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -216,7 +214,7 @@ func NewTransactional(cfg KafkaConfig, tcfg TxnConfig, connector, kind string, l
 	t := &Transactional{tcfg: tcfg, connector: connector, kind: kind, tm: newTxnMetrics(reg)}
 	log = log.With().Str("component", "sink").Str("sink", "kafka-transactional").Str("transactional_id", tcfg.TransactionalID).Logger()
 	t.kafkaSink = newKafkaSink(cfg, log, reg, "kafka: transactional producer not started yet", "kafka reachable, transactional producer ready",
-		t.saramaConfig, t.answer)
+		t.saramaConfig)
 	t.producers.onStart = func(*producer) {
 		t.tm.inits.Inc()
 		t.reached()
@@ -380,6 +378,8 @@ func (t *Transactional) WriteAtomic(ctx context.Context, records []outboxcdc.Rec
 // with this call.
 func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
 	start := time.Now()
+	defer t.releaseBufs()
+	clear(t.oneByOne)
 	msgs := t.messages(records, end)
 	// A record the producer would refuse for its size is refused here,
 	// before it can spoil an open transaction (Kafka transactions do not
@@ -387,6 +387,9 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 	if err := t.tooLarge(msgs); err != nil {
 		t.m.Permanent.Inc()
 		t.log.Error().Err(err).Msg("record too large for sink.max_message_bytes")
+		return err
+	}
+	if err := t.linger(ctx, recordBytes(records)); err != nil {
 		return err
 	}
 	if t.open != nil {
@@ -475,7 +478,7 @@ type openTxn struct {
 // it. Any failure aborts the whole transaction, records of the earlier
 // calls included, which cannot be sent again from here: the error wraps
 // outboxcdc.ErrOpenWriteAborted.
-func (t *Transactional) continueOpen(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
+func (t *Transactional) continueOpen(ctx context.Context, msgs []*pending, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
 	start := time.Now()
 	o := t.open
 	if err := t.precheckTopics(ctx, o.p, msgs, o.deadline, len(records), o.records, end); err != nil {
@@ -535,94 +538,33 @@ func (t *Transactional) abortOpen() {
 	t.log.Info().Int("records", o.records).Msg("aborted the open kafka transaction of an unfinished source transaction; none of its records is visible")
 }
 
-// tooLarge returns a permanent *Error for the first message the producer
+// tooLarge returns a permanent *Error for the first record the producer
 // would refuse as larger than max_message_bytes.
-func (t *Transactional) tooLarge(msgs []txnMsg) error {
-	for i := range msgs {
-		m := &msgs[i]
-		pm := sarama.ProducerMessage{Headers: m.headers}
-		if m.key != nil {
-			pm.Key = m.key
-		}
-		if m.value != nil {
-			pm.Value = m.value
-		}
-		if size := pm.ByteSize(2); size > t.cfg.MaxMessageBytes {
-			return &Error{Index: m.index, Topic: m.topic, Partition: -1, Permanent: true,
+func (t *Transactional) tooLarge(msgs []*pending) error {
+	for _, m := range msgs {
+		if size := batchOverhead + wireBytes(m); size > t.cfg.MaxMessageBytes {
+			return &Error{Index: m.index, Topic: m.rec.Topic, Partition: -1, Permanent: true,
 				Err: sarama.ConfigurationError(fmt.Sprintf("record of %d bytes is larger than sink.max_message_bytes (%d)", size, t.cfg.MaxMessageBytes))}
 		}
 	}
 	return nil
 }
 
-// txnMsg is one message of a batch, built once per WriteAtomic; every
-// attempt sends fresh sarama messages made from it.
-type txnMsg struct {
-	topic   string
-	key     *byteRef
-	value   *byteRef
-	headers []sarama.RecordHeader
-	ts      time.Time
-	index   int   // record index; -1 for the progress record
-	part    int32 // -1: by key
-}
-
-func (t *Transactional) messages(records []outboxcdc.Record, end outboxcdc.Position) []txnMsg {
-	msgs := make([]txnMsg, 0, len(records)+1)
-	for i := range records {
-		r := &records[i]
-		m := txnMsg{topic: r.Topic, ts: r.Timestamp, index: i, part: -1}
-		if r.Partition != nil {
-			m.part = *r.Partition
-		}
-		if r.Key != nil {
-			m.key = &byteRef{r.Key}
-		}
-		if r.Value != nil {
-			m.value = &byteRef{r.Value}
-		}
-		if len(r.Headers) > 0 {
-			m.headers = make([]sarama.RecordHeader, len(r.Headers))
-			for j, h := range r.Headers {
-				m.headers[j] = sarama.RecordHeader{Key: t.headerKeys.get(h.Key), Value: h.Value}
-			}
-		}
-		msgs = append(msgs, m)
+// messages are the pending records of a write: records, then (with an
+// end) the progress record, index -1.
+func (t *Transactional) messages(records []outboxcdc.Record, end outboxcdc.Position) []*pending {
+	if end.IsZero() {
+		return t.pendings(records, nil)
 	}
-	if !end.IsZero() {
-		now := time.Now()
-		msgs = append(msgs, txnMsg{
-			topic: t.tcfg.ProgressTopic, ts: now, index: -1, part: -1,
-			key:   &byteRef{[]byte(t.connector)},
-			value: &byteRef{encodeProgress(end, t.tcfg.TransactionalID, now)},
-		})
-	}
-	return msgs
+	now := time.Now()
+	progress := &outboxcdc.Record{Topic: t.tcfg.ProgressTopic, Timestamp: now,
+		Key: []byte(t.connector), Value: encodeProgress(end, t.tcfg.TransactionalID, now)}
+	return t.pendings(records, progress)
 }
 
 // errTxnBudget is wrapped by the error of an attempt that ran out of its
 // share of the transaction timeout.
 var errTxnBudget = errors.New("kafka transaction would outlive sink.transaction_timeout")
-
-// txnAttempt collects the answers to one attempt's messages.
-type txnAttempt struct {
-	last  atomic.Int64 // unix nanos of the last answer (or the start)
-	left  atomic.Int64
-	done  chan struct{}
-	mu    sync.Mutex
-	first *txnFailure // first failure answered
-	fence error
-	perm  *txnFailure
-	// blocked are the failures of records whose topic is unknown or
-	// not authorized.
-	blocked []*txnFailure
-}
-
-// txnRef is a sent message's Metadata: which attempt and record it is.
-type txnRef struct {
-	a     *txnAttempt
-	index int
-}
 
 type txnFailure struct {
 	index     int
@@ -631,34 +573,10 @@ type txnFailure struct {
 	err       error
 }
 
-func (a *txnAttempt) answer(r *txnRef, m *sarama.ProducerMessage, err error) {
-	a.last.Store(time.Now().UnixNano())
-	if err != nil {
-		a.mu.Lock()
-		f := &txnFailure{index: r.index, topic: m.Topic, partition: m.Partition, err: err}
-		if a.first == nil {
-			a.first = f
-		}
-		if a.fence == nil && fencedCode(err) {
-			a.fence = err
-		}
-		if a.perm == nil && permanent(err) && !fencedCode(err) && !blockedCode(err) && !errors.Is(err, sarama.ErrTransactionNotReady) {
-			a.perm = f
-		}
-		if blockedCode(err) {
-			a.blocked = append(a.blocked, f)
-		}
-		a.mu.Unlock()
-	}
-	if a.left.Add(-1) == 0 {
-		close(a.done)
-	}
-}
-
 // attempt runs one transaction: begin, produce every message, wait for
 // every answer, then commit (or, without commit, leave it open in t.open),
 // or abort on any failure.
-func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
+func (t *Transactional) attempt(ctx context.Context, msgs []*pending, records []outboxcdc.Record, end outboxcdc.Position, commit bool) error {
 	p, err := t.producer(ctx)
 	if err != nil {
 		return err
@@ -671,10 +589,7 @@ func (t *Transactional) attempt(ctx context.Context, msgs []txnMsg, records []ou
 	}
 	started := time.Now()
 	deadline := started.Add(t.tcfg.TransactionTimeout * 8 / 10)
-	if err := p.async.BeginTxn(); err != nil {
-		t.discard(p)
-		return t.classify(err, "begin transaction")
-	}
+	clear(p.idem.txn.added) // begin: no partition is in the transaction yet
 	if err := t.produce(ctx, p, msgs, records, end, started, deadline, 0); err != nil {
 		return err
 	}
@@ -703,7 +618,7 @@ func (t *Transactional) overBudget(p *producer, records, earlier int, end outbox
 // produce sends msgs into p's open transaction and waits for every answer.
 // On a failure the transaction is aborted (or p discarded) and the error
 // says which record failed and whether that is permanent.
-func (t *Transactional) produce(ctx context.Context, p *producer, msgs []txnMsg, records []outboxcdc.Record, end outboxcdc.Position, started, deadline time.Time, earlier int) error {
+func (t *Transactional) produce(ctx context.Context, p *producer, msgs []*pending, records []outboxcdc.Record, end outboxcdc.Position, started, deadline time.Time, earlier int) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -713,43 +628,46 @@ func (t *Transactional) produce(ctx context.Context, p *producer, msgs []txnMsg,
 	}
 	timer := time.NewTimer(left)
 	defer timer.Stop()
-	a := &txnAttempt{done: make(chan struct{})}
-	a.left.Store(int64(len(msgs)))
+	for _, m := range msgs {
+		m.err, m.partition, m.batched = nil, -1, 0
+	}
+	works := t.plan(p, msgs)
+	if err := addPartitions(p, works); err != nil {
+		var pe *partitionError
+		switch {
+		case fencedCode(err):
+			t.discard(p)
+			return t.fenced(err, started)
+		case errors.As(err, &pe):
+			// The partition's records fail with its code, as a produce
+			// would have failed them.
+			for _, m := range msgs {
+				if m.err == nil && m.rec.Topic == pe.tp.topic && m.partition == pe.tp.partition {
+					m.err = pe.err
+				}
+			}
+			works = nil
+		default:
+			t.discard(p)
+			return t.classify(err, "adding partitions to the transaction")
+		}
+	}
+	a := &attempt{}
 	a.last.Store(time.Now().UnixNano())
-	input := p.async.Input()
-	refs := make([]txnRef, len(msgs))
-	for i := range msgs {
-		m := &msgs[i]
-		refs[i] = txnRef{a: a, index: m.index}
-		pm := &sarama.ProducerMessage{Topic: m.topic, Timestamp: m.ts, Headers: m.headers, Metadata: &refs[i], Partition: m.part}
-		if m.key != nil {
-			pm.Key = m.key
+	done := t.sendAll(p, works, a, func(n int64) error { return t.mem.acquire(ctx, nil, t.stop, n) })
+	if works == nil {
+		for _, m := range msgs {
+			if m.err == nil {
+				m.err = errNotSent
+			}
 		}
-		if m.value != nil {
-			pm.Value = m.value
-		}
-		var err error
-		select {
-		case input <- pm:
-			continue
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-t.stop:
-			err = closedError()
-		case <-timer.C:
-			return t.overBudget(p, len(records), earlier, end)
-		}
-		// Abandoned mid-send: the open transaction is aborted by the next
-		// InitProducerId (ours or another instance's).
-		t.discard(p)
-		return err
 	}
 	watch := newStallWatch(t.cfg.stallAfter(), &a.last)
 	defer watch.stop()
 wait:
 	for {
 		select {
-		case <-a.done:
+		case <-done:
 			break wait
 		case <-ctx.Done():
 			t.discard(p)
@@ -766,9 +684,37 @@ wait:
 		}
 	}
 
-	a.mu.Lock()
-	first, fence, perm, blocked := a.first, a.fence, a.perm, a.blocked
-	a.mu.Unlock()
+	// The failures in record order; a record not sent because an earlier
+	// batch of its partition failed is a failure only when nothing else is.
+	var first, perm, notSent *pending
+	var fence error
+	var blocked []*txnFailure
+	for _, m := range msgs {
+		switch {
+		case m.err == nil:
+			continue
+		case errors.Is(m.err, errNotSent):
+			if notSent == nil {
+				notSent = m
+			}
+			continue
+		}
+		if first == nil {
+			first = m
+		}
+		if fence == nil && fencedCode(m.err) {
+			fence = m.err
+		}
+		if perm == nil && permanent(m.err) && !fencedCode(m.err) && !blockedCode(m.err) {
+			perm = m
+		}
+		if blockedCode(m.err) {
+			blocked = append(blocked, &txnFailure{index: m.index, topic: m.rec.Topic, partition: m.partition, err: m.err})
+		}
+	}
+	if first == nil {
+		first = notSent
+	}
 	if fence != nil {
 		t.discard(p)
 		return t.fenced(fence, started)
@@ -777,17 +723,19 @@ wait:
 		if aerr := t.abort(p); fencedCode(aerr) {
 			return t.fenced(aerr, started)
 		}
+		if sp := t.split(msgs); sp != nil {
+			// Sent again one record per batch, which names the record at
+			// fault (see Kafka.split).
+			return &Error{Index: sp.index, Topic: sp.rec.Topic, Partition: sp.partition, Err: sp.err}
+		}
 		if perm != nil {
 			t.m.Permanent.Inc()
-			return &Error{Index: perm.index, Topic: perm.topic, Partition: perm.partition, Err: perm.err, Permanent: true}
+			return &Error{Index: perm.index, Topic: perm.rec.Topic, Partition: perm.partition, Err: perm.err, Permanent: true}
 		}
 		if blockedCode(first.err) {
-			// Once one record fails, sarama fails the rest of the
-			// transaction with the same cause: only the first failure's
-			// topic is known to be blocked.
 			var same []*txnFailure
 			for _, f := range blocked {
-				if f.topic == first.topic {
+				if f.topic == first.rec.Topic {
 					same = append(same, f)
 				}
 			}
@@ -795,11 +743,11 @@ wait:
 				return err
 			}
 		}
-		return &Error{Index: first.index, Topic: first.topic, Partition: first.partition, Err: first.err}
+		return &Error{Index: first.index, Topic: first.rec.Topic, Partition: first.partition, Err: first.err}
 	}
 	if t.blocked.any() {
-		for i := range msgs {
-			t.blocked.ok(msgs[i].topic)
+		for _, m := range msgs {
+			t.blocked.ok(m.rec.Topic)
 		}
 		t.blocked.ok(clusterWide)
 	}
@@ -846,23 +794,22 @@ func (t *Transactional) checkBlocked(failures []*txnFailure) error {
 // UnwritableTopicTimeout and, when deadline is set, the open transaction's
 // budget) and then returns a permanent *Error naming its records, leaving
 // an open transaction open. Topics already known cost a map lookup.
-func (t *Transactional) precheckTopics(ctx context.Context, p *producer, msgs []txnMsg, deadline time.Time, records, earlier int, end outboxcdc.Position) error {
+func (t *Transactional) precheckTopics(ctx context.Context, p *producer, msgs []*pending, deadline time.Time, records, earlier int, end outboxcdc.Position) error {
 	b := retry.New(t.cfg.retryPolicy())
 	for {
 		var failures []*txnFailure
 		bad := map[string]error{}
-		for i := range msgs {
-			m := &msgs[i]
-			err, checked := bad[m.topic]
+		for _, m := range msgs {
+			err, checked := bad[m.rec.Topic]
 			if !checked {
-				_, err = p.client.Partitions(m.topic)
+				_, err = p.client.Partitions(m.rec.Topic)
 				if err != nil && !blockedCode(err) {
 					err = nil // anything else is the produce's to find
 				}
-				bad[m.topic] = err
+				bad[m.rec.Topic] = err
 			}
 			if err != nil {
-				failures = append(failures, &txnFailure{index: m.index, topic: m.topic, partition: -1, err: err})
+				failures = append(failures, &txnFailure{index: m.index, topic: m.rec.Topic, partition: -1, err: err})
 			}
 		}
 		if len(failures) == 0 {
@@ -895,7 +842,7 @@ func (t *Transactional) commit(ctx context.Context, p *producer, records []outbo
 	timer := time.NewTimer(left)
 	defer timer.Stop()
 	commitDone := make(chan error, 1)
-	go func() { commitDone <- p.async.CommitTxn() }()
+	go func() { commitDone <- endTxn(p, true) }()
 	var err error
 	select {
 	case err = <-commitDone:
@@ -974,15 +921,14 @@ func permanentTxn(err error) bool {
 // fenced only here, when its records failed with a consequence of the
 // fencing (such as INVALID_TXN_STATE) rather than with the fencing code.
 func (t *Transactional) abort(p *producer) error {
-	if p.async.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
-		t.discard(p)
-		return nil
-	}
-	err := p.async.AbortTxn()
+	err := endTxn(p, false)
 	if err != nil {
 		t.log.Warn().Err(err).Msg("aborting the kafka transaction failed; restarting the producer, which aborts it")
-		t.discard(p)
 	}
+	// A fresh producer either way: after a failed batch the partition's
+	// sequence numbers are in doubt, and InitProducerId (a new epoch)
+	// starts them again.
+	t.discard(p)
 	return err
 }
 
@@ -1026,13 +972,6 @@ func (t *Transactional) producer(ctx context.Context) (*producer, error) {
 		return nil, err
 	}
 	return nil, t.classify(err, "starting the transactional producer")
-}
-
-// answer hands a producer's answer to the attempt that sent the message.
-func (t *Transactional) answer(m *sarama.ProducerMessage, err error) {
-	if r, ok := m.Metadata.(*txnRef); ok {
-		r.a.answer(r, m, err)
-	}
 }
 
 // discard drops p (if current) and closes it in the background; the next
