@@ -52,6 +52,12 @@ type batchConn struct {
 	outer    time.Time // the read deadline the users set
 	batching bool      // SO_RCVLOWAT is batchLowat
 
+	// lastRead is when the last batched read returned data. While
+	// batching, every message the stream decodes came from such a read.
+	// Like batching, buf, r and w, it is only touched by the reading
+	// goroutine.
+	lastRead time.Time
+
 	// buf[r:w] was read ahead by a batched read and not yet returned.
 	buf  []byte
 	r, w int
@@ -115,6 +121,9 @@ func (b *batchConn) Read(p []byte) (n int, err error) {
 	}
 	n, err = b.readBatch(b.buf)
 	b.batches.Add(1)
+	if n > 0 {
+		b.lastRead = time.Now()
+	}
 	b.r, b.w = 0, n
 	n = copy(p, b.buf[:n])
 	b.r = n

@@ -506,7 +506,11 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 			}
 			return fmt.Errorf("replication stream: %w", classify(err))
 		}
-		lastRecv = time.Now()
+		if batch != nil && batch.batching {
+			lastRecv = batch.lastRead // one clock read per batch, not per message
+		} else {
+			lastRecv = time.Now()
+		}
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
