@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pglogrepl"
 )
 
 // Reading a backlog in batches.
@@ -17,24 +19,37 @@ import (
 // wakeup: while a backlog drains, the server is the limit, and the
 // connector spends most of its stream CPU on syscalls and scheduling per
 // ~300-byte message, CPU the walsender on the same host could use. While
-// the server's WAL is known to be far ahead of what was received (a
-// backlog, see Source.stream), the replication socket gets SO_RCVLOWAT
+// the stream reads a backlog (see backlog: the server's WAL end far ahead
+// of what was received, and transactions that committed a second ago or
+// more), the replication socket gets SO_RCVLOWAT
 // batchLowat: the kernel then wakes the reader only once that many bytes
 // are waiting, so one wakeup reads hundreds of messages. A read never waits
 // longer than batchMaxWait for them: when it would, batching is switched
 // off and what is there is read at once (the end of a backlog, or a sparse
-// stream). Live streams (the server's WAL end within backlogBytes of the
-// stream) are read exactly as before, message by message.
+// stream). Live streams are read exactly as before, message by message.
 const (
 	batchLowat   = 64 << 10
 	batchMaxWait = 5 * time.Millisecond
 	// batchReadSize is the size of one batched read.
 	batchReadSize = 2 * batchLowat
 	// backlogBytes is how far (in WAL bytes) the server's WAL end must be
-	// ahead of the last message received for the stream to count as a
-	// backlog.
+	// ahead of the last message received, and backlogAge how long ago the
+	// transaction being read must have committed, for the stream to count
+	// as a backlog.
 	backlogBytes = 4 << 20
+	backlogAge   = time.Second
 )
+
+// backlog reports whether the stream reads a backlog: the server's WAL end
+// (serverWAL, as last read) is far ahead of the last message received,
+// and the transaction being read committed at least backlogAge ago (late).
+// The WAL end is the whole cluster's: other databases' writes move it
+// while this stream's rows are fresh, and batching those would only add
+// latency. late is judged by the server's clock; a server clock ahead of
+// ours only turns batching off.
+func backlog(serverWAL, received pglogrepl.LSN, late bool) bool {
+	return late && serverWAL > received+backlogBytes
+}
 
 // batchConn is the replication connection's socket. Batching is asked for
 // with want; the socket option changes only on the reading goroutine, in

@@ -212,6 +212,8 @@ func TestBacklogReadInBatches(t *testing.T) {
 		}
 	}
 
+	time.Sleep(backlogAge) // the rows are late when read
+
 	src, _ := e.source(cfg, seedCols)
 	r := start(t, src, "", 4)
 	r.waitReady()
@@ -245,6 +247,7 @@ func TestSparseBacklogNotHeld(t *testing.T) {
 	e.fillerWAL(8)
 	e.insertTx("second")
 	e.fillerWAL(8) // still a backlog when "second" is read
+	time.Sleep(backlogAge)
 
 	src, _ := e.source(cfg, seedCols)
 	r := start(t, src, "", 4)
@@ -258,5 +261,27 @@ func TestSparseBacklogNotHeld(t *testing.T) {
 	}
 	if b := src.batch.Load(); b == nil || b.batches.Load() == 0 {
 		t.Fatal("no batched read: the test did not exercise batching")
+	}
+}
+
+// Fresh rows are read message by message even when the server's WAL end
+// is far ahead (the cluster's other databases write a lot): batching them
+// would only add latency.
+func TestFreshRowsNotBatched(t *testing.T) {
+	e := newPgEnv(t)
+	cfg := e.config()
+	cfg.LagInterval = time.Hour // keep the WAL end stored below
+	src, _ := e.source(cfg, seedCols)
+	r := start(t, src, "", 16)
+	r.waitReady()
+	src.serverWAL.Store(1 << 62) // a WAL end far ahead of anything received
+	for i := range 5 {
+		e.insertTx(fmt.Sprint("fresh", i))
+		if tx := r.next(10 * time.Second); ids(tx) != fmt.Sprint("fresh", i) {
+			t.Fatalf("got %s", ids(tx))
+		}
+	}
+	if n := src.batch.Load().batches.Load(); n != 0 {
+		t.Fatalf("%d batched reads of fresh rows", n)
 	}
 }

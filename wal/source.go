@@ -397,6 +397,7 @@ func (s *Source) walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (tim
 func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, rt time.Duration) error {
 	raw := conn.Conn()
 	batch := batchConnOf(raw) // nil: reads are never batched
+	late := false             // the open transaction committed backlogAge ago or more
 	s.batch.Store(batch)
 	stop := make(chan struct{})
 	watcherDone := make(chan struct{})
@@ -545,15 +546,18 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 					return fmt.Errorf("xlogdata: %w", err)
 				}
 				received = max(received, xld.WALStart)
-				if batch != nil {
-					batch.want(pglogrepl.LSN(s.serverWAL.Load()) > received+backlogBytes)
-				}
 				c, err := dec.handle(xld.WALData, xld.WALStart)
 				if err != nil {
 					if errors.Is(err, errProtocol) {
 						return err
 					}
 					return permanent(err)
+				}
+				if batch != nil {
+					if xld.WALData[0] == msgBegin {
+						late = time.Since(dec.commitTime) >= backlogAge
+					}
+					batch.want(backlog(pglogrepl.LSN(s.serverWAL.Load()), received, late))
 				}
 				if c == nil {
 					continue // not a commit, or one sent before this connection
