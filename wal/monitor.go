@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -54,6 +55,7 @@ func (s *Source) monitor(ctx context.Context) {
 			if c == nil {
 				continue
 			}
+			s.readServerWAL(ctx, c)
 			qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 			var lag float64
 			var status string
@@ -88,5 +90,24 @@ func (s *Source) monitor(ctx context.Context) {
 				drop()
 			}
 		}
+	}
+}
+
+// readServerWAL records the server's current WAL end (its replay position
+// on a standby) in s.serverWAL, which tells the stream whether it reads a
+// backlog. On error it is left as it was.
+func (s *Source) readServerWAL(ctx context.Context, db *pgx.Conn) {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	var text string
+	err := db.QueryRow(qctx, `SELECT coalesce(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END, '0/0')::text`).Scan(&text)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Debug().Err(err).Msg("reading the server's WAL end failed")
+		}
+		return
+	}
+	if lsn, err := pglogrepl.ParseLSN(text); err == nil {
+		s.serverWAL.Store(uint64(lsn))
 	}
 }

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"time"
@@ -45,6 +46,15 @@ func (s *Source) netConfig(cfg *pgconn.Config, replication bool) {
 		Control: setTCPUserTimeout,
 	}
 	cfg.DialFunc = d.DialContext
+	if replication {
+		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newBatchConn(c), nil // readconn.go
+		}
+	}
 	cfg.ConnectTimeout = s.cfg.ConnectTimeout
 	rp := cfg.RuntimeParams
 	rp["tcp_keepalives_idle"] = strconv.Itoa(int(keepAliveIdle / time.Second))

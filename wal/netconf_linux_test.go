@@ -23,6 +23,9 @@ func TestConnectionsHaveKeepalives(t *testing.T) {
 
 	sockopts := func(c net.Conn) (keepalive, idle, userTimeout int) {
 		t.Helper()
+		if b := batchConnOf(c); b != nil {
+			c = b.NetConn()
+		}
 		tc, ok := c.(*net.TCPConn)
 		if !ok {
 			t.Skipf("not a TCP connection (%T): the DSN uses a Unix socket", c)

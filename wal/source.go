@@ -86,9 +86,14 @@ type Source struct {
 	// they differ from the derived ones in use (see DeriveName).
 	legacySlot, legacyPub string
 
-	ack     atomic.Uint64 // last Acked LSN
-	ready   atomic.Pointer[readyState]
-	running atomic.Bool
+	ack atomic.Uint64 // last Acked LSN
+	// serverWAL is the server's WAL end as last read (session start, the
+	// lag monitor): the stream reads in batches while it is far ahead of
+	// what was received (readconn.go).
+	serverWAL atomic.Uint64
+	batch     atomic.Pointer[batchConn] // the stream's socket (tests)
+	ready     atomic.Pointer[readyState]
+	running   atomic.Bool
 }
 
 type readyState struct{ err error }
@@ -299,6 +304,7 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 		return false, err
 	}
 
+	s.readServerWAL(ctx, meta)
 	conn, err := s.connectReplication(ctx)
 	if err != nil {
 		return false, err
@@ -390,6 +396,9 @@ func (s *Source) walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (tim
 // error; rt is the receive timeout.
 func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, rt time.Duration) error {
 	raw := conn.Conn()
+	batch := batchConnOf(raw) // nil: reads are never batched
+	late := false             // the open transaction committed backlogAge ago or more
+	s.batch.Store(batch)
 	stop := make(chan struct{})
 	watcherDone := make(chan struct{})
 	go func() {
@@ -498,7 +507,11 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 			}
 			return fmt.Errorf("replication stream: %w", classify(err))
 		}
-		lastRecv = time.Now()
+		if batch != nil && batch.batching {
+			lastRecv = batch.lastRead // one clock read per batch, not per message
+		} else {
+			lastRecv = time.Now()
+		}
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
@@ -539,6 +552,12 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 						return err
 					}
 					return permanent(err)
+				}
+				if batch != nil {
+					if xld.WALData[0] == msgBegin {
+						late = time.Since(dec.commitTime) >= backlogAge
+					}
+					batch.want(backlog(pglogrepl.LSN(s.serverWAL.Load()), received, late))
 				}
 				if c == nil {
 					continue // not a commit, or one sent before this connection
