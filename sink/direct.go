@@ -137,7 +137,12 @@ func (k *kafkaSink) linger(ctx context.Context, bytes float64) error {
 	if k.cfg.Linger <= 0 || bytes >= float64(k.cfg.BatchBytes) {
 		return nil
 	}
-	t := time.NewTimer(k.cfg.Linger)
+	return k.sleep(ctx, k.cfg.Linger)
+}
+
+// sleep waits d; it returns ctx's error, or a permanent error after Close.
+func (k *kafkaSink) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

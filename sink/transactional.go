@@ -293,19 +293,6 @@ func (t *Transactional) load(ctx context.Context) (outboxcdc.Position, error) {
 	return t.readProgress(ctx)
 }
 
-func (t *Transactional) sleep(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.stop:
-		return closedError()
-	}
-}
-
 // progressValue is the JSON value of a progress record.
 type progressValue struct {
 	Format          string `json:"format"`
