@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -47,18 +45,7 @@ func (l *lockedBuffer) String() string {
 // graceful drain bounded by pipeline.shutdown_timeout).
 func TestHALockLossAbortsWithoutCheckpoint(t *testing.T) {
 	admin := testenv.MySQL(t)
-	suffix := fmt.Sprintf("%06d", rand.IntN(1e6))
-	dbName := "ha_abort_" + suffix
-	if _, err := admin.Exec("CREATE DATABASE " + dbName); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + dbName) })
-	mc, err := mysql.ParseDSN(testenv.MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc.DBName = dbName
-	dsn := mc.FormatDSN()
+	dsn, suffix := privateDatabase(t, "ha_abort_")
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)

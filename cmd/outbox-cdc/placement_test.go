@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -120,22 +121,7 @@ func TestLoadPlacementMistakes(t *testing.T) {
 // 200 on /readyz and 503 on /active with the connector "stopped"; when the
 // other stops (SIGTERM), it takes the connector over and streams.
 func TestPlacedReplicaWithoutConnector(t *testing.T) {
-	admin := testenv.MySQL(t)
-	suffix := fmt.Sprintf("%06d", rand.IntN(1e6))
-	dbName := "placed_" + suffix
-	if _, err := admin.Exec("CREATE DATABASE " + dbName); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + dbName) })
-	mc, err := mysql.ParseDSN(testenv.MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc.DBName = dbName
-	dsn := mc.FormatDSN()
-	if _, err := admin.Exec("CREATE TABLE " + dbName + "." + strings.TrimPrefix(testenv.SeedTableMySQL("outbox_message"), "CREATE TABLE ")); err != nil {
-		t.Fatal(err)
-	}
+	dsn, suffix := placedTable(t)
 	_, brokers := testenv.Kafka(t, kfake.GroupMinSessionTimeout(time.Second))
 	name := "placed-" + suffix
 	file := writeFile(t, fmt.Sprintf(`placement:
@@ -233,9 +219,26 @@ connectors:
 // its DSN and a random suffix for names.
 func placedTable(t *testing.T) (dsn, suffix string) {
 	t.Helper()
+	dsn, suffix = privateDatabase(t, "placed_")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, suffix
+}
+
+// privateDatabase creates a MariaDB database named prefix + a random
+// suffix, dropped when the test ends, and returns a DSN that selects it
+// and the suffix (for other names of the test).
+func privateDatabase(t *testing.T, prefix string) (dsn, suffix string) {
+	t.Helper()
 	admin := testenv.MySQL(t)
 	suffix = fmt.Sprintf("%06d", rand.IntN(1e6))
-	dbName := "placed_" + suffix
+	dbName := prefix + suffix
 	if _, err := admin.Exec("CREATE DATABASE " + dbName); err != nil {
 		t.Fatal(err)
 	}
@@ -245,9 +248,6 @@ func placedTable(t *testing.T) (dsn, suffix string) {
 		t.Fatal(err)
 	}
 	mc.DBName = dbName
-	if _, err := admin.Exec("CREATE TABLE " + dbName + "." + strings.TrimPrefix(testenv.SeedTableMySQL("outbox_message"), "CREATE TABLE ")); err != nil {
-		t.Fatal(err)
-	}
 	return mc.FormatDSN(), suffix
 }
 

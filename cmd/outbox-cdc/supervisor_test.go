@@ -5,14 +5,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-cdc/outbox-cdc/ha"
@@ -28,18 +26,7 @@ import (
 // (TestHALockLossAbortsWithoutCheckpoint).
 func TestLockLossReturnsConnectorToStandby(t *testing.T) {
 	admin := testenv.MySQL(t)
-	suffix := fmt.Sprintf("%06d", rand.IntN(1e6))
-	dbName := "sup_lost_" + suffix
-	if _, err := admin.Exec("CREATE DATABASE " + dbName); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Exec("DROP DATABASE IF EXISTS " + dbName) })
-	mc, err := mysql.ParseDSN(testenv.MySQLDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc.DBName = dbName
-	dsn := mc.FormatDSN()
+	dsn, suffix := privateDatabase(t, "sup_lost_")
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
