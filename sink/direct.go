@@ -12,19 +12,20 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
-// The at-least-once sink does not hand records to sarama's AsyncProducer
-// one message at a time. It builds the produce requests itself, with
-// sarama's client (metadata, leaders, connections, TLS, SASL) and sarama's
-// protocol types (ProduceRequest, RecordBatch): every partition's records
-// of an attempt become one record batch (or a few, under
-// max_message_bytes), every leader gets one request holding its
-// partitions' batches, and the requests to different brokers run side by
-// side. The producer is idempotent as sarama's is: a producer id from
-// InitProducerID, and per partition a sequence number that every batch
-// continues, so the broker drops a batch it already holds. Nothing passes
-// through a chain of goroutines per record: the profile of a drain showed
-// sarama's per-message channels, goroutine switches and copies as the
-// largest share of the connector's CPU.
+// Both Kafka sinks build their produce requests themselves, with sarama's
+// client (metadata, leaders, connections, TLS, SASL) and sarama's protocol
+// types (ProduceRequest, RecordBatch), instead of handing records one at a
+// time to sarama's AsyncProducer: the profile of a drain showed its
+// per-message channels, goroutine switches and copies as the largest share
+// of the connector's CPU. An attempt cuts each partition's records into
+// record batches of up to requestTarget (max_message_bytes at most); each
+// leader gets rounds of requests, one batch per partition in a round, up to
+// pipelineDepth of them in flight on its connection; the brokers are written
+// to side by side. The producer is idempotent as sarama's is: a producer id
+// from InitProducerId, and per partition a sequence number that every batch
+// continues, so the broker appends a partition's batches in order and drops
+// a batch it already holds. The exactly-once sink's transaction protocol is
+// in directtxn.go.
 
 // idempotence is one producer's identity at the brokers and its next
 // sequence number per partition. Used by the writing goroutine only.
@@ -365,6 +366,7 @@ func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sa
 		recs := enc.records(len(b.recs))
 		ptrs := enc.pointers(len(b.recs))
 		var first time.Time
+		var maxDelta time.Duration
 		for i, p := range b.recs {
 			ts := p.rec.Timestamp
 			if ts.IsZero() {
@@ -376,14 +378,11 @@ func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sa
 			}
 			r := &recs[i]
 			*r = sarama.Record{Key: p.rec.Key, Value: p.rec.Value, TimestampDelta: ts.Sub(first), OffsetDelta: int64(i)}
+			maxDelta = max(maxDelta, r.TimestampDelta)
 			if len(p.headers) > 0 {
 				r.Headers = enc.headers(p.headers)
 			}
 			ptrs[i] = r
-		}
-		var maxDelta time.Duration
-		for _, r := range ptrs {
-			maxDelta = max(maxDelta, r.TimestampDelta)
 		}
 		batch := &sarama.RecordBatch{
 			Version:          2,

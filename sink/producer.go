@@ -172,7 +172,7 @@ func (p *producer) shutdown() {
 // shared by concurrent callers — and retires producers in the background.
 // After a failed attempt a sink retires its producer and the next get
 // starts a fresh one: a new producer id (or, transactional, a new epoch),
-// no circuit breaker left open, no stale sequence numbers.
+// fresh metadata and connections, no stale sequence numbers.
 type producers struct {
 	brokers []string
 	config  func() (*sarama.Config, error)
