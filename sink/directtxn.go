@@ -20,9 +20,8 @@ import (
 // txnState is the transaction part of a transactional producer's
 // idempotence. Used by the writing goroutine only.
 type txnState struct {
-	id      string
-	timeout time.Duration
-	added   map[topicPartition]bool // partitions added to the open transaction
+	id    string
+	added map[topicPartition]bool // partitions added to the open transaction
 }
 
 // coordinatorCall sends a request to the transaction coordinator with
@@ -113,7 +112,7 @@ func initTransactional(client sarama.Client, tid string, timeout time.Duration) 
 		return nil, err
 	}
 	return &idempotence{id: res.ProducerID, epoch: res.ProducerEpoch, seq: map[topicPartition]int32{},
-		txn: &txnState{id: tid, timeout: timeout, added: map[topicPartition]bool{}}}, nil
+		txn: &txnState{id: tid, added: map[topicPartition]bool{}}}, nil
 }
 
 // partitionError is an AddPartitionsToTxn failure of one partition.
