@@ -174,14 +174,14 @@ type rowReader struct {
 	row     int // rows read so far
 }
 
-func newRowReader(widths []colWidth, present []byte, data []byte) (*rowReader, error) {
-	r := &rowReader{widths: widths, present: present, ncols: len(widths), data: data}
+func newRowReader(widths []colWidth, present []byte, data []byte) (rowReader, error) {
+	r := rowReader{widths: widths, present: present, ncols: len(widths), data: data}
 	if len(present) < (r.ncols+7)/8 {
-		return nil, fmt.Errorf("column bitmap of %d bytes for %d columns", len(present), r.ncols)
+		return r, fmt.Errorf("column bitmap of %d bytes for %d columns", len(present), r.ncols)
 	}
 	n := bitmapOnes(present, r.ncols)
 	if n == 0 {
-		return nil, fmt.Errorf("row image without columns")
+		return r, fmt.Errorf("row image without columns")
 	}
 	r.nulls = (n + 7) / 8
 	return r, nil
