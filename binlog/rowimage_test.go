@@ -304,7 +304,14 @@ func TestRowImageSameAsGoMySQL(t *testing.T) {
 				t.Fatalf("read itself %d events, left %d to go-mysql; want all left to go-mysql", own.st.fastEvents, own.st.slowEvents)
 			}
 			// The values are the ones written, not two equal misreadings.
-			first := own.sent[0].Events[0]
+			// (Transactions without rows: positions of other tests' ones.)
+			var withRows []outboxcdc.Tx
+			for _, tx := range own.sent {
+				if len(tx.Events) > 0 {
+					withRows = append(withRows, tx)
+				}
+			}
+			first := withRows[0].Events[0]
 			if first.MessageID != "m-1-null" || !strings.HasPrefix(string(first.Payload), `{"n": 1, `) {
 				t.Fatalf("first event %q payload %q", first.MessageID, first.Payload)
 			}
@@ -314,7 +321,7 @@ func TestRowImageSameAsGoMySQL(t *testing.T) {
 						t.Errorf("column %s of the all-NULL row: %q", c.Name, c.Value)
 					}
 				}
-				second := own.sent[1].Events[0]
+				second := withRows[1].Events[0]
 				if c, _ := second.Column("c_vc300"); len([]rune(string(c.Value))) != 300 || len(c.Value) != 1200 {
 					t.Errorf("c_vc300 of the longest row: %d bytes", len(c.Value))
 				}
