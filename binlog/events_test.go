@@ -175,9 +175,9 @@ func newEventStream(t *testing.T, cols outboxcdc.Columns) *eventStream {
 		t.Fatal(err)
 	}
 	match := resolvedTable{db: "shop", table: "outbox"}.matcher()
-	dec := &rowDecoder{match: match}
+	dec := newDeferringDecoder(match) // as the session's syncer
 	es := &eventStream{t: t, parser: testParser(t, dec), offset: 4}
-	es.st = newStream(src, Pos{File: "binlog.000001", Offset: 4}, streamEnv{ctx: context.Background(), match: match},
+	es.st = newStream(src, Pos{File: "binlog.000001", Offset: 4}, streamEnv{ctx: context.Background(), match: match, rowsDec: dec},
 		func(tx outboxcdc.Tx) error { es.sent = append(es.sent, tx); return nil })
 	es.feed(formatDescription(mysql8FDE))
 	return es

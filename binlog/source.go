@@ -274,7 +274,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	s.killPreviousDump(ctx, db, boot)
 
 	match := info.match
-	decoder := &rowDecoder{match: match}
+	decoder := newDeferringDecoder(match)
 	// The dump connection's reads time out after read_timeout of silence
 	// from the server, counted only while waiting for it (netconn.go).
 	dial := newDumpDialer(s.cfg.ReadTimeout)
@@ -344,7 +344,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 			return ctx.Err()
 		}
 	}
-	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, mariadb: info.flavor == mysql.MariaDBFlavor}, send)
+	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, mariadb: info.flavor == mysql.MariaDBFlavor, rowsDec: decoder}, send)
 	for {
 		ev, err := streamer.GetEvent(ctx)
 		if err != nil {

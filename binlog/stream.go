@@ -57,6 +57,10 @@ type stream struct {
 	lastDDL  *ddlEvent    // that statement
 	fde      *replication.FormatDescriptionEvent
 	payload  *replication.BinlogParser // for compressed transactions (decode.go)
+
+	// INSERT rows events read by the stream itself and left to go-mysql
+	// (rowimage.go); for tests.
+	fastEvents, slowEvents int
 }
 
 // streamEnv is what a stream needs of its session: the table matcher the
@@ -66,6 +70,10 @@ type streamEnv struct {
 	db      *sql.DB
 	match   *tableMatcher
 	mariadb bool // the server is MariaDB (its table maps count YEAR as numeric)
+	// rowsDec is the syncer's row decoder when it leaves the outbox
+	// tables' INSERT rows to the stream (decode.go); nil: they arrive
+	// decoded.
+	rowsDec *rowDecoder
 }
 
 // newStream starts assembling at start (a plain position, or one with a
@@ -266,21 +274,38 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, en
 	if !st.inTx {
 		st.begin(ev)
 	}
+	at := binlogPoint{st.file, endPos}
+	body, deferred := st.rowsDec.takeDeferred(e)
 	if !st.wants() {
 		// Delivered before (read again from a restart point) or counted
 		// ahead of a second read: the rows are numbered, not decoded, so
 		// neither are their columns needed. The second read, which sends
 		// them, maps and checks them.
-		st.g.ordinal += len(e.Rows)
+		n := len(e.Rows)
+		if deferred {
+			var err error
+			if n, err = st.countRows(e, body, at); err != nil {
+				return err
+			}
+		}
+		st.g.ordinal += n
 		return nil
 	}
 	// The columns these rows were written with (schema.go).
-	at := binlogPoint{st.file, endPos}
 	ts := st.table(e.Table)
 	if err := st.ensureLayout(ts, e.Table, at); err != nil {
 		return err
 	}
 	l := ts.layout
+	if deferred {
+		if fastEvent(ev, e, l) {
+			return st.fastRows(ev, e, body, ts, at)
+		}
+		st.slowEvents++
+		if err := st.rowsDec.decodeInsert(e, body.pos, body.data); err != nil {
+			return fmt.Errorf("%w: rows event of %s at %s: %w", ErrUnsupported, ts.key, at, err)
+		}
+	}
 	if err := l.checkImage(e, at); err != nil {
 		return err
 	}
@@ -303,6 +328,65 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, en
 		}
 	}
 	return nil
+}
+
+// fastRows takes the rows of an undecoded INSERT rows event as rows does,
+// reading the columns the Events take from the row images (rowimage.go).
+// Every row's bounds are checked before the first is taken.
+func (st *stream) fastRows(ev *replication.BinlogEvent, e *replication.RowsEvent, body rowsBody, ts *tableState, at binlogPoint) error {
+	st.fastEvents++
+	l := ts.layout
+	f := l.fast
+	data := body.data[body.pos:]
+	n, err := countRows(f.widths, e.ColumnBitmap1, data)
+	if err != nil {
+		return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+	}
+	r, err := newRowReader(f.widths, e.ColumnBitmap1, data)
+	if err != nil {
+		return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+	}
+	origin := st.origin(ev)
+	st.g.reserve(n, st.rowsHint)
+	for range n {
+		if !st.wants() {
+			if _, err := r.next(nil, nil); err != nil {
+				return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+			}
+			st.g.ordinal++ // over the memory bound: counted, not decoded into an Event
+			continue
+		}
+		if _, err := r.next(f.take, f.spans); err != nil {
+			return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+		}
+		evt := l.eventAt(data)
+		evt.Origin = origin
+		evt.Schema, evt.Table = ts.key.db, ts.key.table
+		if err := st.row(evt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// countRows counts the rows of an undecoded INSERT rows event without
+// decoding them, or decodes them with go-mysql when their widths are not
+// known with certainty (rowimage.go).
+func (st *stream) countRows(e *replication.RowsEvent, body rowsBody, at binlogPoint) (int, error) {
+	tm := e.Table
+	if int(e.ColumnCount) == len(tm.ColumnType) {
+		if ws, why := colWidths(tm.ColumnType, tm.ColumnMeta); why == "" {
+			n, err := countRows(ws, e.ColumnBitmap1, body.data[body.pos:])
+			if err != nil {
+				return 0, fmt.Errorf("%w: rows event of %s.%s at %s: %v", ErrUnsupported, tm.Schema, tm.Table, at, err)
+			}
+			return n, nil
+		}
+	}
+	if err := st.rowsDec.decodeInsert(e, body.pos, body.data); err != nil {
+		return 0, fmt.Errorf("%w: rows event of %s.%s at %s: %w", ErrUnsupported, tm.Schema, tm.Table, at, err)
+	}
+	return len(e.Rows), nil
 }
 
 // origin is "mariadb-bin.000003:1234" (the rows event's offset), plus the

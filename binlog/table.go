@@ -43,6 +43,11 @@ type layout struct {
 	messageID, aggregateType, aggregateID, eventType, payload int
 	cols                                                      []colInfo // per binlog column
 	extra                                                     []extraColumn
+
+	// fast reads the Event's columns from row images (rowimage.go); nil
+	// when go-mysql decodes this layout's rows, for the reason fastWhy.
+	fast    *fastLayout
+	fastWhy string
 }
 
 type extraColumn struct {
@@ -214,6 +219,7 @@ func resolveLayout(tm *replication.TableMapEvent, cols []colInfo, roles outboxcd
 				ErrUnsupported, c.name, table)
 		}
 	}
+	l.fast, l.fastWhy = newFastLayout(l)
 	return l, nil
 }
 
