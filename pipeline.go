@@ -44,7 +44,8 @@ type Router interface {
 //	3 × (MaxBatchBytes + F) + QueueBytes + F,   F = one fragment or unfragmented transaction
 //
 // in record bytes (Record.Size, plus the rows' other fields), plus the
-// source's own bounded read buffers and the Kafka sink's
+// source's own bounded read buffers, its pool of released Events slices
+// (MaxPooledEvents, about 1.6 MB) and the Kafka sink's
 // max_in_flight_bytes, however long an outage lasts and however large a
 // transaction is. With the defaults and fragmenting sources that is about
 // 3 × 8 + 2 + 4 MiB of rows, 16 MiB in the producer and the source's
