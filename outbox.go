@@ -75,7 +75,9 @@ type Column struct {
 // the other columns the route asked for, in the order it asked for them.
 //
 // Payload and Extra values are handed on uncopied into Record values and
-// headers: a source must not reuse their buffers after sending the Tx.
+// headers: a source must not reuse their buffers after sending the Tx. The
+// Event structs themselves may be reused once the Tx is released (see
+// Tx.Pool), so nothing may keep a pointer to one.
 type Event struct {
 	MessageID     string
 	AggregateType string
@@ -139,6 +141,24 @@ type Tx struct {
 	CommitTime time.Time
 	// More says further fragments of the same source transaction follow.
 	More bool
+	// Pool, when set, is the source's pool that Events came from: the
+	// consumer of the Tx gives the slice back with Release once it reads
+	// none of the Events any more, and the source fills it again for a
+	// later transaction. A consumer that never releases only costs the
+	// source an allocation.
+	Pool *EventPool
+}
+
+// Release gives tx.Events back to tx.Pool (if set), to be zeroed and
+// reused: the caller must not read or write any of the Events afterwards,
+// nor keep a pointer to one, and must release a Tx once (a copy of it is
+// the same Tx). What the Events point to (payloads, strings, Extra) is not
+// reused and may stay shared. The pipeline releases a Tx after the records
+// made from it were acknowledged.
+func (tx *Tx) Release() {
+	if tx.Pool != nil {
+		tx.Pool.Put(tx.Events)
+	}
 }
 
 // Fragment bounds: a source holds at most this much of one transaction in

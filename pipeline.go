@@ -15,7 +15,9 @@ import (
 
 // Router turns one outbox event into one record. It is pure: no I/O. A row
 // that cannot be routed yields a *BadRowError. Called from the pipeline's
-// batching goroutine only.
+// batching goroutine only. The record may share ev's payload, strings and
+// Extra values, but must not point into *ev itself: the source reuses the
+// Event once the record is written (Tx.Pool).
 type Router interface {
 	Route(ev *Event) (Record, error)
 }
@@ -42,7 +44,8 @@ type Router interface {
 //	3 × (MaxBatchBytes + F) + QueueBytes + F,   F = one fragment or unfragmented transaction
 //
 // in record bytes (Record.Size, plus the rows' other fields), plus the
-// source's own bounded read buffers and the Kafka sink's
+// source's own bounded read buffers, its pool of released Events slices
+// (MaxPooledEvents, about 1.6 MB) and the Kafka sink's
 // max_in_flight_bytes, however long an outage lasts and however large a
 // transaction is. With the defaults and fragmenting sources that is about
 // 3 × 8 + 2 + 4 MiB of rows, 16 MiB in the producer and the source's
@@ -294,6 +297,10 @@ type batch struct {
 	records []Record
 	// events[i] is the row records[i] was made from.
 	events []*Event
+	// pooled are the transactions whose Events slices came from their
+	// source's pool: released once the batch is written (recycle), when
+	// events and the dead-letter and error paths read them no more.
+	pooled []Tx
 	// dead holds the records replaced by dead-letter records, by index;
 	// nil while there are none.
 	dead map[int]*deadEntry
@@ -328,11 +335,17 @@ func (p *Pipeline) newBatch(inTx bool) *batch {
 }
 
 // recycle empties a written batch for reuse, dropping its references to the
-// rows so their memory can be collected.
+// rows so their memory can be collected, and gives the transactions'
+// Events slices back to their sources. Records do not point into Events
+// (Router), so what the sink may still hold is unaffected.
 func (p *Pipeline) recycle(b *batch) {
 	clear(b.records)
 	clear(b.events)
-	*b = batch{records: b.records[:0], events: b.events[:0], marks: b.marks[:0]}
+	for i := range b.pooled {
+		b.pooled[i].Release()
+	}
+	clear(b.pooled)
+	*b = batch{records: b.records[:0], events: b.events[:0], marks: b.marks[:0], pooled: b.pooled[:0]}
 	select {
 	case p.spare <- b:
 	default:
@@ -709,6 +722,11 @@ type sourceRun struct {
 func (p *Pipeline) add(b *batch, tx Tx) error {
 	if !b.open {
 		b.openFrom = len(b.records)
+	}
+	if tx.Pool != nil && cap(tx.Events) > 0 {
+		// Kept whatever happens to its records here: a row cut off by
+		// truncate is read by nothing once the batch is written.
+		b.pooled = append(b.pooled, Tx{Events: tx.Events, Pool: tx.Pool})
 	}
 	for i := range tx.Events {
 		ev := &tx.Events[i]

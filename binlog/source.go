@@ -72,6 +72,9 @@ type Source struct {
 	lastAck         atomic.Pointer[outboxcdc.Position]
 	emptyTxInterval time.Duration
 	curFile         atomic.Pointer[string] // binlog file being read, from rotate events
+	// pool holds the Events slices of the transactions sent, given back by
+	// the pipeline once written (outboxcdc.Tx.Pool).
+	pool *outboxcdc.EventPool
 
 	// noFinalFlag makes the source read MariaDB as it reads MySQL, which
 	// marks no group as transactional-only (tests of the look-ahead).
@@ -133,6 +136,7 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		qualifiedTable:  dc.DBName + "." + cfg.Table,
 		notReady:        errors.New("binlog source not started"),
 		emptyTxInterval: emptyTxInterval,
+		pool:            new(outboxcdc.EventPool),
 	}
 	if len(cfg.Tables) > 0 {
 		if s.pats, err = parseTables(cfg.Tables, dc.DBName); err != nil {

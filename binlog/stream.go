@@ -460,16 +460,20 @@ func (st *stream) deliver(events []outboxcdc.Event, commitTime time.Time, closes
 		events[i].CommitTime = commitTime
 	}
 	st.src.m.EventsRead.Add(float64(len(events)))
+	pool := st.src.pool
 	if len(events) == 0 {
+		pool.Put(events)
 		events = nil
 	} else {
 		st.rowsHint = len(events)
 		if cap(events) > 2*len(events) {
 			// Room reserved for a larger transaction than this one: do
 			// not hold it while the rows wait for delivery.
-			events = append(make([]outboxcdc.Event, 0, len(events)), events...)
+			small := append(pool.Get(len(events)), events...)
+			pool.Put(events)
+			events = small
 		}
 	}
 	st.lastEmit = now
-	return st.send(outboxcdc.Tx{Events: events, End: st.endPos(), CommitTime: commitTime})
+	return st.send(outboxcdc.Tx{Events: events, End: st.endPos(), CommitTime: commitTime, Pool: pool})
 }

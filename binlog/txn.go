@@ -62,7 +62,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +104,9 @@ type group struct {
 	xaStarted bool      // its XA START was read (a later XA COMMIT in it is ONE PHASE)
 	skip      bool      // delivered before: read again from a restart point only for its XA state
 	plan      *txPlan   // the Run's plan for this group, if any
+	// pool is where events come from (Source.pool); they go out in a Tx
+	// with Pool set, and the pipeline gives them back.
+	pool *outboxcdc.EventPool
 
 	ordinal    int // outbox rows read so far, whether taken back later or not
 	survivors  int // rows the plan keeps, read so far
@@ -164,7 +166,7 @@ type xaPending struct {
 // none). mariaFlags are the MariaDB GTID event's flags.
 func (st *stream) newGroup(ev *replication.BinlogEvent, mariaFlags byte) {
 	off := startOf(ev)
-	g := group{open: true, start: st.pos.Clone(), startTime: time.Unix(int64(ev.Header.Timestamp), 0)}
+	g := group{open: true, start: st.pos.Clone(), startTime: time.Unix(int64(ev.Header.Timestamp), 0), pool: st.src.pool}
 	switch e := ev.Event.(type) {
 	case *replication.MariadbGTIDEvent:
 		var b strings.Builder
@@ -249,8 +251,9 @@ func eventSize(e *outboxcdc.Event) int {
 
 // reserve makes room for n more held rows before they are decoded. A
 // group's first rows get room for hint rows (the size of the last
-// transaction, so a stream of equal transactions allocates each one's
-// events once), capped at the fragment bound; later growth doubles.
+// transaction, so a stream of equal transactions takes one slice from the
+// pool for each, which the pipeline gives back), capped at the fragment
+// bound; later growth doubles.
 func (g *group) reserve(n, hint int) {
 	need := len(g.events) + n
 	if need <= cap(g.events) {
@@ -260,7 +263,7 @@ func (g *group) reserve(n, hint int) {
 	if len(g.events) == 0 {
 		want = max(need, min(hint, outboxcdc.MaxFragmentEvents))
 	}
-	g.events = slices.Grow(g.events, want-len(g.events))
+	g.events = g.pool.Grow(g.events, want-len(g.events))
 }
 
 func (g *group) hold(e outboxcdc.Event) {
@@ -309,6 +312,7 @@ func (st *stream) row(e outboxcdc.Event) error {
 	// Rows a later ROLLBACK TO SAVEPOINT or ROLLBACK may take back: count
 	// the rest without holding them, and read the group again at its end.
 	g.scanning = true
+	g.pool.Put(g.events)
 	g.events, g.bytes = nil, 0
 	if !g.skip {
 		st.src.log.Info().Str("transaction", g.id).Int("rows", g.ordinal).
@@ -328,7 +332,7 @@ func (st *stream) sendFragment(g *group) error {
 		g.events[i].CommitTime = ct
 	}
 	st.src.m.EventsRead.Add(float64(n))
-	tx := outboxcdc.Tx{Events: g.events, CommitTime: ct, More: true}
+	tx := outboxcdc.Tx{Events: g.events, CommitTime: ct, More: true, Pool: st.src.pool}
 	g.events, g.bytes = nil, 0
 	if err := st.send(tx); err != nil {
 		return err

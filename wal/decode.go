@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 	"unsafe"
 
@@ -100,6 +99,9 @@ type decoder struct {
 	txBytes    int
 	pieces     int // fragments of the open transaction handed on
 	rowsHint   int // events of the last transaction with any (hold)
+	// pool is where events come from (Source.pool); they go out in a Tx
+	// with Pool set, and the pipeline gives them back.
+	pool *outboxcdc.EventPool
 
 	// skipBelow: a transaction whose commit LSN is below it was handed on
 	// before (the stream's start position); skipTx marks the open one so.
@@ -151,15 +153,15 @@ func (d *decoder) full() bool {
 
 // hold appends ev to the open transaction. A transaction's first event
 // gets room for as many as the last transaction had (rowsHint), so a
-// stream of equal transactions allocates each one's events once instead
-// of growing them by doubling.
+// stream of equal transactions takes one slice from the pool for each
+// (which the pipeline gives back) instead of growing it by doubling.
 func (d *decoder) hold(ev outboxcdc.Event) {
 	if len(d.events) == cap(d.events) {
 		more := cap(d.events)
 		if len(d.events) == 0 {
 			more = max(1, min(d.rowsHint, outboxcdc.MaxFragmentEvents))
 		}
-		d.events = slices.Grow(d.events, more)
+		d.events = d.pool.Grow(d.events, more)
 	}
 	d.events = append(d.events, ev)
 }
@@ -167,7 +169,7 @@ func (d *decoder) hold(ev outboxcdc.Event) {
 // fragment hands on the events of the open transaction decoded so far.
 func (d *decoder) fragment() *txOut {
 	out := &txOut{final: d.final, commitTime: d.commitTime, events: d.events, bytes: d.txBytes, more: true, pieces: d.pieces}
-	d.events = make([]outboxcdc.Event, 0, len(out.events))
+	d.events = d.pool.Get(len(out.events))
 	d.txBytes = 0
 	d.pieces++
 	return out
@@ -219,7 +221,9 @@ func (d *decoder) handle(data []byte, lsn pglogrepl.LSN) (*txOut, error) {
 			if cap(d.events) > 2*n {
 				// Room reserved for a larger transaction than this one:
 				// not held while the rows wait for delivery.
-				d.events = append(make([]outboxcdc.Event, 0, n), d.events...)
+				small := append(d.pool.Get(n), d.events...)
+				d.pool.Put(d.events)
+				d.events = small
 			}
 		}
 		c := &txOut{

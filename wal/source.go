@@ -94,6 +94,10 @@ type Source struct {
 	batch     atomic.Pointer[batchConn] // the stream's socket (tests)
 	ready     atomic.Pointer[readyState]
 	running   atomic.Bool
+
+	// pool holds the Events slices of the transactions sent, given back by
+	// the pipeline once written (outboxcdc.Tx.Pool).
+	pool *outboxcdc.EventPool
 }
 
 type readyState struct{ err error }
@@ -136,6 +140,7 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 			Name: "outbox_cdc_postgres_slot_wal_status",
 			Help: "1 for the slot's current wal_status in pg_replication_slots (reserved, extended, unreserved, lost).",
 		}, []string{"status"}),
+		pool: new(outboxcdc.EventPool),
 	}
 	if len(cfg.Tables) > 0 {
 		s.pats, _ = parseTables(cfg.Tables)
@@ -418,6 +423,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 	}()
 
 	dec := newDecoder(s.schema, s.table, s.cfg.Messages.Prefix, s.cols, s.m)
+	dec.pool = s.pool
 	dec.prefixes = s.cfg.Messages.all()
 	if s.pats != nil {
 		dec.match = tableMatcher(s.pats)
@@ -577,7 +583,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 func (s *Source) queueTx(st *runState, c *txOut, lastEmpty *time.Time) {
 	s.m.EventsRead.Add(float64(len(c.events)))
 	if c.more {
-		st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, CommitTime: c.commitTime, More: true}, bytes: c.bytes + txOverhead, final: c.final})
+		st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, CommitTime: c.commitTime, More: true, Pool: s.pool}, bytes: c.bytes + txOverhead, final: c.final})
 		if st.partialFinal != c.final {
 			st.partialFinal, st.partialSent = c.final, 0
 		}
@@ -596,7 +602,7 @@ func (s *Source) queueTx(st *runState, c *txOut, lastEmpty *time.Time) {
 		}
 		*lastEmpty = now
 	}
-	st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, End: MakePosition(c.end), CommitTime: c.commitTime}, bytes: c.bytes + txOverhead, final: c.final})
+	st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, End: MakePosition(c.end), CommitTime: c.commitTime, Pool: s.pool}, bytes: c.bytes + txOverhead, final: c.final})
 	st.resume = c.end
 	st.partialFinal, st.partialSent = 0, 0
 }

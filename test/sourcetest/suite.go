@@ -16,7 +16,10 @@
 //   - a position of another source kind, or one the server no longer has,
 //     stops Run with a clear error instead of retrying or skipping;
 //   - a consumer that does not read for longer than the read timeout
-//     causes no reconnect and loses nothing.
+//     causes no reconnect and loses nothing;
+//   - the Events slices the pipeline releases (Tx.Pool) are reused: a
+//     drain allocates them for the transactions in flight, not for each
+//     one, and no record made from a reused Event changes.
 package sourcetest
 
 import (
@@ -25,13 +28,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/router"
 )
 
 // Env is one source kind and its own outbox table on a real server, as the
@@ -79,6 +86,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"ForeignPositionRefused", foreignPosition},
 		{"GonePositionRefused", gonePosition},
 		{"BlockedConsumerNoChurnNoLoss", blockedConsumer},
+		{"ReleasedEventsReusedRecordsUnchanged", releasedEventsReused},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newEnv(t)) })
 	}
@@ -380,4 +388,191 @@ func value(c prometheus.Counter) float64 {
 		return -1
 	}
 	return m.GetCounter().GetValue()
+}
+
+// The pipeline releases a Tx's Events once its records are written, and
+// the source fills the slice again (Tx.Pool): draining transactions of
+// many sizes allocates Events for the transactions in flight only, and
+// every record, written before its Events were reused, still carries its
+// own row at the end.
+func releasedEventsReused(t *testing.T, env Env) {
+	src := &poolSpy{Source: env.Source(t, Name("reuse"), false, outboxcdc.NewSourceMetrics(nil))}
+	rt, err := router.New(router.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &keepSink{}
+	cfg := outboxcdc.DefaultPipelineConfig()
+	// Little in flight, so that most transactions come after a release.
+	cfg.MaxBatchRecords, cfg.QueueTransactions, cfg.QueueBytes = 64, 1, 64<<10
+	p, err := outboxcdc.NewPipeline(cfg, src, rt, sink, &memCheckpoint{}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &keepIDs{}
+	p.Observe(obs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	deadline := time.Now().Add(waitTimeout)
+	for src.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("source not ready after %s: %v", waitTimeout, src.Ready())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("pipeline stopped before the source was ready: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	var want []string
+	for i := 0; i < 150; i++ {
+		n := 1 + (i*7)%40 // 1 to 40 rows, never the same size twice in a row
+		stmts := make([]string, n)
+		for j := range stmts {
+			id := uniq(fmt.Sprintf("e%d.%d", i, j))
+			want = append(want, id)
+			stmts[j] = env.Insert(id)
+		}
+		env.Commit(t, stmts...)
+	}
+	deadline = time.Now().Add(2 * waitTimeout)
+	for sink.len() < len(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records written after %s", sink.len(), len(want), 2*waitTimeout)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("pipeline stopped: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.recs) != len(want) {
+		t.Fatalf("%d records written, want %d", len(sink.recs), len(want))
+	}
+	for i, id := range want {
+		r := &sink.recs[i]
+		got := map[string]string{"key": string(r.Key), "value": string(r.Value)}
+		for _, h := range r.Headers {
+			got[h.Key] = string(h.Value)
+		}
+		exp := map[string]string{"key": "agg-" + id, "value": `{"id": "` + id + `"}`, "id": id, "aggregate_type": "ORDER", "event_type": "ORDER_CREATED"}
+		for k, v := range exp {
+			if got[k] != v {
+				t.Fatalf("record %d: %s is %q, want %q", i, k, got[k], v)
+			}
+		}
+		if r.MessageID != id {
+			t.Fatalf("record %d: MessageID %q, want %q", i, r.MessageID, id)
+		}
+	}
+	if ids := obs.all(); !slices.Equal(ids, want) {
+		t.Fatalf("the checkpoint observer heard %d message ids, want %d in commit order", len(ids), len(want))
+	}
+	pool := src.pool.Load()
+	if pool == nil {
+		t.Fatal("no Tx carried a Pool: the source does not reuse Events slices")
+	}
+	events, reused := pool.Allocated()
+	t.Logf("%d rows in 150 transactions: %d Events allocated, %d slices reused", len(want), events, reused)
+	if events > int64(len(want)/2) {
+		t.Fatalf("%d Events allocated for %d rows: released Events slices are not reused", events, len(want))
+	}
+}
+
+// poolSpy notes the Pool of the Txs its source sends.
+type poolSpy struct {
+	outboxcdc.Source
+	pool atomic.Pointer[outboxcdc.EventPool]
+}
+
+func (s *poolSpy) Run(ctx context.Context, from outboxcdc.Position, out chan<- outboxcdc.Tx) error {
+	in := make(chan outboxcdc.Tx)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Source.Run(ctx, from, in) }()
+	for {
+		select {
+		case tx := <-in:
+			if tx.Pool != nil {
+				s.pool.Store(tx.Pool)
+			}
+			select {
+			case out <- tx:
+				continue
+			case <-ctx.Done():
+			}
+			for {
+				select {
+				case <-in:
+				case err := <-errc:
+					return err
+				}
+			}
+		case err := <-errc:
+			return err
+		}
+	}
+}
+
+// keepSink keeps every record it is given as it is (sharing its memory).
+type keepSink struct {
+	mu   sync.Mutex
+	recs []outboxcdc.Record
+}
+
+func (s *keepSink) Write(_ context.Context, recs []outboxcdc.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs = append(s.recs, recs...)
+	return nil
+}
+func (s *keepSink) Ready() error { return nil }
+func (s *keepSink) Close() error { return nil }
+func (s *keepSink) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.recs)
+}
+
+type memCheckpoint struct {
+	mu  sync.Mutex
+	pos outboxcdc.Position
+}
+
+func (c *memCheckpoint) Load(context.Context) (outboxcdc.Position, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pos, nil
+}
+func (c *memCheckpoint) Save(_ context.Context, pos outboxcdc.Position) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pos = pos
+	return nil
+}
+
+// keepIDs is a checkpoint observer keeping the message ids it hears.
+type keepIDs struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (o *keepIDs) Checkpointed(_ context.Context, _ outboxcdc.Position, ids []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ids = append(o.ids, ids...)
+}
+func (o *keepIDs) all() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.ids)
 }
