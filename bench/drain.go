@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -267,6 +268,10 @@ func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error
 	defer bl.release(ctx, be)
 	d := &drainResult{Rows: o.rows, LoadSeconds: bl.loadSeconds, LoadAvgBefore: loadAvg()}
 	logf("%s: loaded in %.1fs; raw source read", be.kind, bl.loadSeconds)
+	// As before a live run: the dirty pages of the load (and of the
+	// scenarios before it: a huge transaction writes gigabytes) are
+	// written back now, not during the measurements.
+	syscall.Sync()
 
 	if d.RawReadSeconds, d.RawReadRows, err = rawRead(ctx, o, be, bl, nil); err != nil {
 		return nil, fmt.Errorf("raw read: %w", err)
@@ -318,6 +323,7 @@ func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error
 // saw; a failure is recorded in the result rather than returned, so the
 // other modes still run.
 func drainOnce(ctx context.Context, o *options, be *backend, bl *backlog, m drainMode, what string, limit time.Duration) drainRun {
+	syscall.Sync() // the previous drain's topic files and checkpoints
 	r := drainRun{Mode: m.label, Brokers: m.brokers, ExactlyOnce: m.exactly, Rows: bl.rows, LoadAvgBefore: loadAvg()}
 	if err := drainInto(ctx, o, be, bl, m, what, limit, &r); err != nil {
 		r.Error = err.Error()

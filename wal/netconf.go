@@ -52,6 +52,7 @@ func (s *Source) netConfig(cfg *pgconn.Config, replication bool) {
 			if err != nil {
 				return nil, err
 			}
+			smallWindowOnLoopback(c)
 			return newBatchConn(c), nil // readconn.go
 		}
 	}
@@ -75,4 +76,39 @@ func (c *Config) receiveTimeout(serverWST time.Duration) time.Duration {
 		return c.ReceiveTimeout
 	}
 	return serverWST/2 + max(5*time.Second, 2*c.StatusInterval)
+}
+
+// loopbackRcvBuf is the receive buffer asked for on a replication
+// connection to a server on the same host (the kernel doubles it).
+//
+// Over loopback TCP the walsender's send() of each pgoutput message also
+// runs the receiving end of the connection on the walsender's CPU, and a
+// backlog drain is bound by that one process (bench/PROFILE.md §5, §8). A
+// small, fixed receive window closes while a batched read (readconn.go)
+// waits: the walsender's next sends only queue on its socket, and the
+// queued messages go out as large segments when the window opens, sent
+// from the reader's side (our ACK's processing). Measured on the bench's
+// 1M-row drain, three pairs back to back: walsender CPU 5.6-6.0 -> 5.0-5.6
+// s, connector CPU 3.1-3.3 -> 2.6-3.0 s, drain 156-169k -> 171-196k
+// rows/s. What matters is that the buffer is fixed: 64 KiB doubled is
+// also the size a Linux TCP socket starts with (tcp_rmem), which
+// autotuning then grows to megabytes during a drain. Other peers keep the
+// kernel's autotuning: across a network the window bounds throughput
+// (window / round trip) and the server's CPU does not run our side. A
+// variable for tests.
+var loopbackRcvBuf = 64 << 10
+
+// smallWindowOnLoopback sets loopbackRcvBuf on c when it is a TCP
+// connection to a loopback address.
+func smallWindowOnLoopback(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok || !isLoopback(tc.RemoteAddr()) {
+		return
+	}
+	_ = tc.SetReadBuffer(loopbackRcvBuf) // best effort: only a speed-up
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }

@@ -285,3 +285,49 @@ func TestFreshRowsNotBatched(t *testing.T) {
 		t.Fatalf("%d batched reads of fresh rows", n)
 	}
 }
+
+// The replication connection to a server on this host gets the small
+// fixed receive buffer (netconf.go, loopbackRcvBuf); the kernel doubles
+// what is asked for. The test asks for a size that differs from the
+// kernel's initial one (tcp_rmem), which the socket keeps otherwise.
+func TestReplicationLoopbackSmallWindow(t *testing.T) {
+	defer func(v int) { loopbackRcvBuf = v }(loopbackRcvBuf)
+	loopbackRcvBuf = 40 << 10
+	e := newPgEnv(t)
+	src, _ := e.source(e.config(), seedCols)
+	r := start(t, src, "", 4)
+	r.waitReady()
+	b := src.batch.Load()
+	if b == nil || b.raw == nil {
+		t.Fatal("the replication connection is not a TCP connection: the test needs the DSN's 127.0.0.1")
+	}
+	var v int
+	var gerr error
+	if err := b.raw.Control(func(fd uintptr) {
+		v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+	}); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	if v != 2*loopbackRcvBuf {
+		t.Fatalf("SO_RCVBUF %d on a loopback replication connection, want %d", v, 2*loopbackRcvBuf)
+	}
+	e.insertTx("after")
+	if tx := r.next(10 * time.Second); ids(tx) != "after" {
+		t.Fatalf("got %s", ids(tx))
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{"127.0.0.1:5432": true, "127.8.0.1:5432": true, "[::1]:5432": true, "10.0.0.7:5432": false, "[2001:db8::1]:5432": false} {
+		a, err := net.ResolveTCPAddr("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := isLoopback(a); got != want {
+			t.Errorf("isLoopback(%s) = %v", addr, got)
+		}
+	}
+	if isLoopback(&net.UnixAddr{Name: "/var/run/postgresql/.s.PGSQL.5432", Net: "unix"}) {
+		t.Error("a Unix socket is not a TCP loopback peer")
+	}
+}
