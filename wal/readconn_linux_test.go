@@ -42,10 +42,16 @@ func tcpPair(t *testing.T) (*batchConn, net.Conn) {
 
 func rcvLowat(t *testing.T, b *batchConn) int {
 	t.Helper()
+	return sockoptInt(t, b, unix.SO_RCVLOWAT)
+}
+
+// sockoptInt reads a SOL_SOCKET option of b's socket.
+func sockoptInt(t *testing.T, b *batchConn, opt int) int {
+	t.Helper()
 	var v int
 	var gerr error
 	if err := b.raw.Control(func(fd uintptr) {
-		v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT)
+		v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, opt)
 	}); err != nil || gerr != nil {
 		t.Fatal(err, gerr)
 	}
@@ -301,14 +307,7 @@ func TestReplicationLoopbackSmallWindow(t *testing.T) {
 	if b == nil || b.raw == nil {
 		t.Fatal("the replication connection is not a TCP connection: the test needs the DSN's 127.0.0.1")
 	}
-	var v int
-	var gerr error
-	if err := b.raw.Control(func(fd uintptr) {
-		v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
-	}); err != nil || gerr != nil {
-		t.Fatal(err, gerr)
-	}
-	if v != 2*loopbackRcvBuf {
+	if v := sockoptInt(t, b, unix.SO_RCVBUF); v != 2*loopbackRcvBuf {
 		t.Fatalf("SO_RCVBUF %d on a loopback replication connection, want %d", v, 2*loopbackRcvBuf)
 	}
 	e.insertTx("after")
