@@ -284,7 +284,7 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, en
 		n := len(e.Rows)
 		if deferred {
 			var err error
-			if n, err = st.countRows(e, body, at); err != nil {
+			if n, err = st.countUndecoded(e, body, at); err != nil {
 				return err
 			}
 		}
@@ -320,14 +320,19 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, en
 			st.g.ordinal++ // over the memory bound: counted, not decoded into an Event
 			continue
 		}
-		evt := l.event(row)
-		evt.Origin = origin
-		evt.Schema, evt.Table = ts.key.db, ts.key.table
-		if err := st.row(evt); err != nil {
+		if err := st.take(l.event(row), origin, ts); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// take holds one row's Event of table ts, read from the rows event at
+// origin (see row).
+func (st *stream) take(evt outboxcdc.Event, origin string, ts *tableState) error {
+	evt.Origin = origin
+	evt.Schema, evt.Table = ts.key.db, ts.key.table
+	return st.row(evt)
 }
 
 // fastRows takes the rows of an undecoded INSERT rows event as rows does,
@@ -335,44 +340,44 @@ func (st *stream) rows(ev *replication.BinlogEvent, e *replication.RowsEvent, en
 // Every row's bounds are checked before the first is taken.
 func (st *stream) fastRows(ev *replication.BinlogEvent, e *replication.RowsEvent, body rowsBody, ts *tableState, at binlogPoint) error {
 	st.fastEvents++
+	bad := func(err error) error {
+		return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+	}
 	l := ts.layout
 	f := l.fast
 	data := body.data[body.pos:]
 	n, err := countRows(f.widths, e.ColumnBitmap1, data)
 	if err != nil {
-		return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+		return bad(err)
 	}
 	r, err := newRowReader(f.widths, e.ColumnBitmap1, data)
 	if err != nil {
-		return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+		return bad(err)
 	}
 	origin := st.origin(ev)
 	st.g.reserve(n, st.rowsHint)
 	for range n {
 		if !st.wants() {
 			if _, err := r.next(nil, nil); err != nil {
-				return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+				return bad(err)
 			}
 			st.g.ordinal++ // over the memory bound: counted, not decoded into an Event
 			continue
 		}
 		if _, err := r.next(f.take, f.spans); err != nil {
-			return fmt.Errorf("%w: rows event of %s at %s: %v", ErrUnsupported, ts.key, at, err)
+			return bad(err)
 		}
-		evt := l.eventAt(data)
-		evt.Origin = origin
-		evt.Schema, evt.Table = ts.key.db, ts.key.table
-		if err := st.row(evt); err != nil {
+		if err := st.take(l.eventAt(data), origin, ts); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// countRows counts the rows of an undecoded INSERT rows event without
+// countUndecoded counts the rows of an undecoded INSERT rows event without
 // decoding them, or decodes them with go-mysql when their widths are not
 // known with certainty (rowimage.go).
-func (st *stream) countRows(e *replication.RowsEvent, body rowsBody, at binlogPoint) (int, error) {
+func (st *stream) countUndecoded(e *replication.RowsEvent, body rowsBody, at binlogPoint) (int, error) {
 	tm := e.Table
 	if int(e.ColumnCount) == len(tm.ColumnType) {
 		if ws, why := colWidths(tm.ColumnType, tm.ColumnMeta); why == "" {
