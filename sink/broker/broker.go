@@ -394,16 +394,18 @@ func (w *Writer) connect(ctx context.Context) (Conn, error) {
 		return nil, err
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
+		w.mu.Unlock()
 		c.Close()
 		return nil, ErrClosed
 	}
-	if w.conn != nil { // the probe dialed meanwhile
-		c.Close()
-		return w.conn, nil
+	if cur := w.conn; cur != nil { // the probe dialed meanwhile
+		w.mu.Unlock()
+		c.Close() // not under w.mu: a close may wait for the broker
+		return cur, nil
 	}
 	w.conn = c
+	w.mu.Unlock()
 	w.reached()
 	return c, nil
 }

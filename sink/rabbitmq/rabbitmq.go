@@ -177,8 +177,16 @@ func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The steps after the handshake (a channel, the exchanges, confirm
+	// mode) wait for the broker without a deadline of their own: the end
+	// of ctx (sink.dial_timeout) tears the socket down, which ends them.
+	stop := context.AfterFunc(ctx, socks.Abort)
 	fail := func(err error) (broker.Conn, error) {
-		c.Close()
+		if !stop() {
+			err = outboxcdc.Transient(fmt.Errorf("rabbitmq: the broker did not set the connection up in time: %w", ctx.Err()))
+		}
+		_ = c.CloseDeadline(time.Now().Add(time.Second))
+		socks.Abort()
 		return nil, err
 	}
 	ch, err := c.Channel()
@@ -191,6 +199,9 @@ func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
 	}
 	if err := ch.Confirm(false); err != nil {
 		return fail(outboxcdc.Transient(fmt.Errorf("rabbitmq: confirm mode: %w", err)))
+	}
+	if !stop() {
+		return fail(nil)
 	}
 	conn := &conn{
 		cfg:      s.cfg,
