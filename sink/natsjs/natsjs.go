@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -72,8 +73,9 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
-// connect opens a NATS connection without automatic reconnects.
-func connect(ctx context.Context, cfg Config, closed func(error)) (*nats.Conn, error) {
+// connect opens a NATS connection without automatic reconnects; its
+// socket is kept in socks (nil: not kept), which resets it when closed.
+func connect(ctx context.Context, cfg Config, closed func(error), socks *broker.Sockets) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("outbox-cdc " + cfg.Name),
 		nats.NoReconnect(),
@@ -97,6 +99,9 @@ func connect(ctx context.Context, cfg Config, closed func(error)) (*nats.Conn, e
 	}
 	if tc != nil {
 		opts = append(opts, nats.Secure(tc))
+	}
+	if socks != nil {
+		opts = append(opts, nats.SetCustomDialer(dialer{net.Dialer{Timeout: cfg.DialTimeout}, socks}))
 	}
 	if closed != nil {
 		opts = append(opts,
@@ -128,6 +133,20 @@ func connect(ctx context.Context, cfg Config, closed func(error)) (*nats.Conn, e
 	}
 }
 
+// dialer dials as the client would and keeps the socket.
+type dialer struct {
+	d     net.Dialer
+	socks *broker.Sockets
+}
+
+func (d dialer) Dial(network, addr string) (net.Conn, error) {
+	c, err := d.d.Dial(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return d.socks.Track(c), nil
+}
+
 func classifyConnect(err error) error {
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
@@ -143,7 +162,7 @@ func classifyConnect(err error) error {
 
 func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
 	c := &conn{cfg: s.cfg}
-	nc, err := connect(ctx, s.cfg, c.lost)
+	nc, err := connect(ctx, s.cfg, c.lost, &broker.Sockets{})
 	if err != nil {
 		return nil, err
 	}

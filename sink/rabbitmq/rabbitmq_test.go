@@ -453,7 +453,7 @@ func TestAckTimeoutBoundsTheAttempt(t *testing.T) {
 			cfg.DialTimeout = 3 * time.Second
 			cfg.ReadyInterval = time.Hour // no probe: only the Write notices
 			clock := &retryClock{}
-			s, err := New(cfg, zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), clock)), nil)
+			s, err := New(cfg, zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), clock)).With().Timestamp().Logger(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -520,5 +520,61 @@ func (f *fixture) consumeAll(t *testing.T, recs []outboxcdc.Record, timeout time
 				}
 			}
 		}
+	}
+}
+
+// TestAbandonedConnectionSendsNothingLate: publishes on a connection the
+// sink gave up (its path partitioned: the kernel holds them to send again)
+// must not reach the broker once the path heals, after their retried
+// copies and after later rows of their keys. The sink resets such a
+// socket (SO_LINGER 0), which discards what it still holds.
+func TestAbandonedConnectionSendsNothingLate(t *testing.T) {
+	f := newFixture(t, "#")
+	p := testenv.NewProxy(t, testenv.HostOf(t, f.url))
+	cfg := testConfig(testenv.WithHost(t, f.url, p.Addr()), f.exchange)
+	cfg.AckTimeout, cfg.Heartbeat = time.Second, time.Minute
+	s := newSink(t, cfg)
+	if err := s.Write(context.Background(), records(3, 3)); err != nil {
+		t.Fatal(err)
+	}
+	all := records(300, 10)
+	for i := range all {
+		all[i].MessageID = fmt.Sprintf("late-%d", i)
+	}
+	a, b := all[:200], all[200:]
+	p.Partition() // the open connection only: the retry's new one passes
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Write(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	p.Heal()
+	time.Sleep(3 * time.Second) // what the old connection held arrives by now, if anything
+	ds, err := f.ch.Consume(f.queue, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []testenv.Arrival
+	for quiet := time.After(2 * time.Second); ; {
+		select {
+		case d := <-ds:
+			got = append(got, testenv.Arrival{ID: d.MessageId, Key: d.Headers[HeaderKey].(string)})
+			quiet = time.After(2 * time.Second)
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	rank := map[string]int{}
+	for i, r := range all {
+		rank[r.MessageID] = i
+	}
+	o := testenv.OrderOf(got, rank)
+	t.Logf("%d messages read: %+v", len(got), o)
+	if o.Late > 0 || o.LastOutOfOrder > 0 {
+		t.Fatalf("%d messages arrived after a later row of their key (%d keys' last copies out of order): the abandoned connection's publishes reached the broker", o.Late, o.LastOutOfOrder)
 	}
 }
