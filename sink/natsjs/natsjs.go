@@ -14,7 +14,8 @@
 // comes within the window. Effectively once, within the window. A record
 // sent again only to restore its key's order after a failure later in the
 // same write gets "<message id>~<n>" so it is stored again (the copies
-// stored last are in commit order).
+// stored last are in commit order; a consumer dedupes on the id up to
+// "~" and keeps the first copy).
 //
 // Each message carries: the record value as data; the route's headers (a
 // NULL value is left out: NATS headers cannot carry one; a value with a
