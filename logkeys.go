@@ -6,6 +6,14 @@ import (
 	"github.com/rs/zerolog"
 )
 
+// Every line the connector writes is one JSON object with unique keys
+// (the e2e tests check every line of every run). zerolog appends fields
+// without looking, so two rules keep keys unique: a package's constructor
+// adds its own component (and context fields) to the logger it is given,
+// and its callers pass their logger as it is, never one that has a
+// component already; and an adapter copying a library's key-values into
+// a line goes through LogKeys.
+//
 // LogKeys keeps the field names of one log line unique where a library's
 // own key-values are copied into it (franz-go's, go-mysql's). A library
 // may repeat a key, or use one the line has already: zerolog's own
