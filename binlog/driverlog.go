@@ -10,6 +10,8 @@ import (
 	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // The drivers' own log lines (go-mysql's replication client logs through
@@ -77,11 +79,12 @@ func (h *zerologHandler) Handle(_ context.Context, r slog.Record) error {
 	if ev == nil {
 		return nil
 	}
+	keys := outboxcdc.NewLogKeys() // slog allows a key twice; a line of ours does not
 	for _, a := range h.attrs {
-		addAttr(ev, "", a)
+		addAttr(ev, keys, "", a)
 	}
 	r.Attrs(func(a slog.Attr) bool {
-		addAttr(ev, h.prefix, a)
+		addAttr(ev, keys, h.prefix, a)
 		return true
 	})
 	ev.Msg(r.Message)
@@ -116,7 +119,7 @@ func prefixed(prefix string, attrs []slog.Attr) []slog.Attr {
 
 // addAttr adds a as a field, leaving out anything that may hold a
 // password: the syncer's configuration and keys naming one.
-func addAttr(ev *zerolog.Event, prefix string, a slog.Attr) {
+func addAttr(ev *zerolog.Event, keys outboxcdc.LogKeys, prefix string, a slog.Attr) {
 	a.Value = a.Value.Resolve()
 	key := a.Key
 	if prefix != "" {
@@ -126,11 +129,14 @@ func addAttr(ev *zerolog.Event, prefix string, a slog.Attr) {
 	if lk == "config" || strings.Contains(lk, "password") || strings.Contains(lk, "passwd") {
 		return
 	}
-	switch a.Value.Kind() {
-	case slog.KindGroup:
+	if a.Value.Kind() == slog.KindGroup {
 		for _, g := range a.Value.Group() {
-			addAttr(ev, key, g)
+			addAttr(ev, keys, key, g)
 		}
+		return
+	}
+	key = keys.Unique(key)
+	switch a.Value.Kind() {
 	case slog.KindString:
 		ev.Str(key, a.Value.String())
 	case slog.KindInt64:

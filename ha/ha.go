@@ -167,7 +167,9 @@ type dialect struct {
 }
 
 // New returns the Locker for a source kind ("mysql" or "postgres") whose
-// DSN is dsn, for connector name.
+// DSN is dsn, for connector name. log is the caller's logger as it is:
+// New adds component ha (and the lock), so log must not carry a component
+// field already, or every line would repeat the key.
 func New(kind, dsn, connector string, cfg Config, log zerolog.Logger) (Locker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

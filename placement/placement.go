@@ -429,7 +429,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// kgoLogger passes franz-go's warnings and errors to zerolog.
+// kgoLogger passes franz-go's warnings and errors to zerolog. franz-go's
+// keys may repeat the context's (group) or each other; they are made
+// unique per line.
 type kgoLogger struct{ log zerolog.Logger }
 
 func (kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
@@ -439,8 +441,9 @@ func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	if level == kgo.LogLevelError {
 		ev = l.log.Error()
 	}
+	keys := outboxcdc.NewLogKeys("group", "topic")
 	for i := 0; i+1 < len(keyvals); i += 2 {
-		ev = ev.Interface(fmt.Sprint(keyvals[i]), keyvals[i+1])
+		ev = ev.Interface(keys.Unique(fmt.Sprint(keyvals[i])), keyvals[i+1])
 	}
 	ev.Msg("franz-go: " + msg)
 }

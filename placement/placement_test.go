@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -8,6 +9,9 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -90,5 +94,23 @@ func TestRunRefusesDuplicateNames(t *testing.T) {
 	err := Run(context.Background(), cfg, []string{"a", "b", "a"}, nopConnectors{}, zerolog.Nop())
 	if err == nil || !strings.Contains(err.Error(), "unique") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestKgoLoggerUniqueKeys: franz-go's key-values may repeat the context's
+// (group) or each other; the line is still one JSON object with unique
+// keys, every value kept.
+func TestKgoLoggerUniqueKeys(t *testing.T) {
+	var buf bytes.Buffer
+	log := zerolog.New(&buf).With().Str("component", "placement").Str("group", "g").Str("topic", "t").Timestamp().Logger()
+	kgoLogger{log}.Log(kgo.LogLevelError, "group manage loop errored", "group", "g", "err", "UNKNOWN_MEMBER_ID", "err", "again", "time", 1)
+	line := buf.String()
+	if err := testenv.CheckJSONLines(strings.NewReader(line)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"group_2":"g"`, `"err":"UNKNOWN_MEMBER_ID"`, `"err_2":"again"`, `"time_2":1`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("line lacks %s: %s", want, line)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,9 +25,11 @@ import (
 // record names one (route.partition_column). key, value
 // and header values are JSON strings when they are valid UTF-8, null when
 // nil, and otherwise an object {"base64":"..."} holding the standard base64
-// of the bytes. headers keep the records' order; a repeated header key is
-// written repeatedly. timestamp is RFC 3339 in UTC with up to nanoseconds,
-// or null when unset.
+// of the bytes. headers keep the records' order; a repeated header key
+// (the router refuses them, a dead letter's added headers could repeat
+// one) is written once, at its first place, with an array of its values
+// in order, so every line has unique keys. timestamp is RFC 3339 in UTC
+// with up to nanoseconds, or null when unset.
 type Stdout struct {
 	mu  sync.Mutex
 	w   *bufio.Writer
@@ -83,12 +86,34 @@ func appendRecordJSON(b []byte, r *outboxcdc.Record) []byte {
 	b = appendJSONBytes(b, r.Value)
 	b = append(b, `,"headers":{`...)
 	for i, h := range r.Headers {
+		if slices.ContainsFunc(r.Headers[:i], func(e outboxcdc.Header) bool { return e.Key == h.Key }) {
+			continue // written with its key's first place
+		}
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = appendJSONString(b, validUTF8(h.Key))
 		b = append(b, ':')
-		b = appendJSONBytes(b, h.Value)
+		n := 0
+		for _, e := range r.Headers[i:] {
+			if e.Key == h.Key {
+				n++
+			}
+		}
+		if n == 1 {
+			b = appendJSONBytes(b, h.Value)
+			continue
+		}
+		b = append(b, '[')
+		for _, e := range r.Headers[i:] {
+			if e.Key == h.Key {
+				if b[len(b)-1] != '[' {
+					b = append(b, ',')
+				}
+				b = appendJSONBytes(b, e.Value)
+			}
+		}
+		b = append(b, ']')
 	}
 	b = append(b, `},"timestamp":`...)
 	if r.Timestamp.IsZero() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
 func TestStdoutFormat(t *testing.T) {
@@ -83,5 +84,24 @@ func TestStdoutWriteErrorAndFlush(t *testing.T) {
 	err := s.Write(context.Background(), []outboxcdc.Record{{Topic: "t", Value: []byte("v")}})
 	if err == nil || !strings.Contains(err.Error(), "broken pipe") {
 		t.Fatalf("want the writer's error, got %v", err)
+	}
+}
+
+// TestStdoutRepeatedHeaderKey: a header key that repeats is written once,
+// with its values in order, so the line has unique keys.
+func TestStdoutRepeatedHeaderKey(t *testing.T) {
+	var out bytes.Buffer
+	s := NewStdout(&out)
+	recs := []outboxcdc.Record{{Topic: "t", Headers: []outboxcdc.Header{
+		{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("x")}, {Key: "a", Value: nil}, {Key: "a", Value: []byte{0x80}}}}}
+	if err := s.Write(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"topic":"t","partition":null,"key":null,"value":null,"headers":{"a":["1",null,{"base64":"gA=="}],"b":"x"},"timestamp":null}` + "\n"
+	if got := out.String(); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	if err := testenv.CheckJSONLines(strings.NewReader(out.String())); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -148,6 +148,9 @@ type haState struct {
 	cfg    Config
 	log    zerolog.Logger
 	active prometheus.Gauge
+	// lockLog is the logger as given, for ha.New, which adds component
+	// ha itself (log has it already).
+	lockLog zerolog.Logger
 
 	// fenced is set the moment the lock is found lost, before anything
 	// else happens: from then on no checkpoint is saved. lostCh is closed
@@ -169,7 +172,7 @@ func newHAState(cfg Config, log zerolog.Logger, reg prometheus.Registerer) *haSt
 		Help: "1 while this instance is the active one (holds the HA lock, or HA is off), 0 while standby.",
 	})
 	reg.MustRegister(g)
-	return &haState{cfg: cfg, log: log.With().Str("component", "ha").Logger(), active: g, standby: cfg.HA.Enabled, lostCh: make(chan struct{})}
+	return &haState{cfg: cfg, log: log.With().Str("component", "ha").Logger(), lockLog: log, active: g, standby: cfg.HA.Enabled, lostCh: make(chan struct{})}
 }
 
 // Ready implements readiness for /readyz.
@@ -198,7 +201,7 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := ha.New(h.cfg.Source.Type, dsn, h.cfg.Name, h.cfg.HA, h.log)
+	l, err := ha.New(h.cfg.Source.Type, dsn, h.cfg.Name, h.cfg.HA, h.lockLog)
 	if err != nil {
 		return nil, sectionError("ha", err)
 	}

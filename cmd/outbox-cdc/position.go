@@ -535,7 +535,7 @@ func holdHALock(ctx context.Context, cfg Config, log zerolog.Logger) (func(), er
 	if err != nil {
 		return nil, err
 	}
-	l, err := ha.New(cfg.Source.Type, dsn, cfg.Name, cfg.HA, log.With().Str("component", "ha").Logger())
+	l, err := ha.New(cfg.Source.Type, dsn, cfg.Name, cfg.HA, log)
 	if err != nil {
 		return nil, err
 	}

@@ -343,6 +343,14 @@ func TestPositionSetTableFencesEarlierOwnerWithHA(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("position set: code %d out %q err %q", code, out, errs)
 	}
+	// Its log (log.format json) is JSON lines with unique keys, the HA
+	// lock's lines included.
+	if !strings.Contains(errs, `"component":"ha"`) {
+		t.Fatalf("no HA line in the log:\n%s", errs)
+	}
+	if err := testenv.CheckJSONLines(strings.NewReader(errs)); err != nil {
+		t.Fatal(err)
+	}
 	if err := zombie.Save(ctx, "mysql:mariadb-gtid:0-1-11"); !errors.Is(err, checkpoint.ErrFenced) {
 		t.Fatalf("the earlier owner's save after position set = %v, want checkpoint.ErrFenced", err)
 	}

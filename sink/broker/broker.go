@@ -10,18 +10,23 @@
 // A Write is a series of attempts. An attempt hands the records still to
 // deliver to one connection, in record order, and waits for an answer to
 // each (a publisher confirm, a PubAck, an XADD reply) for at most
-// ack_timeout. A broker answers the records of one connection in the
-// order they were sent as far as their order matters, but a record can
-// fail while a later one of the same key succeeds (a nack for a full
-// queue, an ack lost with the connection). So after an attempt with
-// failures the sink sends again, for every key (Record.Key) that saw a
-// failure, the first failed record and every later record of that key,
-// acknowledged or not, in their original order. The copies written last
-// are then always in commit order; a consumer may see a key's records
-// twice (at most the records of that key in one Write). A connection
-// that failed is dropped; the next attempt dials a new one. Clients'
-// own reconnect and retry loops are turned off: this is the one retry
-// layer.
+// ack_timeout after it was sent: the first answer overdue gives the
+// connection up, and every record still unanswered with it (SendWindow).
+// A broker answers the records of one connection in the order they were
+// sent as far as their order matters, but a record can fail while a
+// later one of the same key succeeds (a nack for a full queue, an ack
+// lost with the connection). So after an attempt with failures the sink
+// sends again, for every key (Record.Key) that saw a failure, the first
+// failed record and every later record of that key, acknowledged or not,
+// in their original order. A consumer may see a key's records twice (at
+// most the records of that key in one Write). The first copies stay in
+// commit order, unless the broker refused a record while it stored a
+// later one of its key (a nack); the last copies too, unless a copy sent
+// on a connection given up reaches the broker after the retry. Sockets
+// are closed with a reset (Sockets) to make that rarer; docs/sinks.md
+// ("Copies and order") says what holds. A connection that failed is
+// dropped; the next attempt dials a new one. Clients' own reconnect and
+// retry loops are turned off: this is the one retry layer.
 //
 // A permanent failure (a record too large, unroutable, refused by the
 // broker's rules; bad credentials) ends the Write at once with an *Error
@@ -394,16 +399,18 @@ func (w *Writer) connect(ctx context.Context) (Conn, error) {
 		return nil, err
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
+		w.mu.Unlock()
 		c.Close()
 		return nil, ErrClosed
 	}
-	if w.conn != nil { // the probe dialed meanwhile
-		c.Close()
-		return w.conn, nil
+	if cur := w.conn; cur != nil { // the probe dialed meanwhile
+		w.mu.Unlock()
+		c.Close() // not under w.mu: a close may wait for the broker
+		return cur, nil
 	}
 	w.conn = c
+	w.mu.Unlock()
 	w.reached()
 	return c, nil
 }

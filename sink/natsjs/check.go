@@ -19,7 +19,7 @@ func Check(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 	if err := cfg.Validate(); err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("nats.config", err.Error(), "fix the sink section")}
 	}
-	nc, err := connect(ctx, cfg, nil)
+	nc, err := connect(ctx, cfg, nil, nil)
 	if err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("nats.reachable", err.Error(), fixOf(err,
 			"check sink.url and that the NATS server is up and reachable from here"))}

@@ -14,7 +14,8 @@
 // comes within the window. Effectively once, within the window. A record
 // sent again only to restore its key's order after a failure later in the
 // same write gets "<message id>~<n>" so it is stored again (the copies
-// stored last are in commit order).
+// stored last are in commit order; a consumer dedupes on the id up to
+// "~" and keeps the first copy).
 //
 // Each message carries: the record value as data; the route's headers (a
 // NULL value is left out: NATS headers cannot carry one; a value with a
@@ -27,9 +28,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -73,8 +74,9 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
-// connect opens a NATS connection without automatic reconnects.
-func connect(ctx context.Context, cfg Config, closed func(error)) (*nats.Conn, error) {
+// connect opens a NATS connection without automatic reconnects; its
+// socket is kept in socks (nil: not kept), which resets it when closed.
+func connect(ctx context.Context, cfg Config, closed func(error), socks *broker.Sockets) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("outbox-cdc " + cfg.Name),
 		nats.NoReconnect(),
@@ -98,6 +100,9 @@ func connect(ctx context.Context, cfg Config, closed func(error)) (*nats.Conn, e
 	}
 	if tc != nil {
 		opts = append(opts, nats.Secure(tc))
+	}
+	if socks != nil {
+		opts = append(opts, nats.SetCustomDialer(dialer{net.Dialer{Timeout: cfg.DialTimeout}, socks}))
 	}
 	if closed != nil {
 		opts = append(opts,
@@ -129,6 +134,20 @@ func connect(ctx context.Context, cfg Config, closed func(error)) (*nats.Conn, e
 	}
 }
 
+// dialer dials as the client would and keeps the socket.
+type dialer struct {
+	d     net.Dialer
+	socks *broker.Sockets
+}
+
+func (d dialer) Dial(network, addr string) (net.Conn, error) {
+	c, err := d.d.Dial(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return d.socks.Track(c), nil
+}
+
 func classifyConnect(err error) error {
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
@@ -143,8 +162,8 @@ func classifyConnect(err error) error {
 }
 
 func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
-	c := &conn{cfg: s.cfg, closed: make(chan struct{})}
-	nc, err := connect(ctx, s.cfg, c.lost)
+	c := &conn{cfg: s.cfg}
+	nc, err := connect(ctx, s.cfg, c.lost, &broker.Sockets{})
 	if err != nil {
 		return nil, err
 	}
@@ -213,10 +232,7 @@ type conn struct {
 	subjects   []string
 	maxPayload int64
 
-	mu     sync.Mutex
-	err    error
-	closed chan struct{} // closed when the connection is lost
-	once   sync.Once
+	fault broker.Fault
 }
 
 // lost records that the connection dropped (err nil: closed).
@@ -224,87 +240,37 @@ func (c *conn) lost(err error) {
 	if err == nil {
 		err = nats.ErrConnectionClosed
 	}
-	c.fail(outboxcdc.Transient(fmt.Errorf("nats connection lost: %w", err)))
-}
-
-func (c *conn) fail(err error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-		c.once.Do(func() { close(c.closed) })
-	}
-	return c.err
+	c.fault.Fail(outboxcdc.Transient(fmt.Errorf("nats connection lost: %w", err)))
 }
 
 // Err implements broker.Conn.
-func (c *conn) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-type flight struct {
-	m    *broker.Msg
-	f    jetstream.PubAckFuture
-	size int64
-}
+func (c *conn) Err() error { return c.fault.Err() }
 
 // Send implements broker.Conn.
 func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
-	q := make([]flight, 0, min(len(msgs), c.cfg.MaxInFlight))
-	head := 0
-	var used int64
-	for i, m := range msgs {
-		size := int64(m.Rec.Size())
-		for n := len(q) - head; n > 0 && (n >= c.cfg.MaxInFlight || used+size > c.cfg.MaxInFlightBytes); n-- {
-			if err := c.settle(ctx, &q[head]); err != nil {
-				return err
-			}
-			used -= q[head].size
-			q[head] = flight{}
-			head++
-		}
-		if err := c.Err(); err != nil {
-			for _, r := range msgs[i:] {
-				r.Err = err
-			}
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		msg, err := c.message(m)
-		if err != nil {
-			m.Err = err
-			continue
-		}
-		opts := []jetstream.PublishOpt{jetstream.WithExpectStream(c.cfg.Stream), jetstream.WithRetryAttempts(0)}
-		if id := msgID(m); id != "" {
-			opts = append(opts, jetstream.WithMsgID(id))
-		}
-		f, err := c.js.PublishMsgAsync(msg, opts...)
-		if err != nil {
-			if errors.Is(err, nats.ErrMaxPayload) {
-				m.Err = outboxcdc.Permanent(fmt.Errorf("nats: record larger than the server's max_payload (%d bytes): %w", c.maxPayload, err),
-					"raise max_payload on the server, or keep such payloads out of the outbox")
-				continue
-			}
-			m.Err = c.fail(outboxcdc.Transient(fmt.Errorf("nats: publish: %w", err)))
-			for _, r := range msgs[i+1:] {
-				r.Err = m.Err
-			}
-			break
-		}
-		q = append(q, flight{m: m, f: f, size: size})
-		used += size
+	return broker.SendWindow(ctx, c.cfg.Config, &c.fault, "PubAck", msgs, c.publish)
+}
+
+func (c *conn) publish(m *broker.Msg) (broker.Pending, error) {
+	msg, err := c.message(m)
+	if err != nil {
+		m.Err = err
+		return nil, nil
 	}
-	for ; head < len(q); head++ {
-		if err := c.settle(ctx, &q[head]); err != nil {
-			return err
-		}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectStream(c.cfg.Stream), jetstream.WithRetryAttempts(0)}
+	if id := msgID(m); id != "" {
+		opts = append(opts, jetstream.WithMsgID(id))
 	}
-	return nil
+	f, err := c.js.PublishMsgAsync(msg, opts...)
+	if err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) {
+			m.Err = outboxcdc.Permanent(fmt.Errorf("nats: record larger than the server's max_payload (%d bytes): %w", c.maxPayload, err),
+				"raise max_payload on the server, or keep such payloads out of the outbox")
+			return nil, nil
+		}
+		return nil, outboxcdc.Transient(fmt.Errorf("nats: publish: %w", err))
+	}
+	return pubAck{c, m, f}, nil
 }
 
 // msgID is the Nats-Msg-Id of a record: its message id, marked on a copy
@@ -316,28 +282,38 @@ func msgID(m *broker.Msg) string {
 	return m.Rec.MessageID + "~" + strconv.Itoa(m.Again)
 }
 
-// settle waits for f's PubAck (at most ack_timeout) and sets its outcome.
-func (c *conn) settle(ctx context.Context, f *flight) error {
-	t := time.NewTimer(c.cfg.AckTimeout)
-	defer t.Stop()
+// pubAck is a published record's PubAck.
+type pubAck struct {
+	c *conn
+	m *broker.Msg
+	f jetstream.PubAckFuture
+}
+
+// Await implements broker.Pending.
+func (p pubAck) Await(stop <-chan struct{}) bool {
+	var ack *jetstream.PubAck
+	var err error
 	select {
-	case ack := <-f.f.Ok():
-		if ack.Stream != c.cfg.Stream {
-			f.m.Err = outboxcdc.Permanent(fmt.Errorf("nats: subject %q was stored by stream %q, not %q", f.m.Rec.Topic, ack.Stream, c.cfg.Stream),
-				"make sink.stream the stream whose subjects capture route.topic")
-			return nil
+	case ack = <-p.f.Ok():
+	case err = <-p.f.Err():
+	default:
+		select {
+		case ack = <-p.f.Ok():
+		case err = <-p.f.Err():
+		case <-stop:
+			return false
 		}
-		f.m.Duplicate = ack.Duplicate
-	case err := <-f.f.Err():
-		f.m.Err = c.classify(f.m.Rec.Topic, err)
-	case <-c.closed:
-		f.m.Err = c.Err()
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		f.m.Err = c.fail(outboxcdc.Transient(fmt.Errorf("no PubAck within sink.ack_timeout (%s)", c.cfg.AckTimeout)))
 	}
-	return nil
+	switch {
+	case err != nil:
+		p.m.Err = p.c.classify(p.m.Rec.Topic, err)
+	case ack.Stream != p.c.cfg.Stream:
+		p.m.Err = outboxcdc.Permanent(fmt.Errorf("nats: subject %q was stored by stream %q, not %q", p.m.Rec.Topic, ack.Stream, p.c.cfg.Stream),
+			"make sink.stream the stream whose subjects capture route.topic")
+	default:
+		p.m.Duplicate = ack.Duplicate
+	}
+	return true
 }
 
 // classify marks a publish failure.
@@ -368,7 +344,7 @@ func (c *conn) classify(subject string, err error) error {
 		return outboxcdc.Permanent(fmt.Errorf("nats: no stream captures subject %q (stream %q has subjects %v)", subject, c.cfg.Stream, c.subjects),
 			"add a subject filter capturing it to the stream, or change route.topic; with pipeline.on_error: dlq the row goes to the dead-letter subject instead")
 	}
-	return c.fail(outboxcdc.Transient(fmt.Errorf("nats: %w", err)))
+	return c.fault.Fail(outboxcdc.Transient(fmt.Errorf("nats: %w", err)))
 }
 
 // message builds the NATS message of a record.
@@ -417,7 +393,7 @@ func (c *conn) Probe(ctx context.Context) error {
 
 // Close implements broker.Conn.
 func (c *conn) Close() error {
-	c.fail(outboxcdc.Transient(errors.New("nats connection closed by the sink")))
+	c.fault.Fail(outboxcdc.Transient(errors.New("nats connection closed by the sink")))
 	c.nc.Close()
 	return nil
 }

@@ -400,3 +400,61 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("Write without the CA = %v, want a permanent certificate error", err)
 	}
 }
+
+// TestAbandonedConnectionSendsNothingLate: publishes on a connection the
+// sink gave up (its path partitioned: the kernel holds them to send
+// again) must not reach the server once the path heals, after their
+// retried copies and after later rows of their keys. Within the stream's
+// duplicate window JetStream would drop them; the partition here outlasts
+// the window, and the sink's reset socket (SO_LINGER 0) is what discards
+// them.
+func TestAbandonedConnectionSendsNothingLate(t *testing.T) {
+	f := newFixture(t, 0)
+	st, err := f.js.Stream(context.Background(), f.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.Duplicates = 200 * time.Millisecond
+	if _, err := f.js.UpdateStream(context.Background(), sc); err != nil {
+		t.Fatal(err)
+	}
+	p := testenv.NewProxy(t, testenv.HostOf(t, f.url))
+	cfg := testConfig(testenv.WithHost(t, f.url, p.Addr()), f.stream)
+	cfg.AckTimeout = time.Second
+	s := newSink(t, cfg)
+	if err := s.Write(context.Background(), records(f.prefix, 3, 3)); err != nil {
+		t.Fatal(err)
+	}
+	all := records(f.prefix, 300, 10)
+	for i := range all {
+		all[i].MessageID = fmt.Sprintf("late-%d", i)
+	}
+	a, b := all[:200], all[200:]
+	p.Partition() // the open connection only: the retry's new one passes
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Write(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // past the duplicate window
+	p.Heal()
+	time.Sleep(3 * time.Second) // what the old connection held arrives by now, if anything
+	var got []testenv.Arrival
+	for _, m := range f.read(t) {
+		id, _, _ := strings.Cut(m.Header.Get(nats.MsgIdHdr), "~")
+		got = append(got, testenv.Arrival{ID: id, Key: m.Header.Get(HeaderKey)})
+	}
+	rank := map[string]int{}
+	for i, r := range all {
+		rank[r.MessageID] = i
+	}
+	o := testenv.OrderOf(got, rank)
+	t.Logf("%d messages stored: %+v", len(got), o)
+	if o.Late > 0 || o.LastOutOfOrder > 0 {
+		t.Fatalf("%d messages stored after a later row of their key (%d keys' last copies out of order)", o.Late, o.LastOutOfOrder)
+	}
+}

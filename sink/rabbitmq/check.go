@@ -25,7 +25,7 @@ func Check(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 	if err := cfg.Validate(); err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("rabbitmq.config", err.Error(), "fix the sink section")}
 	}
-	c, err := connect(ctx, cfg)
+	c, err := connect(ctx, cfg, nil)
 	if err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("rabbitmq.reachable", err.Error(), fixOf(err,
 			"check sink.url and that RabbitMQ is up and reachable from here"))}

@@ -27,7 +27,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"net"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -71,9 +72,10 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 }
 
 // connect opens an AMQP connection with cfg's credentials, TLS, heartbeat
-// and dial timeout. DialConfig takes no context, so it runs aside and is
-// abandoned (and closed when it comes up) when ctx ends first.
-func connect(ctx context.Context, cfg Config) (*amqp.Connection, error) {
+// and dial timeout; its socket is kept in socks (nil: not kept).
+// DialConfig takes no context, so it runs aside and is abandoned (and
+// closed when it comes up) when ctx ends first.
+func connect(ctx context.Context, cfg Config, socks *broker.Sockets) (*amqp.Connection, error) {
 	raw, u, err := cfg.dialURL()
 	if err != nil {
 		return nil, outboxcdc.Permanent(err, "fix sink.url")
@@ -82,10 +84,21 @@ func connect(ctx context.Context, cfg Config) (*amqp.Connection, error) {
 	if err != nil {
 		return nil, outboxcdc.Permanent(err, "fix sink.tls")
 	}
+	dial := amqp.DefaultDial(cfg.DialTimeout)
+	if socks != nil {
+		tcp := dial
+		dial = func(network, addr string) (net.Conn, error) {
+			c, err := tcp(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return socks.Track(c), nil
+		}
+	}
 	acfg := amqp.Config{
 		Heartbeat:       cfg.Heartbeat,
 		TLSClientConfig: tc,
-		Dial:            amqp.DefaultDial(cfg.DialTimeout),
+		Dial:            dial,
 		Properties:      amqp.Table{"connection_name": "outbox-cdc " + cfg.AppID, "product": "outbox-cdc"},
 	}
 	type result struct {
@@ -159,12 +172,21 @@ func classifyClose(e *amqp.Error, cfg Config) error {
 }
 
 func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
-	c, err := connect(ctx, s.cfg)
+	socks := &broker.Sockets{}
+	c, err := connect(ctx, s.cfg, socks)
 	if err != nil {
 		return nil, err
 	}
+	// The steps after the handshake (a channel, the exchanges, confirm
+	// mode) wait for the broker without a deadline of their own: the end
+	// of ctx (sink.dial_timeout) tears the socket down, which ends them.
+	stop := context.AfterFunc(ctx, socks.Abort)
 	fail := func(err error) (broker.Conn, error) {
-		c.Close()
+		if !stop() {
+			err = outboxcdc.Transient(fmt.Errorf("rabbitmq: the broker did not set the connection up in time: %w", ctx.Err()))
+		}
+		_ = c.CloseDeadline(time.Now().Add(time.Second))
+		socks.Abort()
 		return nil, err
 	}
 	ch, err := c.Channel()
@@ -178,14 +200,18 @@ func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
 	if err := ch.Confirm(false); err != nil {
 		return fail(outboxcdc.Transient(fmt.Errorf("rabbitmq: confirm mode: %w", err)))
 	}
+	if !stop() {
+		return fail(nil)
+	}
 	conn := &conn{
 		cfg:      s.cfg,
 		c:        c,
 		ch:       ch,
-		closes:   closes,
+		socks:    socks,
 		returns:  ch.NotifyReturn(make(chan amqp.Return, s.cfg.MaxInFlight+64)),
 		returned: map[string]int{},
 	}
+	go conn.watch(closes)
 	return conn, nil
 }
 
@@ -229,10 +255,12 @@ func (s *Sink) exchanges(ch *amqp.Channel, closes chan *amqp.Error) error {
 
 // conn is one AMQP connection with one channel in confirm mode.
 type conn struct {
-	cfg    Config
-	c      *amqp.Connection
-	ch     *amqp.Channel
-	closes chan *amqp.Error
+	cfg Config
+	c   *amqp.Connection
+	ch  *amqp.Channel
+	// socks is the connection's socket: a connection given up is torn
+	// down by closing it (see watch).
+	socks *broker.Sockets
 	// returns carries the basic.return of unroutable records. The broker
 	// sends a record's return before its confirm, and the client hands it
 	// over before it resolves the confirm, so it is here by the time the
@@ -240,85 +268,73 @@ type conn struct {
 	returns  chan amqp.Return
 	returned map[string]int
 
-	mu  sync.Mutex
-	err error
+	fault broker.Fault
+	// verdict is set when the broker closed the channel or connection
+	// with a reason: it has read everything sent before, and the
+	// connection is closed the AMQP way.
+	verdict atomic.Bool
+	closing atomic.Bool // Close started
 }
 
-type flight struct {
-	m    *broker.Msg
-	dc   *amqp.DeferredConfirmation
-	size int64
+// watch records why the connection fails: the broker's close reason, or
+// the failure the delivery loop records (an answer overdue). A connection
+// given up other than by the broker's word is torn down at once, so that
+// nothing still queued on it goes out (and every wait on it ends).
+func (c *conn) watch(closes chan *amqp.Error) {
+	select {
+	case e := <-closes: // nil when closed without a reason
+		if e != nil && e.Server {
+			c.verdict.Store(true)
+		}
+		c.fault.Fail(classifyClose(e, c.cfg))
+	case <-c.fault.Lost():
+	}
+	if !c.verdict.Load() && !c.closing.Load() {
+		c.socks.Abort()
+	}
 }
 
 // Send implements broker.Conn.
 func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
-	q := make([]flight, 0, min(len(msgs), c.cfg.MaxInFlight))
-	head := 0
-	var used int64
-	for i, m := range msgs {
-		size := int64(m.Rec.Size())
-		for n := len(q) - head; n > 0 && (n >= c.cfg.MaxInFlight || used+size > c.cfg.MaxInFlightBytes); n-- {
-			if err := c.settle(ctx, &q[head]); err != nil {
-				return err
-			}
-			used -= q[head].size
-			q[head] = flight{}
-			head++
-		}
-		if err := c.Err(); err != nil {
-			for _, r := range msgs[i:] {
-				r.Err = err
-			}
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		r := m.Rec
-		pub := c.publishing(m)
-		if err := pub.Headers.Validate(); err != nil {
-			m.Err = outboxcdc.Permanent(fmt.Errorf("rabbitmq: headers: %w", err), "")
-			continue
-		}
-		dc, err := c.ch.PublishWithDeferredConfirm(c.cfg.exchangeOf(r.Topic), r.Topic, true, false, pub)
-		if err != nil {
-			if c.ch.IsClosed() {
-				err = c.fail(c.closeReason())
-			} else {
-				err = c.fail(outboxcdc.Transient(fmt.Errorf("rabbitmq: publish: %w", err)))
-			}
-			m.Err = err
-			for _, r := range msgs[i+1:] {
-				r.Err = c.Err()
-				if r.Err == nil {
-					r.Err = outboxcdc.Transient(errors.New("not sent: an earlier record of the write failed"))
-				}
-			}
-			break
-		}
-		q = append(q, flight{m: m, dc: dc, size: size})
-		used += size
-	}
-	for ; head < len(q); head++ {
-		if err := c.settle(ctx, &q[head]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return broker.SendWindow(ctx, c.cfg.Config, &c.fault, "publisher confirm", msgs, c.publish)
 }
 
-// settle waits for f's confirm (at most ack_timeout) and sets its outcome.
-func (c *conn) settle(ctx context.Context, f *flight) error {
-	t := time.NewTimer(c.cfg.AckTimeout)
-	defer t.Stop()
+func (c *conn) publish(m *broker.Msg) (broker.Pending, error) {
+	r := m.Rec
+	pub := c.publishing(m)
+	if err := pub.Headers.Validate(); err != nil {
+		m.Err = outboxcdc.Permanent(fmt.Errorf("rabbitmq: headers: %w", err), "")
+		return nil, nil
+	}
+	dc, err := c.ch.PublishWithDeferredConfirm(c.cfg.exchangeOf(r.Topic), r.Topic, true, false, pub)
+	if err != nil {
+		if c.ch.IsClosed() {
+			return nil, c.closeReason()
+		}
+		return nil, outboxcdc.Transient(fmt.Errorf("rabbitmq: publish: %w", err))
+	}
+	return confirm{c, m, dc}, nil
+}
+
+// confirm is a published record's publisher confirm.
+type confirm struct {
+	c  *conn
+	m  *broker.Msg
+	dc *amqp.DeferredConfirmation
+}
+
+// Await implements broker.Pending.
+func (f confirm) Await(stop <-chan struct{}) bool {
 	select {
 	case <-f.dc.Done():
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		f.m.Err = c.fail(outboxcdc.Transient(fmt.Errorf("no publisher confirm within sink.ack_timeout (%s)", c.cfg.AckTimeout)))
-		return nil
+	default:
+		select {
+		case <-f.dc.Done():
+		case <-stop:
+			return false
+		}
 	}
+	c := f.c
 	c.drainReturns()
 	switch {
 	case f.dc.Acked():
@@ -329,11 +345,11 @@ func (c *conn) settle(ctx context.Context, f *flight) error {
 				"bind a queue for this routing key (or change route.topic); with pipeline.on_error: dlq the row goes to the dead-letter routing key instead")
 		}
 	case c.ch.IsClosed():
-		f.m.Err = c.fail(c.closeReason())
+		f.m.Err = c.closeReason()
 	default:
 		f.m.Err = outboxcdc.Transient(errors.New("rabbitmq nacked the record (a queue with overflow reject-publish is full, or the broker failed to store it)"))
 	}
-	return nil
+	return true
 }
 
 func (c *conn) drainReturns() {
@@ -350,37 +366,28 @@ func (c *conn) drainReturns() {
 	}
 }
 
-// closeReason waits briefly for the channel's close reason.
+// closeReason returns why the closed channel closed, waiting briefly for
+// watch to record it.
 func (c *conn) closeReason() error {
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	select {
-	case e := <-c.closes:
-		return classifyClose(e, c.cfg)
+	case <-c.fault.Lost():
+		return c.fault.Err()
 	case <-t.C:
-		return classifyClose(nil, c.cfg)
+		return c.fault.Fail(classifyClose(nil, c.cfg))
 	}
-}
-
-// fail records why the connection is unusable (the first reason wins)
-// and returns it.
-func (c *conn) fail(err error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-	}
-	return c.err
 }
 
 // Err implements broker.Conn.
 func (c *conn) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil && (c.c.IsClosed() || c.ch.IsClosed()) {
-		c.err = outboxcdc.Transient(errors.New("rabbitmq connection closed"))
+	if err := c.fault.Err(); err != nil {
+		return err
 	}
-	return c.err
+	if c.c.IsClosed() || c.ch.IsClosed() {
+		return c.closeReason()
+	}
+	return nil
 }
 
 // Probe implements broker.Conn: a passive declare of the exchange on a
@@ -411,20 +418,20 @@ func (c *conn) Probe(ctx context.Context) error {
 	}
 }
 
-// Close implements broker.Conn.
+// Close implements broker.Conn. A connection in use, or closed by the
+// broker with a reason, is closed the AMQP way (waiting at most a second
+// for close-ok); one given up otherwise (an answer overdue, the socket
+// lost) only has its socket closed: a silent peer would not answer
+// close-ok, and nothing still queued on it may go out later.
 func (c *conn) Close() error {
-	c.fail(outboxcdc.Transient(errors.New("rabbitmq connection closed by the sink")))
-	if c.c.IsClosed() {
+	failed := c.fault.Err() != nil && !c.verdict.Load()
+	c.closing.Store(true)
+	c.fault.Fail(outboxcdc.Transient(errors.New("rabbitmq connection closed by the sink")))
+	if failed || c.c.IsClosed() {
+		c.socks.Abort()
 		return nil
 	}
-	// A connection whose peer went silent would wait for close-ok; the
-	// socket is closed at once instead.
-	done := make(chan struct{})
-	go func() {
-		_ = c.c.CloseDeadline(time.Now().Add(time.Second))
-		close(done)
-	}()
-	<-done
+	_ = c.c.CloseDeadline(time.Now().Add(time.Second))
 	return nil
 }
 

@@ -397,3 +397,184 @@ func TestConsistentHashExchange(t *testing.T) {
 		t.Fatalf("%d of %d records in the queues", total, len(recs))
 	}
 }
+
+// retryClock is a log writer that notes when the Writer first logged a
+// failed attempt ("write failed, retrying").
+type retryClock struct {
+	mu    sync.Mutex
+	first time.Time
+}
+
+func (r *retryClock) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), "write failed, retrying") {
+		r.mu.Lock()
+		if r.first.IsZero() {
+			r.first = time.Now()
+		}
+		r.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+func (r *retryClock) at() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first
+}
+
+// TestAckTimeoutBoundsTheAttempt: sink.ack_timeout bounds an attempt, not
+// each record. Over a path gone silent (no FIN, no RST, heartbeats far
+// off), 20 unconfirmed records give the attempt up once the oldest has
+// waited ack_timeout, every wait at once, not one ack_timeout after the
+// other; so do publishes blocked on a full socket (a frozen path: nothing
+// is read, the buffers fill); when the connection itself fails
+// (heartbeats missed), every wait ends with it. The records are all
+// delivered once the path heals.
+func TestAckTimeoutBoundsTheAttempt(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		ack, heartbeat time.Duration
+		within         time.Duration // the first retry after the Write started
+		n, size        int           // records, bytes of each value
+		freeze         bool
+	}{
+		// The attempt's deadline: ack_timeout, plus closing the connection.
+		{"silent", 2 * time.Second, time.Minute, 2*time.Second + 2*time.Second, 20, 0, false},
+		// 12 MiB: more than the sockets on the way hold.
+		{"frozen", 2 * time.Second, time.Minute, 2*time.Second + 2*time.Second, 200, 64 << 10, true},
+		// The connection fails after 3 missed heartbeats of 1s.
+		{"connection lost", time.Minute, time.Second, 3*time.Second + 3*time.Second, 20, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, "#")
+			p := testenv.NewProxy(t, testenv.HostOf(t, f.url))
+			cfg := testConfig(testenv.WithHost(t, f.url, p.Addr()), f.exchange)
+			cfg.AckTimeout, cfg.Heartbeat = c.ack, c.heartbeat
+			cfg.DialTimeout = 3 * time.Second
+			cfg.ReadyInterval = time.Hour // no probe: only the Write notices
+			clock := &retryClock{}
+			s, err := New(cfg, zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), clock)).With().Timestamp().Logger(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.Write(context.Background(), records(3, 3)); err != nil {
+				t.Fatal(err)
+			}
+			recs := records(c.n, c.n)
+			for i := range recs {
+				if c.size > 0 {
+					recs[i].Value = []byte(fmt.Sprintf(`{"seq":%d,"pad":"%s"}`, i, strings.Repeat("x", c.size)))
+				}
+			}
+			if c.freeze {
+				p.Freeze()
+			} else {
+				p.Silence()
+			}
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				done <- s.Write(ctx, recs)
+			}()
+			testenv.Eventually(t, time.Minute, "a failed attempt", func() bool { return !clock.at().IsZero() })
+			took := clock.at().Sub(start)
+			t.Logf("first retry %s after the Write started (ack_timeout %s, heartbeat %s)", took.Round(time.Millisecond), c.ack, c.heartbeat)
+			if took > c.within {
+				t.Errorf("the first retry came %s after the Write started, want within %s", took.Round(time.Millisecond), c.within)
+			}
+			p.Heal()
+			p.Thaw()
+			if err := <-done; err != nil {
+				t.Fatalf("Write after heal: %v", err)
+			}
+			f.consumeAll(t, recs, 30*time.Second)
+		})
+	}
+}
+
+// consumeAll reads the fixture's queue until every record of recs arrived
+// (copies and earlier messages aside); the test fails naming the first
+// missing one after timeout.
+func (f *fixture) consumeAll(t *testing.T, recs []outboxcdc.Record, timeout time.Duration) {
+	t.Helper()
+	ds, err := f.ch.Consume(f.queue, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := map[string]bool{}
+	for _, r := range recs {
+		missing[r.MessageID] = true
+	}
+	deadline := time.After(timeout)
+	for len(missing) > 0 {
+		select {
+		case d := <-ds:
+			delete(missing, d.MessageId)
+		case <-deadline:
+			for _, r := range recs {
+				if missing[r.MessageID] {
+					t.Fatalf("%s lost (%d of %d missing)", r.MessageID, len(missing), len(recs))
+				}
+			}
+		}
+	}
+}
+
+// TestAbandonedConnectionSendsNothingLate: publishes on a connection the
+// sink gave up (its path partitioned: the kernel holds them to send again)
+// must not reach the broker once the path heals, after their retried
+// copies and after later rows of their keys. The sink resets such a
+// socket (SO_LINGER 0), which discards what it still holds.
+func TestAbandonedConnectionSendsNothingLate(t *testing.T) {
+	f := newFixture(t, "#")
+	p := testenv.NewProxy(t, testenv.HostOf(t, f.url))
+	cfg := testConfig(testenv.WithHost(t, f.url, p.Addr()), f.exchange)
+	cfg.AckTimeout, cfg.Heartbeat = time.Second, time.Minute
+	s := newSink(t, cfg)
+	if err := s.Write(context.Background(), records(3, 3)); err != nil {
+		t.Fatal(err)
+	}
+	all := records(300, 10)
+	for i := range all {
+		all[i].MessageID = fmt.Sprintf("late-%d", i)
+	}
+	a, b := all[:200], all[200:]
+	p.Partition() // the open connection only: the retry's new one passes
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Write(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	p.Heal()
+	time.Sleep(3 * time.Second) // what the old connection held arrives by now, if anything
+	ds, err := f.ch.Consume(f.queue, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []testenv.Arrival
+	for quiet := time.After(2 * time.Second); ; {
+		select {
+		case d := <-ds:
+			got = append(got, testenv.Arrival{ID: d.MessageId, Key: d.Headers[HeaderKey].(string)})
+			quiet = time.After(2 * time.Second)
+			continue
+		case <-quiet:
+		}
+		break
+	}
+	rank := map[string]int{}
+	for i, r := range all {
+		rank[r.MessageID] = i
+	}
+	o := testenv.OrderOf(got, rank)
+	t.Logf("%d messages read: %+v", len(got), o)
+	if o.Late > 0 || o.LastOutOfOrder > 0 {
+		t.Fatalf("%d messages arrived after a later row of their key (%d keys' last copies out of order): the abandoned connection's publishes reached the broker", o.Late, o.LastOutOfOrder)
+	}
+}

@@ -17,7 +17,7 @@ func Check(ctx context.Context, cfg Config, keys ...string) []outboxcdc.CheckRes
 	if err := cfg.Validate(); err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("redis.config", err.Error(), "fix the sink section")}
 	}
-	c, err := connect(ctx, cfg)
+	c, err := connect(ctx, cfg, nil)
 	if err != nil {
 		fix := outboxcdc.Hint(err)
 		if fix == "" {

@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -76,11 +77,24 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
-// connect returns a client that answered PING.
-func connect(ctx context.Context, cfg Config) (*redis.Client, error) {
+// connect returns a client that answered PING. Its sockets are kept in
+// socks (nil: not kept), which resets them when closed: the client closes
+// a connection whose XADDs got no reply in time, and what it still held
+// must not reach the server after the records were sent again.
+func connect(ctx context.Context, cfg Config, socks *broker.Sockets) (*redis.Client, error) {
 	o, err := cfg.options()
 	if err != nil {
 		return nil, outboxcdc.Permanent(err, "fix sink.url and sink.tls")
+	}
+	if socks != nil {
+		dial := redis.NewDialer(o)
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return socks.Track(c), nil
+		}
 	}
 	c := redis.NewClient(o)
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -91,7 +105,7 @@ func connect(ctx context.Context, cfg Config) (*redis.Client, error) {
 }
 
 func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
-	c, err := connect(ctx, s.cfg)
+	c, err := connect(ctx, s.cfg, &broker.Sockets{})
 	if err != nil {
 		return nil, err
 	}

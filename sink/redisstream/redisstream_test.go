@@ -272,3 +272,48 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("check: %+v", res)
 	}
 }
+
+// TestAbandonedConnectionSendsNothingLate: XADDs on a connection the
+// client gave up (its path partitioned: the kernel holds them to send
+// again) must not reach the server once the path heals, after their
+// retried copies and after later rows of their keys. The sink's sockets
+// are reset when closed (SO_LINGER 0), which discards what they hold.
+func TestAbandonedConnectionSendsNothingLate(t *testing.T) {
+	f := newFixture(t)
+	p := testenv.NewProxy(t, testenv.HostOf(t, f.url))
+	cfg := testConfig(testenv.WithHost(t, f.url, p.Addr()))
+	cfg.AckTimeout = time.Second
+	s := newSink(t, cfg)
+	if err := s.Write(context.Background(), records(f.prefix, 3, 3)); err != nil {
+		t.Fatal(err)
+	}
+	all := records(f.prefix, 300, 10)
+	for i := range all {
+		all[i].MessageID = fmt.Sprintf("late-%d", i)
+	}
+	a, b := all[:200], all[200:]
+	p.Partition() // the open connection only: the retry's new one passes
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Write(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	p.Heal()
+	time.Sleep(3 * time.Second) // what the old connection held arrives by now, if anything
+	var got []testenv.Arrival
+	for _, m := range f.read(t, f.prefix+"ORDER") {
+		got = append(got, testenv.Arrival{ID: m.Values[FieldMessageID].(string), Key: m.Values[FieldKey].(string)})
+	}
+	rank := map[string]int{}
+	for i, r := range all {
+		rank[r.MessageID] = i
+	}
+	o := testenv.OrderOf(got, rank)
+	t.Logf("%d entries: %+v", len(got), o)
+	if o.Late > 0 || o.LastOutOfOrder > 0 {
+		t.Fatalf("%d entries arrived after a later row of their key (%d keys' last copies out of order): the abandoned connection's XADDs reached the server", o.Late, o.LastOutOfOrder)
+	}
+}

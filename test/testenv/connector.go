@@ -63,7 +63,10 @@ func RemoveBinary() {
 
 // Connector is one outbox-cdc process started by Launch or Start. It is
 // killed (SIGCONT first, in case a test stopped it) at test end, and its
-// output is logged when the test failed.
+// output is logged when the test failed. At test end every line it wrote
+// must be one JSON object with unique keys (CheckJSONLines), or the test
+// fails naming the line; a test whose process deliberately writes
+// something else says so with LogNotJSON.
 type Connector struct {
 	t       testing.TB
 	cmd     *exec.Cmd
@@ -71,6 +74,7 @@ type Connector struct {
 	log     syncBuffer
 	done    chan struct{}
 	exitErr error
+	notJSON string // why the log is not checked, if it is not
 }
 
 type syncBuffer struct {
@@ -124,6 +128,11 @@ func LaunchArgs(t testing.TB, args []string, env ...string) *Connector {
 	go func() { c.exitErr = c.cmd.Wait(); close(c.done) }()
 	t.Cleanup(func() {
 		c.Kill()
+		if c.notJSON == "" {
+			if err := CheckJSONLines(strings.NewReader(c.Log())); err != nil {
+				t.Errorf("the connector wrote a line that is not valid JSON with unique keys: %v", err)
+			}
+		}
 		if t.Failed() {
 			t.Logf("connector log:\n%s", c.Log())
 		}
@@ -190,6 +199,16 @@ func (c *Connector) WaitStatus(code int, want string, timeout time.Duration) tim
 	got, body := c.Readyz()
 	c.t.Fatalf("/readyz is %d %q after %s, want %d %q\n%s", got, body, timeout, code, want, c.Log())
 	return 0
+}
+
+// LogNotJSON exempts the process's output from the JSON-lines check at
+// test end, for a test that makes it write text on purpose (log.format
+// text, human output); reason says why.
+func (c *Connector) LogNotJSON(reason string) {
+	if reason == "" {
+		reason = "unspecified"
+	}
+	c.notJSON = reason
 }
 
 // Log is everything the process wrote to stdout and stderr so far.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -18,7 +19,11 @@ import (
 // SIGSTOPped process looks (its kernel keeps the connection up, acks
 // nothing beyond a full window, and the application reads nothing); Thaw
 // delivers what was held back. Cut closes every connection (a RST-free FIN
-// both ways), as a server restart looks.
+// both ways), as a server restart looks. Partition cuts the connections
+// open at the time the way a lost network path does to TCP: what each
+// side sends is held, as its kernel holds unacknowledged data to send
+// again, and arrives on Heal; a side that resets its connection meanwhile
+// (an abortive close) has discarded what it held.
 type Proxy struct {
 	target string
 	ln     net.Listener
@@ -35,6 +40,16 @@ type Proxy struct {
 
 type proxyConn struct {
 	client, server net.Conn
+	partitioned    bool // guarded by Proxy.mu
+	up, down       half // client to server, server to client
+}
+
+// half is one direction of a partitioned connection: what its sender sent
+// meanwhile, and how the sender ended the connection (nil: it did not).
+type half struct {
+	mu   sync.Mutex
+	held []byte
+	end  error
 }
 
 // NewProxy listens on a loopback port and forwards every connection to
@@ -74,10 +89,67 @@ func (p *Proxy) Silence() {
 }
 
 // Heal delivers bytes again. Connections made while silent stay dead (their
-// handshake never reached the target); clients must reconnect.
+// handshake never reached the target); clients must reconnect. A
+// partitioned connection gets, each way, what its sender sent meanwhile,
+// then the sender's close: a FIN as a FIN, a reset as a reset (and
+// nothing of what was held).
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.silent = false
+	var healed []*proxyConn
+	for c := range p.conns {
+		if c.partitioned {
+			c.partitioned = false
+			healed = append(healed, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range healed {
+		p.deliver(c, &c.up, c.server)
+		p.deliver(c, &c.down, c.client)
+	}
+}
+
+// Partition holds, on every connection open now, what either side sends,
+// until Heal; connections made later are not affected (the path of one
+// flow is lost, as when a firewall or NAT drops its state or a load
+// balancer's node dies). Neither side learns anything meanwhile: no FIN,
+// no RST, no ack.
+func (p *Proxy) Partition() {
+	p.mu.Lock()
+	for c := range p.conns {
+		c.partitioned = true
+	}
+	p.mu.Unlock()
+}
+
+func (p *Proxy) isPartitioned(c *proxyConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return c.partitioned
+}
+
+// deliver writes what h held to dst and passes on how its sender ended
+// the connection, closing both sides.
+func (p *Proxy) deliver(c *proxyConn, h *half, dst net.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.held) > 0 {
+		dst.Write(h.held)
+		h.held = nil
+	}
+	if h.end == nil {
+		return
+	}
+	if errors.Is(h.end, syscall.ECONNRESET) {
+		if tc, ok := dst.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+	}
+	c.client.Close()
+	c.server.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
 	p.mu.Unlock()
 }
 
@@ -183,15 +255,16 @@ func (p *Proxy) serve() {
 		p.conns[c] = struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(c, client, server)
-		go p.pipe(c, server, client)
+		go p.pipe(c, &c.up, client, server)
+		go p.pipe(c, &c.down, server, client)
 	}
 }
 
-// pipe copies src to dst, dropping what arrives while the proxy is silent.
-// When either side closes, both are closed (unless the proxy is silent: a
-// silent path delivers no FIN either).
-func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
+// pipe copies src to dst, dropping what arrives while the proxy is silent
+// and holding it in h while c is partitioned. When either side closes,
+// both are closed (unless the proxy is silent: a silent path delivers no
+// FIN either; or c is partitioned: Heal passes the close on).
+func (p *Proxy) pipe(c *proxyConn, h *half, src, dst net.Conn) {
 	defer p.wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
@@ -204,11 +277,34 @@ func (p *Proxy) pipe(c *proxyConn, src, dst net.Conn) {
 		if !p.waitThawed() {
 			return
 		}
+		if p.isPartitioned(c) {
+			h.mu.Lock()
+			if h.end == nil {
+				h.held = append(h.held, buf[:n]...)
+				if err != nil {
+					h.end = err
+					if errors.Is(err, syscall.ECONNRESET) {
+						h.held = nil // an abortive close discards what the sender's kernel held
+					}
+				}
+			}
+			h.mu.Unlock()
+			if err != nil {
+				return
+			}
+			continue
+		}
+		h.mu.Lock()
+		if len(h.held) > 0 { // Heal is delivering it; keep the order
+			dst.Write(h.held)
+			h.held = nil
+		}
 		if n > 0 && !p.isSilent() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr
 			}
 		}
+		h.mu.Unlock()
 		if err != nil {
 			if p.isSilent() && !errors.Is(err, net.ErrClosed) && err != io.EOF {
 				return

@@ -2,7 +2,10 @@ package testenv
 
 import (
 	"bufio"
+	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -123,5 +126,107 @@ func TestProxyFreezeThaw(t *testing.T) {
 			t.Fatalf("after %d of %d bytes: %v", got, sent, err)
 		}
 		got += len(s)
+	}
+}
+
+// recorder serves a loopback port that keeps every byte it receives.
+func recorder(t *testing.T) (addr string, got func() string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var b strings.Builder
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					mu.Lock()
+					b.Write(buf[:n])
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return b.String()
+	}
+}
+
+// TestProxyPartition: a partition holds what the connections open at the
+// time send (new connections pass) and delivers it on Heal, as TCP
+// retransmits it; what a side sent before it reset its connection is
+// discarded, what it sent before a FIN arrives.
+func TestProxyPartition(t *testing.T) {
+	p := NewProxy(t, echo(t))
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	c.Write([]byte("a\n"))
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if got, err := r.ReadString('\n'); err != nil || got != "a\n" {
+		t.Fatalf("through the proxy: %q, %v", got, err)
+	}
+	p.Partition()
+	c.Write([]byte("b\n"))
+	c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("an answer through a partitioned connection")
+	}
+	c2, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.Write([]byte("new\n"))
+	c2.SetDeadline(time.Now().Add(2 * time.Second))
+	if got, err := bufio.NewReader(c2).ReadString('\n'); err != nil || got != "new\n" {
+		t.Fatalf("a new connection during the partition: %q, %v", got, err)
+	}
+	p.Heal()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if got, err := r.ReadString('\n'); err != nil || got != "b\n" {
+		t.Fatalf("after heal, the held line: %q, %v", got, err)
+	}
+
+	addr, got := recorder(t)
+	q := NewProxy(t, addr)
+	for _, reset := range []bool{false, true} {
+		c, err := net.Dial("tcp", q.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag := fmt.Sprintf("[reset=%v]", reset)
+		c.Write([]byte("before" + tag))
+		Eventually(t, 2*time.Second, "the first write", func() bool { return strings.Contains(got(), "before"+tag) })
+		q.Partition()
+		c.Write([]byte("during" + tag))
+		time.Sleep(100 * time.Millisecond) // the proxy reads it
+		if reset {
+			c.(*net.TCPConn).SetLinger(0)
+		}
+		c.Close()
+		time.Sleep(100 * time.Millisecond)
+		q.Heal()
+		time.Sleep(200 * time.Millisecond)
+		if arrived := strings.Contains(got(), "during"+tag); arrived == reset {
+			t.Fatalf("%s: what was sent during the partition arrived: %v (%q)", tag, arrived, got())
+		}
 	}
 }
