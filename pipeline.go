@@ -521,20 +521,21 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // sends its first Tx (StartReporter): in the checkpoint store, or in
 // exactly-once mode as a progress record without records (and in the
 // witness). It runs on the reader goroutine while the saver has nothing
-// to save yet, so no other save runs beside it.
+// to save yet, so no other save runs beside it. Its errors are permanent
+// for the source: it stops, as the pipeline does after any failed save.
 func (p *Pipeline) saveStart(ctx context.Context, start Position) error {
 	if start.IsZero() {
-		return errors.New("the source reported an empty start position")
+		return Permanent(errors.New("the source reported an empty start position"), "")
 	}
 	if p.atomic != nil {
 		if err := p.write(ctx, nil, start); err != nil {
-			return fmt.Errorf("commit the start position as progress before reading: %w", err)
+			return Permanent(fmt.Errorf("commit the start position %s as progress before reading: %w", start, err), "")
 		}
 		if p.witness != nil {
 			p.saveWitness(ctx, start)
 		}
 	} else if err := p.cp.Save(ctx, start); err != nil {
-		return fmt.Errorf("save the start position %s before reading: %w; nothing was read (without it a restart would resolve source.start again and skip the rows committed in between)", start, err)
+		return Permanent(fmt.Errorf("save the start position %s before reading: %w; nothing was read (without it a restart would resolve source.start again and skip the rows committed in between)", start, err), "")
 	}
 	p.metrics.checkpoints.Inc()
 	p.metrics.checkpointTime.SetToCurrentTime()

@@ -78,7 +78,8 @@ func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcd
 		Open: func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
 			return s.openPending(ctx, db, st)
 		},
-		Sent: func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Started: s.saveStart,
+		Sent:    func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
 		Retrying: func(err error, wait time.Duration) {
 			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
 		},
