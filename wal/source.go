@@ -112,8 +112,9 @@ var _ outboxcdc.StartReporter = (*Source)(nil)
 // or the server's WAL end with start: latest; for start: pending the
 // backfill's first position) before it sends any Tx. The checkpoint then
 // names the slot's position from the first run on: a restart resumes
-// there, and a slot that is no longer the one started from is judged
-// against it. See outboxcdc.StartReporter.
+// there (with start: latest it would otherwise jump to the WAL end of the
+// moment), and the slot checks have a checkpoint to judge against. See
+// outboxcdc.StartReporter.
 func (s *Source) ReportStart(report func(context.Context, outboxcdc.Position) error) {
 	s.reportStart = report
 }
