@@ -270,6 +270,26 @@ type Source interface {
 	Ready() error
 }
 
+// StartReporter is implemented by a Source whose Run, given no checkpoint,
+// resolves its start setting into a position of its own: the server's
+// current or oldest binlog position, the replication slot's position, the
+// first position of a pending backfill (the stream position taken with its
+// snapshot). The start is a position like any other: until it is durable,
+// a restart resolves the setting again, later, and every row committed in
+// between is skipped. So the pipeline saves it before it reads a Tx.
+type StartReporter interface {
+	// ReportStart gives the source the function to call with its resolved
+	// start. The pipeline calls ReportStart once, before Run, from the
+	// goroutine that calls Run. Run calls report at most once, and only
+	// when it was given a zero from: from its own goroutine (the
+	// pipeline's reader goroutine), once the start is known and before it
+	// sends any Tx, and it sends none until report returns. report returns
+	// nil once the position is durable (saved to the checkpoint store; in
+	// exactly-once mode committed as a progress record); on an error Run
+	// returns it (wrapped), having sent nothing.
+	ReportStart(report func(ctx context.Context, start Position) error)
+}
+
 // Sink writes records to the destination.
 type Sink interface {
 	// Write sends records and returns nil only once every one of them is
@@ -320,7 +340,9 @@ type Checkpointer interface {
 	Load(ctx context.Context) (Position, error)
 	// Save durably stores pos; when it returns nil the position survives a
 	// crash of the process and of the machine. Called from the pipeline's
-	// saver goroutine only, one call at a time.
+	// saver goroutine, one call at a time; the first save of a connector
+	// without a checkpoint (its resolved start, see StartReporter) comes
+	// from the reader goroutine, before the saver has anything to save.
 	Save(ctx context.Context, pos Position) error
 }
 

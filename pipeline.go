@@ -433,6 +433,9 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	} else {
 		p.log.Info().Str("position", string(from)).Msg("resuming from checkpoint")
 	}
+	if r, ok := p.src.(StartReporter); ok {
+		r.ReportStart(p.saveStart)
+	}
 
 	// The source and the batcher stop on ctx (or on a failure); the writer
 	// gets its own context so that it can finish the last batches after a
@@ -512,6 +515,32 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		return nil
 	}
 	return berr
+}
+
+// saveStart makes the start position a source resolved durable before it
+// sends its first Tx (StartReporter): in the checkpoint store, or in
+// exactly-once mode as a progress record without records (and in the
+// witness). It runs on the reader goroutine while the saver has nothing
+// to save yet, so no other save runs beside it. Its errors are permanent
+// for the source: it stops, as the pipeline does after any failed save.
+func (p *Pipeline) saveStart(ctx context.Context, start Position) error {
+	if start.IsZero() {
+		return Permanent(errors.New("the source reported an empty start position"), "")
+	}
+	if p.atomic != nil {
+		if err := p.write(ctx, nil, start); err != nil {
+			return Permanent(fmt.Errorf("commit the start position %s as progress before reading: %w", start, err), "")
+		}
+		if p.witness != nil {
+			p.saveWitness(ctx, start)
+		}
+	} else if err := p.cp.Save(ctx, start); err != nil {
+		return Permanent(fmt.Errorf("save the start position %s before reading: %w; nothing was read (without it a restart would resolve source.start again and skip the rows committed in between)", start, err), "")
+	}
+	p.metrics.checkpoints.Inc()
+	p.metrics.checkpointTime.SetToCurrentTime()
+	p.log.Info().Str("position", string(start)).Msg("start position saved before reading: a restart resumes here")
+	return nil
 }
 
 // queued is a transaction (or fragment) in the queue, with its size.

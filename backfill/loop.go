@@ -40,6 +40,14 @@ type Loop struct {
 	// takes the stream position consistent with the snapshot and the
 	// highest pending key, and sets *st.
 	Open func(ctx context.Context, st **State) (Snapshot, error)
+	// Started, when set, is called on a first backfill once Open has set
+	// the state, before the first row is read: with the state's position
+	// (no row published yet, the highest pending key, the stream
+	// position), which it makes durable (the source's
+	// outboxcdc.StartReporter), so that a crash before the first batch is
+	// checkpointed resumes this backfill instead of starting another one
+	// with a later stream position. An error ends Run with it.
+	Started func(ctx context.Context, start outboxcdc.Position) error
 	// Sent, when set, is called after each batch was handed on.
 	Sent func(rows []Row)
 	// Retrying, when set, is called with each transient failure and the
@@ -81,11 +89,18 @@ func (l *Loop) Run(ctx context.Context, from outboxcdc.Position, out chan<- outb
 
 // attempt publishes the rows after (*st).Last in one snapshot.
 func (l *Loop) attempt(ctx context.Context, st **State, out chan<- outboxcdc.Tx) error {
+	first := *st == nil
 	snap, err := l.Open(ctx, st)
 	if err != nil {
 		return err
 	}
 	defer snap.Close()
+	if first && l.Started != nil {
+		if err := l.Started(ctx, (**st).Encode(l.Kind)); err != nil {
+			*st = nil // a retry starts afresh, and reports again
+			return err
+		}
+	}
 	total := 0
 	for {
 		rows, err := snap.Read(ctx, **st, l.Batch)

@@ -96,3 +96,62 @@ func TestLoopFromCheckpoint(t *testing.T) {
 		t.Fatalf("a plain checkpoint ran a backfill: %q %v %d", pos, err, opens)
 	}
 }
+
+// TestLoopReportsStartBeforeFirstRow: a first backfill reports its
+// position (nothing published yet, the high key, the stream position)
+// once its snapshot is open and before it reads a row, so a crash before
+// the first batch is checkpointed resumes this backfill; a backfill
+// resumed from a checkpoint reports nothing (its position is saved).
+func TestLoopReportsStartBeforeFirstRow(t *testing.T) {
+	reads := 0
+	var reported []outboxcdc.Position
+	l := Loop{
+		Kind: "mysql", Start: StartPending, Batch: 10,
+		Retry:       retry.Policy{Min: time.Millisecond, Max: time.Millisecond},
+		CheckStream: func(outboxcdc.Position) error { return nil },
+		Open: func(_ context.Context, st **State) (Snapshot, error) {
+			if *st == nil {
+				*st = &State{Last: -1 << 63, High: 3, Stream: "mariadb-gtid:0-1-9"}
+			}
+			n, fa := 3, 1<<30
+			return countingSnapshot{memSnapshot{n: &n, failAfter: &fa}, &reads}, nil
+		},
+		Started: func(_ context.Context, p outboxcdc.Position) error {
+			if reads != 0 {
+				t.Errorf("start %s reported after %d reads", p, reads)
+			}
+			reported = append(reported, p)
+			return nil
+		},
+	}
+	out := make(chan outboxcdc.Tx, 10)
+	if _, err := l.Run(context.Background(), "", out); err != nil {
+		t.Fatal(err)
+	}
+	want := outboxcdc.Position("mysql:pending:-9223372036854775808:3:mariadb-gtid:0-1-9")
+	if len(reported) != 1 || reported[0] != want {
+		t.Fatalf("reported %v, want [%s]", reported, want)
+	}
+	if st, err := Parse(want, "mysql"); err != nil || st.Last != -1<<63 || st.High != 3 {
+		t.Fatalf("the reported start does not parse back: %+v %v", st, err)
+	}
+	reported = nil
+	if _, err := l.Run(context.Background(), want, make(chan outboxcdc.Tx, 10)); err != nil || len(reported) != 0 {
+		t.Fatalf("a resumed backfill: %v, reported %v", err, reported)
+	}
+	l.Started = func(context.Context, outboxcdc.Position) error { return errors.New("disk full") }
+	reads = 0
+	if _, err := l.Run(context.Background(), "", make(chan outboxcdc.Tx, 10)); err == nil || reads != 0 {
+		t.Fatalf("a failed report: %v after %d reads; want the error before any read", err, reads)
+	}
+}
+
+type countingSnapshot struct {
+	memSnapshot
+	reads *int
+}
+
+func (c countingSnapshot) Read(ctx context.Context, st State, limit int) ([]Row, error) {
+	*c.reads++
+	return c.memSnapshot.Read(ctx, st, limit)
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,12 +123,54 @@ func binaryLogs(ctx context.Context, db *sql.DB) ([]binlogFile, error) {
 	return out, rows.Err()
 }
 
+// goneError is a checkpoint position this server cannot stream from; it
+// wraps ErrPositionGone. detail says what is wrong; recovery, when one
+// could be computed, is the position on this server that loses nothing
+// and sends nothing twice (after a failover to a replica that was
+// behind), as the command to run and what it means; choices are the
+// other ways out. run and check say the same (advice).
+type goneError struct {
+	detail   string
+	recovery string
+	choices  string
+}
+
+func (e *goneError) Error() string {
+	return ErrPositionGone.Error() + ": " + e.detail + ": the connector stopped without moving the checkpoint. " + e.advice()
+}
+
+func (e *goneError) Unwrap() error { return ErrPositionGone }
+
+// advice is what to do, the lossless way first.
+func (e *goneError) advice() string {
+	if e.recovery == "" {
+		return "Choose one: " + e.choices
+	}
+	return "The lossless way back: " + e.recovery + ". Otherwise choose one: " + e.choices
+}
+
+func gone(choices, format string, args ...any) *goneError {
+	return &goneError{detail: fmt.Sprintf(format, args...), choices: choices}
+}
+
+// failoverChoices are the ways out, beside the computed recovery, when
+// the server lacks the checkpoint's last transactions.
+const failoverChoices = "if this server is not a promoted replica of the one the checkpoint was written against, point source.dsn at that server and restart; " +
+	"or, accepting loss or duplicates, move the checkpoint file (checkpoint.path) away and restart, which begins where source.start says: " +
+	"latest skips every row this server wrote since the failover, earliest sends every row still in its binlogs again"
+
+// recoveryCommand is the position command that moves the checkpoint to p.
+func recoveryCommand(p Pos) string {
+	return "`outbox-cdc position set --config FILE --to " + string(p.Encode()) + " --force`, then restart"
+}
+
 // checkPosition verifies that the server still holds the binlog right
-// after p, before streaming from it. The server itself refuses a purged
-// file or GTID (error 1236), but MariaDB silently accepts a GTID position
+// after p, before streaming from it, judging the position as the server
+// does when a replica asks to start there (run and check both use it).
+// The server itself refuses a purged file or GTID (error 1236), but in
+// terms that do not say what to do, and MariaDB accepts a GTID position
 // with a replication domain its binlog never had (it streams that domain
-// from nowhere and the others from the start), and both report in terms
-// that do not say what to do. Errors wrap ErrPositionGone (permanent) or
+// from nowhere). Errors wrap ErrPositionGone (permanent; a *goneError) or
 // are connection errors (transient).
 func checkPosition(ctx context.Context, db *sql.DB, info *serverInfo, p *Pos) error {
 	switch {
@@ -146,7 +189,7 @@ func checkPosition(ctx context.Context, db *sql.DB, info *serverInfo, p *Pos) er
 // checkFilePosition is checkPosition's pure part for file:offset positions.
 func checkFilePosition(files []binlogFile, file string, offset uint32) error {
 	if len(files) == 0 {
-		return fmt.Errorf("%w: the checkpoint is at %s:%d but the server lists no binary logs: %s", ErrPositionGone, file, offset, positionGoneHint)
+		return gone(positionGoneChoices, "the checkpoint is at %s:%d but the server lists no binary logs", file, offset)
 	}
 	held := fmt.Sprintf("%s .. %s", files[0].name, files[len(files)-1].name)
 	for _, f := range files {
@@ -154,8 +197,8 @@ func checkFilePosition(files []binlogFile, file string, offset uint32) error {
 			continue
 		}
 		if uint64(offset) > f.size {
-			return fmt.Errorf("%w: the checkpoint is at %s:%d, beyond the end of that file on this server (%d bytes): "+
-				"the checkpoint was written against another server: %s", ErrPositionGone, file, offset, f.size, positionGoneHint)
+			return gone(positionGoneChoices, "the checkpoint is at %s:%d, beyond the end of that file on this server (%d bytes): "+
+				"the checkpoint was written against another server", file, offset, f.size)
 		}
 		return nil
 	}
@@ -163,92 +206,254 @@ func checkFilePosition(files []binlogFile, file string, offset uint32) error {
 	if file > files[len(files)-1].name {
 		why = "ahead of this server's binlog: written against another server"
 	}
-	return fmt.Errorf("%w: binlog file %s of the checkpoint (%s:%d) is not on the server, which holds %s; it was %s: %s",
-		ErrPositionGone, file, file, offset, held, why, positionGoneHint)
+	return gone(positionGoneChoices, "binlog file %s of the checkpoint (%s:%d) is not on the server, which holds %s; it was %s",
+		file, file, offset, held, why)
 }
 
-// checkMariaDBGTID compares a MariaDB GTID position with what the server's
-// binlogs hold: every domain of the checkpoint must be in gtid_binlog_state
-// and not ahead of it, and not older than the oldest binlog's start state.
-func checkMariaDBGTID(ctx context.Context, db *sql.DB, ckpt MariaDBGTIDs) error {
-	if len(ckpt) == 0 {
-		return nil
+// mariaDBHistory is what a MariaDB server holds to judge a replica's GTID
+// start position with, read as the server reads it when a replica
+// connects (check_slave_start_position and gtid_find_binlog_file in its
+// sql_repl.cc).
+type mariaDBHistory struct {
+	// state is gtid_binlog_state: the last GTID of every (domain,
+	// server_id) pair in the binlogs. stateText is the variable as read.
+	state     []mysql.MariadbGTID
+	stateText string
+	// slavePos is gtid_slave_pos: the last GTID per domain the server
+	// applied as a replica, which with log_slave_updates off is not in its
+	// binlog; the server accepts a replica asking for exactly that one.
+	slavePos MariaDBGTIDs
+	// oldest is the Gtid_list event at the start of the oldest binlog on
+	// the server (the state of everything before it, purged), in the
+	// server's order: by domain, the last one logged last within each.
+	// nil when unknown. oldestFile names that binlog.
+	oldest     []mysql.MariadbGTID
+	oldestFile string
+}
+
+// last returns the sequence number of the last transaction of server in
+// domain in the binlogs.
+func (h *mariaDBHistory) last(domain, server uint32) (uint64, bool) {
+	for _, g := range h.state {
+		if g.DomainID == domain && g.ServerID == server {
+			return g.SequenceNumber, true
+		}
 	}
-	var stateText string
-	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_state").Scan(&stateText); err != nil {
+	return 0, false
+}
+
+func (h *mariaDBHistory) hasDomain(domain uint32) bool {
+	for _, g := range h.state {
+		if g.DomainID == domain {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMariaDBGTID reads the server's GTID history and judges ckpt
+// against it (judgeMariaDBGTID).
+func checkMariaDBGTID(ctx context.Context, db *sql.DB, ckpt MariaDBGTIDs) error {
+	var h mariaDBHistory
+	var slave string
+	if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_state, @@GLOBAL.gtid_slave_pos").Scan(&h.stateText, &slave); err != nil {
 		return classifyConnErr(fmt.Errorf("read gtid_binlog_state: %w", err))
 	}
-	state, err := parseGTIDState(stateText)
-	if err != nil {
-		return fmt.Errorf("gtid_binlog_state %q: %w", stateText, err)
+	var err error
+	if h.state, err = parseGTIDList(h.stateText); err != nil {
+		return fmt.Errorf("gtid_binlog_state %q: %w", h.stateText, err)
 	}
-	var oldest map[uint32]uint64
+	if h.slavePos, err = ParseMariaDBGTIDs(slave); err != nil {
+		return fmt.Errorf("gtid_slave_pos %q: %w", slave, err)
+	}
 	files, err := binaryLogs(ctx, db)
 	if err != nil {
 		return classifyConnErr(fmt.Errorf("SHOW BINARY LOGS: %w", err))
 	}
 	if len(files) > 0 {
-		var v sql.NullString
-		if err := db.QueryRowContext(ctx, "SELECT BINLOG_GTID_POS(?, 4)", files[0].name).Scan(&v); err != nil {
-			return classifyConnErr(fmt.Errorf("BINLOG_GTID_POS(%s, 4): %w", files[0].name, err))
-		}
-		if oldest, err = parseGTIDState(v.String); err != nil {
-			return fmt.Errorf("BINLOG_GTID_POS(%s, 4) = %q: %w", files[0].name, v.String, err)
+		h.oldestFile = files[0].name
+		if h.oldest, err = gtidListOf(ctx, db, h.oldestFile); err != nil {
+			return err
 		}
 	}
-	return judgeMariaDBGTID(ckpt, state, oldest, stateText, firstName(files))
+	return judgeMariaDBGTID(ckpt, &h)
 }
 
-func firstName(files []binlogFile) string {
-	if len(files) == 0 {
-		return ""
+// gtidListOf returns the Gtid_list event at the start of binlog file
+// (nil if it has none).
+func gtidListOf(ctx context.Context, db *sql.DB, file string) ([]mysql.MariadbGTID, error) {
+	rows, err := db.QueryContext(ctx, "SHOW BINLOG EVENTS IN '"+strings.ReplaceAll(file, "'", "''")+"' LIMIT 4")
+	if err != nil {
+		return nil, classifyConnErr(fmt.Errorf("SHOW BINLOG EVENTS IN %s: %w", file, err))
 	}
-	return files[0].name
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil || len(cols) < 6 {
+		return nil, classifyConnErr(fmt.Errorf("SHOW BINLOG EVENTS IN %s: %d columns, %v", file, len(cols), err))
+	}
+	for rows.Next() {
+		var typ, info string
+		dest := make([]any, len(cols))
+		for i := range dest {
+			dest[i] = new(sql.RawBytes)
+		}
+		dest[2], dest[5] = &typ, &info
+		if err := rows.Scan(dest...); err != nil {
+			return nil, classifyConnErr(fmt.Errorf("SHOW BINLOG EVENTS IN %s: %w", file, err))
+		}
+		if typ == "Gtid_list" {
+			l, err := parseGTIDList(strings.Trim(strings.TrimSpace(info), "[]"))
+			if err != nil {
+				return nil, fmt.Errorf("Gtid_list of %s (%q): %w", file, info, err)
+			}
+			return l, rows.Err()
+		}
+	}
+	return nil, classifyConnErr(rows.Err())
 }
 
-// parseGTIDState reads a MariaDB GTID list ("0-1-10,0-2-12,1-1-3", several
-// servers per domain allowed) into the highest sequence number per domain.
-func parseGTIDState(s string) (map[uint32]uint64, error) {
-	out := map[uint32]uint64{}
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return out, nil
-	}
+// parseGTIDList reads a MariaDB GTID list in which a domain may appear
+// with several servers ("0-1-10,0-2-12,1-1-3": gtid_binlog_state, a
+// Gtid_list event), in its order.
+func parseGTIDList(s string) ([]mysql.MariadbGTID, error) {
+	var out []mysql.MariadbGTID
 	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
 		g, err := ParseMariaDBGTIDs(part)
 		if err != nil {
 			return nil, err
 		}
-		for _, x := range g {
-			out[x.DomainID] = max(out[x.DomainID], x.SequenceNumber)
-		}
+		out = append(out, g...)
 	}
 	return out, nil
 }
 
-// judgeMariaDBGTID is checkMariaDBGTID's pure part. state is the highest
-// sequence per domain in the server's binlogs, oldest the state at the
-// start of its oldest binlog (nil if unknown).
-func judgeMariaDBGTID(ckpt MariaDBGTIDs, state, oldest map[uint32]uint64, stateText, oldestFile string) error {
+// judgeMariaDBGTID is checkMariaDBGTID's pure part: it judges each GTID
+// D-S-N of the checkpoint as the server does, by its (domain, server_id)
+// pair, never by the highest sequence of the domain (another server's
+// transactions with higher numbers do not contain ours):
+//
+//   - the binlog holds server S's transactions in domain D up to N or
+//     beyond, or N is exactly the server's own gtid_slave_pos in D: on the
+//     server's history;
+//   - domain D is not in the binlog at all: refused, although the server
+//     would accept it and fail only at D's next transaction: this server
+//     lacks the domain's history;
+//   - otherwise (server S's transactions in D end before N, or there are
+//     none): refused as the server refuses it ("not in the master's
+//     binlog"). The server lacks the checkpoint's last transactions: a
+//     failover to a replica that was behind, or another server. The
+//     recovery is the last GTID of server S in D this server has (in its
+//     binlog or as its gtid_slave_pos): the transactions after it in the
+//     checkpoint never reached this server, and everything it has after
+//     it is delivered, none twice.
+//
+// A position on the server's history must then still be in its binlogs
+// (purged).
+func judgeMariaDBGTID(ckpt MariaDBGTIDs, h *mariaDBHistory) error {
+	var behind []mysql.MariadbGTID
 	for _, g := range ckpt {
-		gtid := fmt.Sprintf("%d-%d-%d", g.DomainID, g.ServerID, g.SequenceNumber)
-		top, ok := state[g.DomainID]
+		seq, ok := h.last(g.DomainID, g.ServerID)
 		switch {
-		case !ok:
-			return fmt.Errorf("%w: the checkpoint's GTID %s is in replication domain %d, which this server's binlog never contained "+
-				"(gtid_binlog_state %q): the server lacks the history the checkpoint was written against (a failover to a server outside the topology?): %s",
-				ErrPositionGone, gtid, g.DomainID, stateText, positionGoneHint)
-		case g.SequenceNumber > top:
-			return fmt.Errorf("%w: the checkpoint's GTID %s is ahead of this server's binlog, which ends at sequence %d in domain %d "+
-				"(gtid_binlog_state %q): the server lacks the history the checkpoint was written against (failover to a server that was behind?): %s",
-				ErrPositionGone, gtid, top, g.DomainID, stateText, positionGoneHint)
+		case ok && seq >= g.SequenceNumber:
+		case slices.Contains(h.slavePos, g):
+		case !h.hasDomain(g.DomainID):
+			return gone(positionGoneChoices, "the checkpoint's GTID %s is in replication domain %d, which this server's binlog never contained "+
+				"(gtid_binlog_state %q): the server lacks the history the checkpoint was written against (a failover to a server outside the topology?)",
+				gtidText(g), g.DomainID, h.stateText)
+		default:
+			behind = append(behind, g)
 		}
-		if first, ok := oldest[g.DomainID]; ok && g.SequenceNumber < first {
-			return fmt.Errorf("%w: the transactions after the checkpoint's GTID %s were purged: the oldest binlog on the server (%s) starts after sequence %d of domain %d: %s",
-				ErrPositionGone, gtid, oldestFile, first, g.DomainID, positionGoneHint)
+	}
+	if len(behind) > 0 {
+		return h.behind(ckpt, behind)
+	}
+	return h.purged(ckpt)
+}
+
+// behind is the refusal of a checkpoint whose GTIDs behind are not on the
+// server's history (see judgeMariaDBGTID), with the recovery when this
+// server has a transaction of each one's server in its domain.
+func (h *mariaDBHistory) behind(ckpt MariaDBGTIDs, behind []mysql.MariadbGTID) error {
+	rec := slices.Clone(ckpt)
+	var what []string
+	recoverable := true
+	for _, g := range behind {
+		last := mysql.MariadbGTID{DomainID: g.DomainID, ServerID: g.ServerID}
+		seq, ok := h.last(g.DomainID, g.ServerID)
+		switch i := h.slavePos.index(g.DomainID); {
+		case ok:
+			last.SequenceNumber = seq
+			what = append(what, fmt.Sprintf("server %d's transactions in replication domain %d only up to %s", g.ServerID, g.DomainID, gtidText(last)))
+		case i >= 0 && h.slavePos[i].ServerID == g.ServerID && h.slavePos[i].SequenceNumber < g.SequenceNumber:
+			// Applied as a replica without log_slave_updates: the server
+			// accepts a replica asking for exactly its gtid_slave_pos.
+			last = h.slavePos[i]
+			what = append(what, fmt.Sprintf("no transaction of server %d in replication domain %d, which it applied only up to %s as a replica (gtid_slave_pos)", g.ServerID, g.DomainID, gtidText(last)))
+		default:
+			what = append(what, fmt.Sprintf("no transaction of server %d in replication domain %d", g.ServerID, g.DomainID))
+			recoverable = false
+			continue
+		}
+		rec.Set(last)
+	}
+	gtids := make([]string, len(behind))
+	for i, g := range behind {
+		gtids[i] = gtidText(g)
+	}
+	e := gone(failoverChoices, "the checkpoint's GTID %s is not in this server's binlog, which holds %s (gtid_binlog_state %q): "+
+		"the server lacks the checkpoint's last transactions (a failover to a replica that was behind, or another server)",
+		strings.Join(gtids, ", "), strings.Join(what, "; "), h.stateText)
+	if !recoverable {
+		e.detail += "; no position on this server can be computed from the GTIDs that loses nothing (it is another server, or none of that server's transactions reached it)"
+		return e
+	}
+	p := Pos{MariaDB: rec, IsMariaDB: true}
+	if err := h.purged(rec); err != nil {
+		e.detail += "; the position that would lose nothing (" + rec.String() + ") is no longer in this server's binlogs either (" + err.(*goneError).detail + ")"
+		return e
+	}
+	e.recovery = "if this server is a promoted replica of the one the checkpoint was written against, " + recoveryCommand(p) +
+		": the checkpoint's transactions after " + rec.String() + " never reached this server, and every transaction it has after it (its own since the failover) is delivered, none twice"
+	return e
+}
+
+// purged refuses pos when transactions after it are gone from the server's
+// binlogs: the server finds no binlog to start from when even the oldest
+// one's Gtid_list says a GTID of pos, or a domain pos has no position in,
+// was logged before it (contains_all_slave_gtid in the server's
+// sql_repl.cc).
+func (h *mariaDBHistory) purged(pos MariaDBGTIDs) error {
+	for i, l := range h.oldest {
+		j := pos.index(l.DomainID)
+		if j < 0 {
+			return gone(positionGoneChoices, "the oldest binlog on the server (%s) starts after transactions of replication domain %d (its Gtid_list holds %s), "+
+				"a domain the checkpoint has no position in: they were purged before they were delivered", h.oldestFile, l.DomainID, gtidText(l))
+		}
+		c := pos[j]
+		if c.ServerID != l.ServerID || c.SequenceNumber > l.SequenceNumber {
+			continue
+		}
+		if c.SequenceNumber < l.SequenceNumber || i+1 < len(h.oldest) && h.oldest[i+1].DomainID == l.DomainID {
+			return gone(positionGoneChoices, "the transactions after the checkpoint's GTID %s were purged: the oldest binlog on the server (%s) starts after %s",
+				gtidText(c), h.oldestFile, gtidList(h.oldest))
 		}
 	}
 	return nil
+}
+
+func gtidText(g mysql.MariadbGTID) string {
+	return fmt.Sprintf("%d-%d-%d", g.DomainID, g.ServerID, g.SequenceNumber)
+}
+
+func gtidList(l []mysql.MariadbGTID) string {
+	s := make([]string, len(l))
+	for i, g := range l {
+		s[i] = gtidText(g)
+	}
+	return strings.Join(s, ",")
 }
 
 // checkMySQLGTID: the server must have executed everything in the
@@ -277,18 +482,38 @@ func checkMySQLGTID(ctx context.Context, db *sql.DB, ckpt *mysql.MysqlGTIDSet) e
 	return judgeMySQLGTID(ckpt, executed, purged)
 }
 
+// judgeMySQLGTID is checkMySQLGTID's pure part, by GTID set as the server
+// judges a replica's set (by server UUID and transaction number): the
+// server refuses a replica that has transactions it never executed, and
+// one that lacks transactions it purged. In the first case, after a
+// failover to a replica that was behind, the recovery is the part of the
+// checkpoint the server executed: the server then sends exactly what it
+// executed beyond it.
 func judgeMySQLGTID(ckpt, executed, purged *mysql.MysqlGTIDSet) error {
 	if !executed.Contain(ckpt) {
 		missing := ckpt.Clone().(*mysql.MysqlGTIDSet)
 		_ = missing.Minus(*executed)
-		return fmt.Errorf("%w: the checkpoint's GTID set contains %s, which this server never executed (gtid_executed %s): "+
-			"the server lacks the history the checkpoint was written against: %s", ErrPositionGone, missing, executed, positionGoneHint)
+		rec := ckpt.Clone().(*mysql.MysqlGTIDSet)
+		_ = rec.Minus(*missing)
+		e := gone(failoverChoices, "the checkpoint's GTID set contains %s, which this server never executed (gtid_executed %s): "+
+			"the server lacks the checkpoint's last transactions (a failover to a replica that was behind, or another server)", missing, executed)
+		switch {
+		case rec.String() == "":
+			e.detail += "; it executed none of the checkpoint's transactions: it is another server, and no position on it loses nothing"
+		case !rec.Contain(purged):
+			e.detail += "; the position that would lose nothing (" + rec.String() + ") is no longer in this server's binlogs either (gtid_purged " + purged.String() + ")"
+		default:
+			p := Pos{MySQLGTID: rec}
+			e.recovery = "if this server is a promoted replica of the one the checkpoint was written against, " + recoveryCommand(p) +
+				": " + missing.String() + " never reached this server, and every transaction it executed beyond the rest of the checkpoint is delivered, none twice"
+		}
+		return e
 	}
 	if !ckpt.Contain(purged) {
 		gone := purged.Clone().(*mysql.MysqlGTIDSet)
 		_ = gone.Minus(*ckpt)
-		return fmt.Errorf("%w: the server purged %s, which comes after the checkpoint and was never delivered (gtid_purged %s): %s",
-			ErrPositionGone, gone, purged, positionGoneHint)
+		return &goneError{detail: fmt.Sprintf("the server purged %s, which comes after the checkpoint and was never delivered (gtid_purged %s)", gone, purged),
+			choices: positionGoneChoices}
 	}
 	return nil
 }
@@ -428,8 +653,9 @@ func positionResult(ctx context.Context, db *sql.DB, info *serverInfo, cfg Confi
 		return outboxcdc.Fail(name, err.Error(), "choose one: "+positionGoneChoices)
 	}
 	if err := checkPosition(ctx, db, info, &p); err != nil {
-		if errors.Is(err, ErrPositionGone) {
-			return outboxcdc.Fail(name, strings.TrimSuffix(err.Error(), ": "+positionGoneHint), "choose one: "+positionGoneChoices)
+		var ge *goneError
+		if errors.As(err, &ge) {
+			return outboxcdc.Fail(name, ErrPositionGone.Error()+": "+ge.detail, ge.advice())
 		}
 		return outboxcdc.Fail(name, err.Error(), "check the connection to the server")
 	}

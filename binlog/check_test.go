@@ -90,27 +90,108 @@ func TestCheckFilePosition(t *testing.T) {
 	}
 }
 
+// TestJudgeMariaDBGTID: a checkpoint GTID is judged by its (domain,
+// server_id) pair, as the server judges a replica's position: another
+// server's higher sequence numbers in the domain do not contain it (the
+// reported bug: check said PASS for a checkpoint from a primary that
+// crashed ahead of the replica promoted in its place). Every refusal
+// after a failover names the position that loses nothing.
 func TestJudgeMariaDBGTID(t *testing.T) {
-	state, _ := parseGTIDState("0-1-100,0-2-120,1-1-7")
-	oldest, _ := parseGTIDState("0-1-50")
-	ok := []string{"0-1-100", "0-2-120", "0-2-50", "0-1-60,1-1-7", "1-1-3"}
-	for _, s := range ok {
-		g, _ := ParseMariaDBGTIDs(s)
-		if err := judgeMariaDBGTID(g, state, oldest, "0-1-100,0-2-120,1-1-7", "mariadb-bin.000004"); err != nil {
-			t.Errorf("%s: %v", s, err)
+	history := func(state, slave, oldest string) *mariaDBHistory {
+		h := &mariaDBHistory{stateText: state, oldestFile: "mariadb-bin.000004"}
+		var err error
+		if h.state, err = parseGTIDList(state); err != nil {
+			t.Fatal(err)
+		}
+		if h.slavePos, err = ParseMariaDBGTIDs(slave); err != nil {
+			t.Fatal(err)
+		}
+		if oldest != "-" {
+			if h.oldest, err = parseGTIDList(oldest); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return h
+	}
+	// A replica promoted after its primary (server 1) crashed: it had
+	// server 1's transactions of domain 0 up to 100, then wrote its own
+	// (server 2) from 101 to 900.
+	promoted := history("0-1-100,0-2-900,1-1-7", "", "0-1-50")
+	for _, pos := range []string{"0-1-100,1-1-7", "0-2-120,1-1-7", "0-1-60,1-1-7", "0-2-900,1-1-3"} {
+		g, _ := ParseMariaDBGTIDs(pos)
+		if err := judgeMariaDBGTID(g, promoted); err != nil {
+			t.Errorf("%s: %v", pos, err)
 		}
 	}
-	for _, tc := range []struct{ pos, want string }{
-		{"5-1-10", "replication domain 5, which this server's binlog never contained"},
-		{"0-1-100,5-1-10", "replication domain 5"},
-		{"0-1-121", "ahead of this server's binlog"},
-		{"0-1-49", "were purged"},
+	for _, tc := range []struct {
+		name, pos string
+		h         *mariaDBHistory
+		want      []string
+		recovery  string // the position the advice names, "" for none
+	}{
+		{"crash-behind", "0-1-150,1-1-7", promoted,
+			[]string{"GTID 0-1-150 is not in this server's binlog", "server 1's transactions in replication domain 0 only up to 0-1-100", "failover to a replica that was behind"},
+			"mysql:mariadb-gtid:0-1-100,1-1-7"},
+		{"crash-behind-two-domains", "0-1-150,1-1-9", promoted,
+			[]string{"0-1-150, 1-1-9"}, "mysql:mariadb-gtid:0-1-100,1-1-7"},
+		{"server-never-seen", "0-3-150,1-1-7", promoted,
+			[]string{"no transaction of server 3 in replication domain 0", "no position on this server can be computed"}, ""},
+		{"unknown-domain", "0-1-100,5-1-10", promoted, []string{"replication domain 5, which this server's binlog never contained"}, ""},
+		{"purged", "0-1-49,1-1-7", promoted, []string{"after the checkpoint's GTID 0-1-49 were purged", "mariadb-bin.000004"}, ""},
+		// The oldest binlog starts after a domain-1 transaction, and the
+		// checkpoint knows no domain 1: its start was purged.
+		{"domain-start-purged", "0-1-60", history("0-1-100,1-1-7", "", "0-1-50,1-1-2"), []string{"replication domain 1", "purged before they were delivered"}, ""},
+		// 0-1-50 is the oldest binlog's last of domain 0 but not the last
+		// logged before it (0-2-51 is): 0-2-51 was purged.
+		{"purged-other-server", "0-1-50", history("0-1-50,0-2-60", "", "0-1-50,0-2-51"), []string{"0-1-50 were purged"}, ""},
+		// The recovery itself is purged on this server.
+		{"recovery-purged", "0-1-150", history("0-1-100,0-2-900", "", "0-1-100,0-2-500"),
+			[]string{"the position that would lose nothing (0-1-100) is no longer in this server's binlogs"}, ""},
+		// A replica without log_slave_updates: server 1's transactions are
+		// in its gtid_slave_pos, not its binlog.
+		{"behind-no-log-slave-updates", "0-1-150", history("0-2-900", "0-1-100", "-"),
+			[]string{"no transaction of server 1 in replication domain 0, which it applied only up to 0-1-100 as a replica"}, "mysql:mariadb-gtid:0-1-100"},
 	} {
-		g, _ := ParseMariaDBGTIDs(tc.pos)
-		err := judgeMariaDBGTID(g, state, oldest, "0-1-100,0-2-120,1-1-7", "mariadb-bin.000004")
-		if !errors.Is(err, ErrPositionGone) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want ErrPositionGone with %q", tc.pos, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			g, _ := ParseMariaDBGTIDs(tc.pos)
+			err := judgeMariaDBGTID(g, tc.h)
+			var ge *goneError
+			if !errors.Is(err, ErrPositionGone) || !errors.As(err, &ge) {
+				t.Fatalf("%v, want ErrPositionGone", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v\nwant %q", err, w)
+				}
+			}
+			if tc.recovery == "" {
+				if ge.recovery != "" {
+					t.Errorf("names a recovery although none loses nothing: %s", ge.recovery)
+				}
+				return
+			}
+			cmd := "`outbox-cdc position set --config FILE --to " + tc.recovery + " --force`"
+			if !strings.Contains(ge.recovery, cmd) || !strings.HasPrefix(ge.advice(), "The lossless way back: ") ||
+				!strings.Contains(err.Error(), "The lossless way back: if this server is a promoted replica") {
+				t.Errorf("%v\nwant the lossless way first: %s", err, cmd)
+			}
+			rec, _ := ParsePosition(outboxcdc.Position(tc.recovery))
+			if err := judgeMariaDBGTID(rec.MariaDB, tc.h); err != nil {
+				t.Errorf("the recovery %s is refused itself: %v", tc.recovery, err)
+			}
+		})
+	}
+	// The server's own replica position (log_slave_updates off) is on its
+	// history, as the server accepts it.
+	g, _ := ParseMariaDBGTIDs("0-1-100")
+	if err := judgeMariaDBGTID(g, history("0-2-900", "0-1-100", "-")); err != nil {
+		t.Errorf("gtid_slave_pos: %v", err)
+	}
+	// Unrelated servers with the default server_id 1 and domain 0 look
+	// alike: nothing in the GTIDs tells them apart (docs/operations.md).
+	g, _ = ParseMariaDBGTIDs("0-1-40")
+	if err := judgeMariaDBGTID(g, history("0-1-90", "", "")); err != nil {
+		t.Errorf("a foreign server with the same ids: %v", err)
 	}
 }
 
@@ -128,15 +209,28 @@ func TestJudgeMySQLGTID(t *testing.T) {
 	if err := judgeMySQLGTID(parse(u+":1-50"), executed, purged); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ ckpt, want string }{
-		{u + ":1-150", "never executed"},
-		{u + ":1-50," + v + ":1-3", v},
-		{u + ":1-10", "purged " + u + ":11-20"},
+	for _, tc := range []struct{ ckpt, want, recovery string }{
+		{u + ":1-150", "never executed", "mysql:gtid:" + u + ":1-100"},
+		{u + ":1-50," + v + ":1-3", v, "mysql:gtid:" + u + ":1-50"},
+		{v + ":1-3", "it executed none of the checkpoint's transactions", ""},
+		{u + ":1-10", "purged " + u + ":11-20", ""},
 	} {
 		err := judgeMySQLGTID(parse(tc.ckpt), executed, purged)
 		if !errors.Is(err, ErrPositionGone) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want ErrPositionGone with %q", tc.ckpt, err, tc.want)
 		}
+		cmd := "The lossless way back: if this server is a promoted replica of the one the checkpoint was written against, `outbox-cdc position set --config FILE --to " + tc.recovery + " --force`"
+		if got := strings.Contains(err.Error(), cmd); got != (tc.recovery != "") {
+			t.Errorf("%s: %v\nwant the recovery %q: %v", tc.ckpt, err, tc.recovery, got)
+		}
+	}
+	// After a failover to a replica that was behind and wrote its own
+	// transactions (server v): the recovery is what it has of ours, and
+	// from it the server sends exactly its own.
+	promoted := parse(u + ":1-90," + v + ":1-40")
+	err := judgeMySQLGTID(parse(u+":1-100"), promoted, parse(""))
+	if err == nil || !strings.Contains(err.Error(), "--to mysql:gtid:"+u+":1-90 --force") || !strings.Contains(err.Error(), u+":91-100 never reached this server") {
+		t.Fatalf("crash-behind: %v", err)
 	}
 }
 

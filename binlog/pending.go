@@ -47,7 +47,10 @@ import (
 //
 // Each batch of rows is one synthetic transaction whose end is the pending
 // position (backfill package): last key published, highest pending key of
-// the first snapshot (high), and P. After a crash the backfill resumes in a
+// the first snapshot (high), and P. The first such position (nothing
+// published yet) is saved once the snapshot is open, before a row is read
+// (backfill.Loop.Started), so even a crash before the first batch is
+// checkpointed resumes this backfill. After a crash the backfill resumes in a
 // fresh snapshot with the rows whose key is in (last, high] and match the
 // WHERE, then streams from P. A row committed after P with a key at most
 // high (a transaction that took its AUTO_INCREMENT id before the first
@@ -78,7 +81,8 @@ func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcd
 		Open: func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
 			return s.openPending(ctx, db, st)
 		},
-		Sent: func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Started: s.saveStart,
+		Sent:    func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
 		Retrying: func(err error, wait time.Duration) {
 			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
 		},

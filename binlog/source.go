@@ -75,13 +75,22 @@ type Source struct {
 	// pool holds the Events slices of the transactions sent, given back by
 	// the pipeline once written (outboxcdc.Tx.Pool).
 	pool *outboxcdc.EventPool
+	// reportStart makes a resolved start durable (outboxcdc.StartReporter);
+	// set before Run, called from Run's goroutine.
+	reportStart func(context.Context, outboxcdc.Position) error
+	// startUnsaved: the resume position is the resolved start, not yet
+	// reported (Run's goroutine only).
+	startUnsaved bool
 
 	// noFinalFlag makes the source read MariaDB as it reads MySQL, which
 	// marks no group as transactional-only (tests of the look-ahead).
 	noFinalFlag bool
 }
 
-var _ outboxcdc.Source = (*Source)(nil)
+var (
+	_ outboxcdc.Source        = (*Source)(nil)
+	_ outboxcdc.StartReporter = (*Source)(nil)
+)
 
 // New validates cfg and returns a Source. name is the connector's name; it
 // derives the replica server_id when cfg.ServerID is 0. cols names the role
@@ -168,6 +177,22 @@ func (s *Source) setReady(err error) {
 	}
 }
 
+// ReportStart sets the function Run calls with the position a run
+// without a checkpoint resolves source.start to (latest, earliest, or a
+// pending backfill's first position), before it sends any Tx. See
+// outboxcdc.StartReporter.
+func (s *Source) ReportStart(report func(context.Context, outboxcdc.Position) error) {
+	s.reportStart = report
+}
+
+// saveStart reports the resolved start, when someone listens.
+func (s *Source) saveStart(ctx context.Context, start outboxcdc.Position) error {
+	if s.reportStart == nil {
+		return nil
+	}
+	return s.reportStart(ctx, start)
+}
+
 // Ack is a no-op beyond remembering pos: a MySQL server keeps no state for
 // its replicas, the checkpoint alone says where to resume.
 func (s *Source) Ack(pos outboxcdc.Position) { s.lastAck.Store(&pos) }
@@ -241,7 +266,9 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 // session connects once and streams until an error. *resume is the
 // position to start from; it is advanced after every Tx sent (not after a
 // fragment), and set to the start position on the first connection without
-// a checkpoint so that a reconnect does not re-evaluate "latest". streamed
+// a checkpoint so that a reconnect does not re-evaluate "latest"; that
+// start is reported (ReportStart) once the server is known to hold it,
+// before the dump begins. streamed
 // reports whether events were received, which resets the backoff. rewind
 // says the session reads a transaction again (errRewind): the source stays
 // ready.
@@ -260,6 +287,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 			return false, err
 		}
 		*resume = start.Encode()
+		s.startUnsaved = true
 		s.log.Info().Str("position", start.String()).Str("start", s.cfg.Start).Msg("no checkpoint: starting from the server's " + s.cfg.Start + " position")
 	} else if start, err = ParsePosition(*resume); err != nil {
 		return false, err
@@ -270,6 +298,15 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	}
 	if err := s.checkResume(ctx, db, &info, &from); err != nil {
 		return false, err
+	}
+	if s.startUnsaved {
+		// The start is a position: saved before anything is read, so a
+		// restart resumes here instead of resolving source.start again
+		// and skipping what committed in between.
+		if err := s.saveStart(ctx, *resume); err != nil {
+			return false, err
+		}
+		s.startUnsaved = false
 	}
 	boot, err := s.serverBoot(ctx, db)
 	if err != nil {

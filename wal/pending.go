@@ -72,7 +72,8 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 			snap, err := s.openPending(ctx, st, rs)
 			return snap, retryable(err)
 		},
-		Sent: func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Started: s.saveStart,
+		Sent:    func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
 		Retrying: func(err error, wait time.Duration) {
 			s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
 			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")

@@ -98,9 +98,34 @@ type Source struct {
 	// pool holds the Events slices of the transactions sent, given back by
 	// the pipeline once written (outboxcdc.Tx.Pool).
 	pool *outboxcdc.EventPool
+	// reportStart makes a resolved start durable (outboxcdc.StartReporter);
+	// set before Run, called from Run's goroutine.
+	reportStart func(context.Context, outboxcdc.Position) error
 }
 
 type readyState struct{ err error }
+
+var _ outboxcdc.StartReporter = (*Source)(nil)
+
+// ReportStart sets the function Run calls, without a checkpoint, with the
+// position it starts from (the slot's position at creation or when found,
+// or the server's WAL end with start: latest; for start: pending the
+// backfill's first position) before it sends any Tx. The checkpoint then
+// names the slot's position from the first run on: a restart resumes
+// there (with start: latest it would otherwise jump to the WAL end of the
+// moment), and the slot checks have a checkpoint to judge against. See
+// outboxcdc.StartReporter.
+func (s *Source) ReportStart(report func(context.Context, outboxcdc.Position) error) {
+	s.reportStart = report
+}
+
+// saveStart reports the resolved start, when someone listens.
+func (s *Source) saveStart(ctx context.Context, start outboxcdc.Position) error {
+	if s.reportStart == nil {
+		return nil
+	}
+	return permanent(s.reportStart(ctx, start))
+}
 
 // New checks cfg and returns a source. name is the connector name, from
 // which the slot and publication names are derived when not configured.
@@ -921,12 +946,18 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 		default:
 			st.resume = si.confirmed
 		}
-		st.haveSlot = true
 		if !st.checkpoint {
-			s.ack.Store(uint64(st.resume))
 			s.log.Info().Str("start", s.cfg.Start).Str("start_lsn", st.resume.String()).
 				Str("confirmed_flush_lsn", si.confirmed.String()).Msg("no checkpoint: first run")
+			// Saved before anything is read: with start: latest a restart
+			// would otherwise jump to the WAL end of then, past what the
+			// slot holds.
+			if err := s.saveStart(ctx, MakePosition(st.resume)); err != nil {
+				return err
+			}
+			s.ack.Store(uint64(st.resume))
 		}
+		st.haveSlot = true
 	}
 	return nil
 }

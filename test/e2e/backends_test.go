@@ -77,12 +77,22 @@ func mysqlBackend(t *testing.T) *backend { return mysqlBackendNamed(t, testObjec
 // mysqlBackendNamed is mysqlBackend with the database called name.
 func mysqlBackendNamed(t *testing.T, name string) *backend {
 	t.Helper()
-	base := testenv.MySQLDSN(t)
+	return mysqlBackendOn(t, testenv.MySQLDSN(t), name)
+}
+
+// mysqlBackendOn is mysqlBackendNamed on the server of the DSN base (a
+// private server, testenv.PrivateMariaDB).
+func mysqlBackendOn(t *testing.T, base, name string) *backend {
+	t.Helper()
 	cfg, err := mysql.ParseDSN(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := testenv.MySQL(t)
+	admin, err := sql.Open("mysql", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
 	for _, q := range []string{"DROP DATABASE IF EXISTS " + name, "CREATE DATABASE " + name} {
 		if _, err := admin.Exec(q); err != nil {
 			t.Fatal(err)

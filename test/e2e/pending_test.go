@@ -115,13 +115,17 @@ func TestPendingKill(t *testing.T) {
 		_, brokers := testenv.Kafka(t)
 		pending := b.seedRows(t, "pend", 6000)
 		cfg := b.tunedConfig(t, connName(t, "e2e-pendkill-"+b.kind), brokers,
-			"  start: pending\n  pending:\n    batch: 50\n", "pipeline:\n  max_batch_records: 100\n")
+			"  start: pending\n  pending:\n    batch: 50\n", "pipeline:\n  max_batch_records: 100\n  checkpoint_interval: 0s\n")
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		w := startWriter(t, b, "live", 200, 3*time.Millisecond)
 		m := regexp.MustCompile(`path: "([^"]+)"`).FindStringSubmatch(readFile(t, cfg))
 		c := testenv.Launch(t, cfg)
-		// Kill as soon as a checkpoint says "backfill in progress".
-		testenv.Eventually(t, 30*time.Second, "a pending checkpoint", func() bool { return strings.Contains(readFile(t, m[1]), ":pending:") })
+		// Kill as soon as a checkpoint says "backfill in progress" with rows
+		// published (the first one, the backfill's start, has none).
+		testenv.Eventually(t, 30*time.Second, "a pending checkpoint", func() bool {
+			cp := readFile(t, m[1])
+			return strings.Contains(cp, ":pending:") && !strings.Contains(cp, ":pending:-9223372036854775808:")
+		})
 		c.Kill()
 		if strings.Contains(c.Log(), "pending backfill done") {
 			t.Fatal("the backfill finished before the kill")

@@ -178,7 +178,7 @@ func TestSourceBinlogPositionGone(t *testing.T) {
 		want []string
 	}{
 		{"purged file", "mysql:file:mariadb-bin.000000:4", []string{"binlog file mariadb-bin.000000", "is not on the server", "purged"}},
-		{"gtid ahead", "mysql:mariadb-gtid:0-1-999999999999", []string{"0-1-999999999999", "ahead of this server's binlog"}},
+		{"gtid ahead", "mysql:mariadb-gtid:0-1-999999999999", []string{"GTID 0-1-999999999999 is not in this server's binlog", "The lossless way back: if this server is a promoted replica", "position set --config FILE --to mysql:mariadb-gtid:0-1-"}},
 		{"foreign domain", outboxcdc.Position("mysql:mariadb-gtid:" + domain0 + ",4242-9-7"), []string{"4242-9-7", "replication domain 4242", "never contained"}},
 	}
 	for _, tc := range cases {

@@ -19,7 +19,10 @@
 //     causes no reconnect and loses nothing;
 //   - the Events slices the pipeline releases (Tx.Pool) are reused: a
 //     drain allocates them for the transactions in flight, not for each
-//     one, and no record made from a reused Event changes.
+//     one, and no record made from a reused Event changes;
+//   - without a checkpoint the resolved start is reported once, before
+//     anything is sent (outboxcdc.StartReporter), and resuming from it
+//     after an idle stop loses nothing committed while nothing ran.
 package sourcetest
 
 import (
@@ -87,6 +90,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		{"GonePositionRefused", gonePosition},
 		{"BlockedConsumerNoChurnNoLoss", blockedConsumer},
 		{"ReleasedEventsReusedRecordsUnchanged", releasedEventsReused},
+		{"StartReportedBeforeFirstTx", startReported},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newEnv(t)) })
 	}
@@ -108,12 +112,23 @@ type running struct {
 	done chan struct{}
 	err  error
 	stop context.CancelFunc
+	got  atomic.Int64 // Txs received from out
 }
 
 func start(t *testing.T, env Env, name string, short bool, from outboxcdc.Position) *running {
 	t.Helper()
+	return startWith(t, env, name, short, from, nil)
+}
+
+// startWith is start with before called on the source (and the running
+// it will be) before Run.
+func startWith(t *testing.T, env Env, name string, short bool, from outboxcdc.Position, before func(outboxcdc.Source, *running)) *running {
+	t.Helper()
 	m := outboxcdc.NewSourceMetrics(nil)
 	r := &running{t: t, src: env.Source(t, name, short, m), m: m, out: make(chan outboxcdc.Tx), done: make(chan struct{})}
+	if before != nil {
+		before(r.src, r)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	go func() {
@@ -161,6 +176,7 @@ func (r *running) next() outboxcdc.Tx {
 	for {
 		select {
 		case tx := <-r.out:
+			r.got.Add(1)
 			if !tx.End.IsZero() {
 				r.src.Ack(tx.End)
 			}
@@ -183,6 +199,7 @@ func (r *running) quiet(d time.Duration) {
 	for {
 		select {
 		case tx := <-r.out:
+			r.got.Add(1)
 			if len(tx.Events) > 0 {
 				r.t.Fatalf("unexpected transaction %v", ids(tx))
 			}
@@ -286,6 +303,56 @@ func resumeFromCheckpoint(t *testing.T, env Env) {
 	second.expect(r2)
 	second.expect(r3)
 	second.quiet(time.Second)
+}
+
+// A source without a checkpoint reports the position it resolved its
+// start to (outboxcdc.StartReporter), once, before it sends anything or
+// streams; a source started from that position after the first one was
+// stopped idle sends every transaction committed in between. Without the
+// report a restart resolves the start again, and with start: latest
+// skips them.
+func startReported(t *testing.T, env Env) {
+	name := Name("start")
+	var mu sync.Mutex
+	var reports []outboxcdc.Position
+	hook := func(src outboxcdc.Source, r *running) {
+		sr, ok := src.(outboxcdc.StartReporter)
+		if !ok {
+			t.Fatalf("%T does not report its resolved start (outboxcdc.StartReporter)", src)
+		}
+		sr.ReportStart(func(_ context.Context, p outboxcdc.Position) error {
+			if n := r.got.Load(); n > 0 {
+				t.Errorf("start %s reported after %d Txs were sent", p, n)
+			}
+			mu.Lock()
+			reports = append(reports, p)
+			mu.Unlock()
+			return nil
+		})
+	}
+	first := startWith(t, env, name, false, "", hook)
+	first.waitReady()
+	first.quiet(200 * time.Millisecond)
+	first.close()
+	mu.Lock()
+	got := slices.Clone(reports)
+	mu.Unlock()
+	if len(got) != 1 || got[0].IsZero() {
+		t.Fatalf("reports %v, want one start position before streaming", got)
+	}
+	s1, s2 := uniq("s1"), uniq("s2")
+	env.Commit(t, env.Insert(s1)) // while nothing runs
+	env.Commit(t, env.Insert(s2))
+
+	second := startWith(t, env, name, false, got[0], hook)
+	second.expect(s1)
+	second.expect(s2)
+	second.quiet(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != 1 {
+		t.Fatalf("a source started from a checkpoint reported a start: %v", reports[1:])
+	}
 }
 
 // After the server ends the streaming connection the source reconnects by

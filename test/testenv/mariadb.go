@@ -29,6 +29,10 @@ type MariaDBOptions struct {
 	// changes what other tests rely on (purges binlogs, say) asks for an
 	// instance of its own.
 	Instance string
+	// LogSlaveUpdates writes what the server applies as a replica to its
+	// own binlog (log_slave_updates), as a replica that may be promoted
+	// must: a failover test's replica.
+	LogSlaveUpdates bool
 }
 
 func (o MariaDBOptions) key() string {
@@ -39,6 +43,9 @@ func (o MariaDBOptions) key() string {
 	k := fmt.Sprintf("metadata=%s,lctn=%d", md, o.LowerCaseTableNames)
 	if o.Instance != "" {
 		k += ",instance=" + o.Instance
+	}
+	if o.LogSlaveUpdates {
+		k += ",log_slave_updates"
 	}
 	return k
 }
@@ -230,6 +237,9 @@ func startMariaDB(opt MariaDBOptions, id int) (string, error) {
 		"--innodb-buffer-pool-size=32M",
 		"--performance-schema=OFF",
 		"--max-connections=300",
+	}
+	if opt.LogSlaveUpdates {
+		args = append(args, "--log-slave-updates")
 	}
 	if asRoot {
 		args = append(args, "--user=root")
