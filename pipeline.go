@@ -71,7 +71,12 @@ type PipelineConfig struct {
 	// after a crash, what was acknowledged since the last save is sent
 	// again. 0 saves after every batch.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
-	// ShutdownTimeout bounds the final flush after a stop was requested.
+	// ShutdownTimeout bounds the final flush after a stop was requested
+	// (SIGTERM): what is not written by then is sent again after the
+	// restart. The stop also closes the sink, which takes up to 10 s more
+	// while the broker does not answer, so an orchestrator's grace period
+	// (Kubernetes' terminationGracePeriodSeconds, 30 s by default) must
+	// exceed shutdown_timeout by at least that: the 15 s default leaves 15 s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// LogInterval is how often the checkpoint position is logged.
 	LogInterval time.Duration `yaml:"log_interval"`
@@ -98,7 +103,7 @@ func DefaultPipelineConfig() PipelineConfig {
 		QueueTransactions:  16,
 		QueueBytes:         2 << 20,
 		CheckpointInterval: 100 * time.Millisecond,
-		ShutdownTimeout:    30 * time.Second,
+		ShutdownTimeout:    15 * time.Second,
 		LogInterval:        30 * time.Second,
 		OnError:            OnErrorHalt,
 	}
