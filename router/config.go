@@ -114,6 +114,9 @@ type Config struct {
 	Converters ConvertersConfig `yaml:"converters"`
 	// CloudEvents wraps records as CloudEvents 1.0.
 	CloudEvents CloudEventsConfig `yaml:"cloudevents"`
+	// ContextHeaders adds the __debezium.context.* headers of Debezium 3.2
+	// and later.
+	ContextHeaders ContextHeadersConfig `yaml:"context_headers"`
 	// Tables overrides the columns and the topic of single outbox tables,
 	// keyed "schema.table" (MySQL: "database.table"), for a connector
 	// reading several tables (source.tables) whose layouts or routes
@@ -306,8 +309,9 @@ func DefaultConfig() Config {
 	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny, Timestamp: TimestampProduce,
 		OnUpdate: OnUpdateSkip, OnMissingColumn: "ignore",
 		ExpandJSONNulls: "ignore", ExpandJSONEmptyArrays: "ignore",
-		Converters:  DefaultConvertersConfig(),
-		CloudEvents: CloudEventsConfig{Mode: CloudEventsOff, DataContentType: "application/json"},
+		Converters:     DefaultConvertersConfig(),
+		CloudEvents:    CloudEventsConfig{Mode: CloudEventsOff, DataContentType: "application/json"},
+		ContextHeaders: ContextHeadersConfig{RunID: true},
 	}
 }
 
@@ -547,6 +551,9 @@ type compiled struct {
 	template template
 	regex    *topicRegex // set: Debezium's regex routing instead of template
 	headers  []headerSpec
+	// context are the context headers, already written, sent before the
+	// others (route.context_headers).
+	context []outboxcdc.Header
 	// json: the payload must be valid JSON; tombstone: a NULL or empty
 	// payload becomes a null value.
 	json, tombstone bool
@@ -643,6 +650,9 @@ func (c Config) compile(table *Table) (*compiled, error) {
 		}
 	}
 	cc.headers = headers
+	if err := c.checkContextHeaderKeys(headers); err != nil {
+		return nil, err
+	}
 	for i, entry := range c.Envelope {
 		col, alias, err := parseEnvelopeEntry(entry)
 		if err != nil {
@@ -701,6 +711,9 @@ func (c Config) compile(table *Table) (*compiled, error) {
 		return nil, err
 	}
 	if cc.conv, err = c.connect(cc, table); err != nil {
+		return nil, err
+	}
+	if cc.context, err = c.contextHeaders(cc.conv); err != nil {
 		return nil, err
 	}
 	return cc, nil
