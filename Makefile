@@ -15,10 +15,14 @@ build:
 services:
 	./scripts/prepare-services.sh
 
-# End to end: local MariaDB -> outbox-cdc -> broker -> consumer.
-# SINK=kafka (a local Kafka-protocol broker) | rabbitmq | nats | redis.
+# End to end: local MariaDB -> outbox-cdc -> broker -> consumer. It needs
+# the MariaDB binlog on (prepare-services.sh demo turns it on, restarting
+# MariaDB only if it is off), no TLS.
+# SINK=kafka (a local Kafka-protocol broker) | rabbitmq | nats | redis;
+# the DEMO_* variables of scripts/demo.sh override names and addresses.
 SINK ?= kafka
-demo: build services
+demo: build
+	./scripts/prepare-services.sh demo
 	SINK=$(SINK) ./scripts/demo.sh
 
 # Every test, against the real local services and an in-process Kafka-protocol broker.

@@ -53,12 +53,14 @@ type Router interface {
 // One exception: with an observer (lifecycle.mark_sent) the message ids of
 // a transaction are kept until its end is checkpointed.
 type PipelineConfig struct {
-	// MaxBatchRecords and MaxBatchBytes bound one sink write. Several source
+	// MaxBatchRecords bounds the records of one sink write. Several source
 	// transactions go into one write while a backlog exists; a transaction
 	// whose source sends it whole (not fragmented) is not split, so a
 	// single larger transaction makes a larger write.
 	MaxBatchRecords int `yaml:"max_batch_records"`
-	MaxBatchBytes   int `yaml:"max_batch_bytes"`
+	// MaxBatchBytes bounds the bytes of one sink write (the records'
+	// topics, keys, values and headers), with the same exception.
+	MaxBatchBytes int `yaml:"max_batch_bytes"`
 	// QueueTransactions is how many source transactions (or fragments) may
 	// wait between the source and the batcher.
 	QueueTransactions int `yaml:"queue_transactions"`
@@ -71,19 +73,26 @@ type PipelineConfig struct {
 	// after a crash, what was acknowledged since the last save is sent
 	// again. 0 saves after every batch.
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
-	// ShutdownTimeout bounds the final flush after a stop was requested.
+	// ShutdownTimeout bounds the final flush after a stop was requested
+	// (SIGTERM): what is not written by then is sent again after the
+	// restart. The stop also closes the sink, which takes up to 10 s more
+	// while the broker does not answer, so an orchestrator's grace period
+	// (Kubernetes' `terminationGracePeriodSeconds`, 30 s by default) must
+	// exceed shutdown_timeout by at least that: the 15 s default leaves 15 s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	// LogInterval is how often the checkpoint position is logged.
 	LogInterval time.Duration `yaml:"log_interval"`
-	// OnError says what to do with a row the router rejects (a
-	// *BadRowError) or whose record the sink rejects permanently (a
-	// RecordError): "halt" (the default) stops with the row's message id
-	// and position after checkpointing every transaction before it; "dlq"
-	// writes a dead-letter record (DeadLetterTo) to DLQTopic in the row's
-	// place and carries on. A row is never skipped silently.
+	// OnError says what to do with a row the route cannot map (a NULL key
+	// or message id, a payload that is not JSON with payload_format json,
+	// ...) or whose record the sink refuses permanently (too large, topic
+	// not authorised): "halt" (the default) stops with the row's message
+	// id and position after checkpointing every transaction before it;
+	// "dlq" writes a dead-letter record (the row and the error, see
+	// docs/routing.md) to DLQTopic in the row's place and carries on. A
+	// row is never skipped silently.
 	OnError string `yaml:"on_error"`
-	// DLQTopic is the dead-letter topic for on_error: dlq. The command
-	// defaults it to "<name>.dlq" (DefaultDeadLetterTopic).
+	// DLQTopic is the dead-letter topic for on_error: dlq. Empty: the
+	// connector name followed by ".dlq".
 	DLQTopic string `yaml:"dlq_topic"`
 	// DLQTopicCheck checks DLQTopic as a destination name of the sink (a
 	// NATS subject, a Redis key); nil checks it as a Kafka topic name.
@@ -98,7 +107,7 @@ func DefaultPipelineConfig() PipelineConfig {
 		QueueTransactions:  16,
 		QueueBytes:         2 << 20,
 		CheckpointInterval: 100 * time.Millisecond,
-		ShutdownTimeout:    30 * time.Second,
+		ShutdownTimeout:    15 * time.Second,
 		LogInterval:        30 * time.Second,
 		OnError:            OnErrorHalt,
 	}

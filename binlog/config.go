@@ -29,19 +29,22 @@ const (
 
 // Config configures the MySQL/MariaDB source. cmd/ fills it from YAML.
 type Config struct {
-	// DSN is a go-sql-driver DSN, "user:pass@tcp(host:3306)/db"; the
-	// database in it holds the outbox table.
+	// DSN is the data source name in go-sql-driver's form,
+	// "user:pass@tcp(host:3306)/db"; the database in it holds the outbox
+	// table.
 	DSN string `yaml:"dsn"`
 	// Table is the outbox table in DSN's database.
 	Table string `yaml:"table"`
 	// Tables, when set, replaces Table: several outbox tables read over one
 	// binlog stream, each "database.table" or "table" (in DSN's database),
 	// either part may hold the wildcards * and % (any run of characters),
-	// e.g. "*.outbox_message" or "tenant_%.outbox". Tables created later
-	// that match are read from their first row on (tables.go).
+	// e.g. "*.outbox_message" or "tenant_%.outbox". A table created later
+	// that matches is read from its first row on.
 	Tables []string `yaml:"tables"`
-	// Start is used only when there is no checkpoint: latest | earliest |
-	// pending.
+	// Start is where a first run (no checkpoint) begins: latest (the
+	// default: the server's current position, only new transactions),
+	// earliest (the oldest binlog still on the server) or pending (first
+	// the rows the polling relay had not sent, see source.pending).
 	Start string `yaml:"start"`
 	// Pending selects the rows start: pending publishes first.
 	Pending backfill.Config `yaml:"pending"`

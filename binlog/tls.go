@@ -37,9 +37,9 @@ var ErrTLS = errors.New("TLS handshake failed")
 // (the binlog dump, the metadata queries, the HA lock, the checkpoint table,
 // `check` and `position`).
 type TLSConfig struct {
-	// Mode is one of the TLS* constants: disabled, preferred, required,
-	// verify-ca or verify-full. MySQL's spellings (VERIFY_IDENTITY,
-	// DISABLED, ...) and libpq's (disable, require, ...) are accepted too.
+	// Mode is disabled, preferred, required, verify-ca or verify-full.
+	// MySQL's spellings (VERIFY_IDENTITY, DISABLED, ...) and libpq's
+	// (disable, require, ...) are accepted too.
 	Mode          string `yaml:"mode"`
 	tlsconf.Files `yaml:",inline"`
 }

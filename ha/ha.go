@@ -74,8 +74,11 @@ type Config struct {
 	CheckInterval time.Duration `yaml:"check_interval"`
 	// SessionTimeout is how long the database keeps the lock session of
 	// an instance it hears nothing from (frozen, cut off, host dead)
-	// before ending it, which frees the lock. See the package
-	// documentation for the bounds it gives.
+	// before ending it, which frees the lock: a standby takes over within
+	// session_timeout + check_interval of the active instance going
+	// silent, and the active instance notices within check_interval +
+	// session_timeout/2 (docs/delivery.md, takeover bounds). At least 3
+	// check intervals.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
 }
 

@@ -85,17 +85,23 @@ type CleanupConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Retention: rows whose CreatedColumn is older than this are removed.
 	Retention time.Duration `yaml:"retention"`
-	// Interval between cleanup passes (the first runs at start).
+	// Interval is the time between two cleanup passes (the first runs at
+	// start).
 	Interval time.Duration `yaml:"interval"`
-	// Batch rows per DELETE (each its own short transaction), Pause
-	// between two batches.
-	Batch int           `yaml:"batch"`
+	// Batch is the number of rows one DELETE removes, each DELETE its own
+	// short transaction.
+	Batch int `yaml:"batch"`
+	// Pause is the wait between two DELETEs, which leaves the database
+	// room for the business's own writes.
 	Pause time.Duration `yaml:"pause"`
 	// Delivered is the SQL condition that says a row is known to be
 	// delivered: what mark_sent sets (status = 1).
 	Delivered string `yaml:"delivered"`
-	// Key is the integer primary key; CreatedColumn the insert time.
-	Key           string `yaml:"key"`
+	// Key is the table's integer primary key column: each batch deletes
+	// the rows with the lowest keys first.
+	Key string `yaml:"key"`
+	// CreatedColumn is the column holding the row's insert time, which
+	// Retention is measured against.
 	CreatedColumn string `yaml:"created_column"`
 	// ArchiveTable, when set, receives each row (INSERT ... SELECT *, same
 	// columns) in the transaction that deletes it.

@@ -363,6 +363,7 @@ func (tr *translator) translate() error {
 	tr.name()
 	tr.source()
 	tr.route()
+	tr.contextHeaders()
 	tr.converters()
 	tr.sink()
 	tr.pipeline()
@@ -715,6 +716,41 @@ func topicTemplate(regex, repl string) (string, bool) {
 
 // converters translates key.converter, value.converter, header.converter
 // (Kafka Connect) or debezium.format.* (Debezium Server).
+// contextHeaders translates extended.headers.enabled: Debezium 3.2 and
+// later add __debezium.context.* headers to every record (3.2.0 always,
+// 3.2.1 and later unless extended.headers.enabled is false); runId only
+// from 3.4 on. The configuration does not say which version ran.
+func (tr *translator) contextHeaders() {
+	v, ok := tr.get("extended.headers.enabled")
+	prefix := tr.props["topic.prefix"]
+	if prefix == "" {
+		prefix = tr.props["database.server.name"]
+	}
+	switch {
+	case !ok:
+		tr.note("Debezium 3.2 and later add the headers __debezium.context.connectorLogicalName, taskId, connectorName (and from 3.4 runId) to every record "+
+			"unless extended.headers.enabled is false; if this connector ran 3.2 or later and a consumer reads them, set route.context_headers.enabled: true "+
+			"(logical_name %q%s)", prefix, map[bool]string{true: ", connector_name mariadb", false: ""}[tr.mariadb])
+		return
+	case strings.EqualFold(v, "false"):
+		tr.ignored("extended.headers.enabled", "false: no context headers, as outbox-cdc sends by default")
+		return
+	case !strings.EqualFold(v, "true"):
+		tr.unsupported("extended.headers.enabled", fmt.Sprintf("%q is not true or false", v))
+		return
+	}
+	tr.out.set("route.context_headers.enabled", true, "extended.headers.enabled: the __debezium.context.* headers")
+	if prefix != "" {
+		tr.out.set("route.context_headers.logical_name", prefix, "topic.prefix")
+		tr.get("topic.prefix")
+		tr.get("database.server.name")
+	}
+	if tr.mariadb {
+		tr.out.set("route.context_headers.connector_name", "mariadb", "Debezium's MariaDB connector")
+	}
+	tr.note("route.context_headers sends runId, as Debezium 3.4 and later do; if the connector ran Debezium 3.2 or 3.3, set route.context_headers.run_id: false")
+}
+
 func (tr *translator) converters() {
 	for _, part := range []string{"key", "value"} {
 		name := tr.converter(part)
@@ -824,9 +860,10 @@ func (tr *translator) converters() {
 		prefix, ok = tr.get("database.server.name")
 	}
 	if ok {
+		_, ctx := tr.out.get("route.context_headers.enabled")
 		if _, env := tr.out.get("route.envelope"); env {
 			tr.out.set("route.converters.topic_prefix", prefix, "names the envelope's value schema")
-		} else {
+		} else if !ctx {
 			tr.ignored(map[bool]string{true: "topic.prefix", false: "database.server.name"}[tr.props["topic.prefix"] != ""],
 				"names Debezium's own topics; the EventRouter routes outbox records to their own topics")
 		}

@@ -38,7 +38,14 @@ func TestTranslateDebeziumConfig(t *testing.T) {
 				"route.on_update=warn", "route.on_missing_column=error", "route.timestamp=produce"},
 			absent:  []string{"route.partition_column", "route.envelope"},
 			ignored: []string{"tasks.max", "schema.history.internal.kafka.topic", "topic.prefix"},
-			notes:   []string{"database.password is not copied", "sink.brokers"},
+			notes:   []string{"database.password is not copied", "sink.brokers", `set route.context_headers.enabled: true (logical_name "dbserver1")`},
+		},
+		{
+			file: "connect-mariadb-extended-headers.json",
+			want: []string{"name=shop-outbox", "source.type=mysql", "route.context_headers.enabled=true",
+				"route.context_headers.logical_name=shop", "route.context_headers.connector_name=mariadb"},
+			absent: []string{"route.context_headers.run_id"},
+			notes:  []string{"route.context_headers.run_id: false"},
 		},
 		{
 			file: "connect-postgres-outbox.json",

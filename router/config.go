@@ -35,13 +35,15 @@ type Config struct {
 	// same value by its MySQL name) and {table}. Everything else is literal and must be legal in a Kafka
 	// topic name.
 	Topic string `yaml:"topic"`
-	// TopicRegex and TopicReplacement name the topic as Debezium's
-	// route.topic.regex and route.topic.replacement do, instead of Topic:
-	// when the regex matches the whole routing value (the aggregate_type
-	// column, Debezium's route.by.field), the topic is the value with its
-	// first match replaced by TopicReplacement ($1, ${name}, \$ as in
-	// Java); otherwise the topic is the routing value itself.
-	TopicRegex       string `yaml:"topic_regex"`
+	// TopicRegex names the topic as Debezium's route.topic.regex does,
+	// instead of Topic: when the regex matches the whole routing value (the
+	// aggregate_type column, Debezium's route.by.field), the topic is the
+	// value with its first match replaced by TopicReplacement; otherwise
+	// the topic is the routing value itself.
+	TopicRegex string `yaml:"topic_regex"`
+	// TopicReplacement is Debezium's route.topic.replacement: what the
+	// first match of TopicRegex is replaced with, with $1, ${name} and \$
+	// as in Java.
 	TopicReplacement string `yaml:"topic_replacement"`
 	// ColumnNames overrides the preset's column name for each role; empty
 	// fields keep the preset's name.
@@ -86,11 +88,16 @@ type Config struct {
 	// ExpandJSONPayload parses a JSON text payload into a structure, as
 	// Debezium's table.expand.json.payload does (with converters.value:
 	// json, the value is the JSON document itself, and with schemas the
-	// schema Debezium infers from it). ExpandJSONNulls and
-	// ExpandJSONEmptyArrays are table.json.payload.null.behavior and
-	// table.json.payload.empty.array.behavior.
-	ExpandJSONPayload     bool   `yaml:"expand_json_payload"`
-	ExpandJSONNulls       string `yaml:"expand_json_nulls"`
+	// schema Debezium infers from it).
+	ExpandJSONPayload bool `yaml:"expand_json_payload"`
+	// ExpandJSONNulls is Debezium's table.json.payload.null.behavior for
+	// an expanded payload: ignore (a null field is left out) or
+	// optional_bytes (it becomes an optional bytes field).
+	ExpandJSONNulls string `yaml:"expand_json_nulls"`
+	// ExpandJSONEmptyArrays is Debezium's
+	// table.json.payload.empty.array.behavior for an expanded payload:
+	// ignore (an empty array is left out) or optional_string (it becomes an
+	// array of optional strings).
 	ExpandJSONEmptyArrays string `yaml:"expand_json_empty_arrays"`
 	// OnUpdate is what an UPDATE of an outbox row does, as Debezium's
 	// table.op.invalid.behavior: skip (the default: counted in
@@ -107,6 +114,9 @@ type Config struct {
 	Converters ConvertersConfig `yaml:"converters"`
 	// CloudEvents wraps records as CloudEvents 1.0.
 	CloudEvents CloudEventsConfig `yaml:"cloudevents"`
+	// ContextHeaders adds the __debezium.context.* headers of Debezium 3.2
+	// and later.
+	ContextHeaders ContextHeadersConfig `yaml:"context_headers"`
 	// Tables overrides the columns and the topic of single outbox tables,
 	// keyed "schema.table" (MySQL: "database.table"), for a connector
 	// reading several tables (source.tables) whose layouts or routes
@@ -170,27 +180,31 @@ func checkTableKey(key string) error {
 // connector ran with), which need the outbox table's column types: the
 // command reads them from the database at start-up.
 type ConvertersConfig struct {
-	// Key and Value: raw | string (StringConverter) | json (JsonConverter)
-	// | bytearray (ByteArrayConverter) | binary (Debezium's
-	// BinaryDataConverter, which passes bytes through and hands other
-	// values to Delegate).
-	Key   string `yaml:"key"`
+	// Key is Kafka Connect's key.converter: raw | string
+	// (StringConverter) | json (JsonConverter) | bytearray
+	// (ByteArrayConverter) | binary (Debezium's BinaryDataConverter,
+	// which passes bytes through and hands other values to Delegate).
+	Key string `yaml:"key"`
+	// Value is Kafka Connect's value.converter, with the choices of Key.
 	Value string `yaml:"value"`
-	// KeySchemas and ValueSchemas are JsonConverter's schemas.enable
-	// (default true, as in Kafka Connect).
-	KeySchemas   bool `yaml:"key_schemas"`
+	// KeySchemas is the key converter's schemas.enable when it is
+	// JsonConverter (default true, as in Kafka Connect).
+	KeySchemas bool `yaml:"key_schemas"`
+	// ValueSchemas is the value converter's schemas.enable when it is
+	// JsonConverter (default true, as in Kafka Connect).
 	ValueSchemas bool `yaml:"value_schemas"`
 	// Delegate is BinaryDataConverter's delegate.converter.type for values
 	// that are not bytes: "" (none: such a column is refused), string or
-	// json; DelegateSchemas is its schemas.enable.
-	Delegate        string `yaml:"delegate"`
-	DelegateSchemas bool   `yaml:"delegate_schemas"`
-	// Headers: raw | simple (Kafka Connect's SimpleHeaderConverter, its
-	// default header.converter) | json (JsonConverter, Debezium Server's
-	// default header format); HeaderSchemas is the json one's
-	// schemas.enable.
-	Headers       string `yaml:"headers"`
-	HeaderSchemas bool   `yaml:"header_schemas"`
+	// json.
+	Delegate string `yaml:"delegate"`
+	// DelegateSchemas is the delegate converter's schemas.enable.
+	DelegateSchemas bool `yaml:"delegate_schemas"`
+	// Headers is the header converter: raw | simple (Kafka Connect's
+	// SimpleHeaderConverter, its default header.converter) | json
+	// (JsonConverter, Debezium Server's default header format).
+	Headers string `yaml:"headers"`
+	// HeaderSchemas is the json header converter's schemas.enable.
+	HeaderSchemas bool `yaml:"header_schemas"`
 	// DecimalFormat is JsonConverter's decimal.format: base64 | numeric.
 	DecimalFormat string `yaml:"decimal_format"`
 	// ReplaceNullWithDefault is JsonConverter's replace.null.with.default.
@@ -199,7 +213,7 @@ type ConvertersConfig struct {
 	// NUMERIC columns: precise | double | string.
 	DecimalHandling string `yaml:"decimal_handling"`
 	// TopicPrefix is Debezium's topic.prefix (database.server.name), which
-	// names the value schema when Envelope is used:
+	// names the value schema when route.envelope lists columns:
 	// "<prefix>.<database or schema>.<table>.<routing value>.Value".
 	TopicPrefix string `yaml:"topic_prefix"`
 	// ColumnTypes overrides a column's Connect type, "column=type" or
@@ -227,8 +241,8 @@ type CloudEventsConfig struct {
 	// object with the payload as data) | binary (the payload is the value,
 	// the attributes are ce_ headers).
 	Mode string `yaml:"mode"`
-	// Source is the CloudEvents source attribute (a URI-reference); the
-	// command defaults it to /outbox-cdc/<name>.
+	// Source is the CloudEvents source attribute (a URI-reference).
+	// Empty: /outbox-cdc/<connector name>.
 	Source string `yaml:"source"`
 	// DataContentType is the datacontenttype attribute: the payload's media
 	// type (default application/json).
@@ -284,7 +298,8 @@ type ColumnNames struct {
 	// TIMESTAMP column; a NULL value falls back to the commit time.
 	Timestamp string `yaml:"timestamp"`
 	// SchemaVersion, when set, names an integer column whose value is the
-	// value schema's version with Envelope and JSON schemas (Debezium's
+	// value schema's version when route.envelope lists columns and the
+	// JSON converter writes schemas (Debezium's
 	// table.field.event.schema.version).
 	SchemaVersion string `yaml:"schema_version"`
 }
@@ -294,8 +309,9 @@ func DefaultConfig() Config {
 	return Config{Preset: PresetSeed, Topic: DefaultTopic, PayloadFormat: PayloadAny, Timestamp: TimestampProduce,
 		OnUpdate: OnUpdateSkip, OnMissingColumn: "ignore",
 		ExpandJSONNulls: "ignore", ExpandJSONEmptyArrays: "ignore",
-		Converters:  DefaultConvertersConfig(),
-		CloudEvents: CloudEventsConfig{Mode: CloudEventsOff, DataContentType: "application/json"},
+		Converters:     DefaultConvertersConfig(),
+		CloudEvents:    CloudEventsConfig{Mode: CloudEventsOff, DataContentType: "application/json"},
+		ContextHeaders: ContextHeadersConfig{RunID: true},
 	}
 }
 
@@ -535,6 +551,9 @@ type compiled struct {
 	template template
 	regex    *topicRegex // set: Debezium's regex routing instead of template
 	headers  []headerSpec
+	// context are the context headers, already written, sent before the
+	// others (route.context_headers).
+	context []outboxcdc.Header
 	// json: the payload must be valid JSON; tombstone: a NULL or empty
 	// payload becomes a null value.
 	json, tombstone bool
@@ -631,6 +650,9 @@ func (c Config) compile(table *Table) (*compiled, error) {
 		}
 	}
 	cc.headers = headers
+	if err := c.checkContextHeaderKeys(headers); err != nil {
+		return nil, err
+	}
 	for i, entry := range c.Envelope {
 		col, alias, err := parseEnvelopeEntry(entry)
 		if err != nil {
@@ -689,6 +711,9 @@ func (c Config) compile(table *Table) (*compiled, error) {
 		return nil, err
 	}
 	if cc.conv, err = c.connect(cc, table); err != nil {
+		return nil, err
+	}
+	if cc.context, err = c.contextHeaders(cc.conv); err != nil {
 		return nil, err
 	}
 	return cc, nil

@@ -45,6 +45,15 @@ import (
 //         DebeziumSerializationProducer.java (header format json by
 //         default) and debezium-embedded/.../ConverterBuilder.java (the
 //         header converter is JsonConverter)
+//   [DH]  debezium/debezium debezium-connector-common/.../connector/common/
+//         DebeziumHeaderProducer.java (connectorLogicalName, taskId,
+//         connectorName as Connect STRING headers since 3.2.0; runId since
+//         3.4.0), CdcSourceTaskContext.java (task id "0", connectorName
+//         the connector's Module.name(): mysql, mariadb, postgresql, a
+//         random UUID per task start), pipeline/EventDispatcher.java
+//         (added to every record unless extended.headers.enabled=false,
+//         3.2.1+), transforms/outbox/EventRouterDelegate.java (the routed
+//         record keeps the source record's headers, id is added after them)
 //   [CE]  cloudevents/spec cloudevents/spec.md, bindings/kafka-protocol-
 //         binding.md, formats/json-format.md
 
@@ -134,7 +143,48 @@ func i32(n int32) *int32 { return &n }
 
 const id = "7f1c2a4e-0b6d-4f7e-9a51-3c2d8e9f0a11"
 
+// ctxHeaders is route.context_headers as a Debezium 3.4 PostgreSQL
+// connector with topic.prefix dbserver1 sends them.
+func ctxHeaders(c *Config) {
+	c.ContextHeaders = ContextHeadersConfig{Enabled: true, LogicalName: "dbserver1", ConnectorName: "postgresql",
+		RunID: true, RunIDValue: "3f0c5c2e-8a51-4d7e-b3a2-6c1d9e8f7a00"}
+}
+
+const runID = "3f0c5c2e-8a51-4d7e-b3a2-6c1d9e8f7a00"
+
 var connectCases = []connectCase{
+	{
+		name: "context_headers_simple", table: pgOutbox, cfg: with(conv("json", "json", "simple"), ctxHeaders),
+		cite: "[DH] four STRING context headers before the EventRouter's id; [SHC] a string header is its text",
+		key:  "-", value: "-",
+		headers: []string{"__debezium.context.connectorLogicalName=dbserver1", "__debezium.context.taskId=0",
+			"__debezium.context.connectorName=postgresql", "__debezium.context.runId=" + runID, "id=" + id},
+	},
+	{
+		name: "context_headers_json_debezium_server", table: pgOutbox, cfg: with(conv("json", "json", "json"), ctxHeaders),
+		cite: "[DH] STRING_SCHEMA headers (not optional); [DS] JsonConverter for headers, schemas on; [JC] {schema,payload}",
+		key:  "-", value: "-",
+		headers: []string{
+			`__debezium.context.connectorLogicalName={"schema":{"type":"string","optional":false},"payload":"dbserver1"}`,
+			`__debezium.context.taskId={"schema":{"type":"string","optional":false},"payload":"0"}`,
+			`__debezium.context.connectorName={"schema":{"type":"string","optional":false},"payload":"postgresql"}`,
+			`__debezium.context.runId={"schema":{"type":"string","optional":false},"payload":"` + runID + `"}`,
+			`id={"schema":{"type":"string","optional":false,"name":"io.debezium.data.Uuid","version":1},"payload":"` + id + `"}`,
+		},
+	},
+	{
+		name: "context_headers_json_no_schemas_3_2", table: myOutbox,
+		cfg: with(conv("raw", "raw", "json"), func(c *Config) {
+			ctxHeaders(c)
+			c.Converters.HeaderSchemas = false
+			c.ContextHeaders.ConnectorName, c.ContextHeaders.RunID = "mysql", false
+		}),
+		ev:   evWith(func(e *outboxcdc.Event) { e.AggregateID = "1001" }),
+		cite: "[DH] Debezium 3.2 and 3.3 send no runId; [JC] without schemas a string header is a JSON string",
+		key:  "1001", value: "-",
+		headers: []string{`__debezium.context.connectorLogicalName="dbserver1"`, `__debezium.context.taskId="0"`,
+			`__debezium.context.connectorName="mysql"`, `id="` + id + `"`},
+	},
 	{
 		name: "json_schemas_string_key_jsonb_payload", table: pgOutbox, cfg: conv("json", "json", "simple"),
 		cite: "[JCC] schemas.enable=true; [JC] envelope {schema,payload}, schema {type,optional[,name,version]}; " +

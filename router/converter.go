@@ -463,7 +463,8 @@ func (r *Router) routeConnect(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 			return outboxcdc.Record{}, r.bad(ev, "key: "+err.Error())
 		}
 	}
-	headers := make([]outboxcdc.Header, 0, len(c.headers))
+	headers := make([]outboxcdc.Header, 0, len(c.context)+len(c.headers))
+	headers = append(headers, c.context...)
 	for i := range c.headers {
 		h := &c.headers[i]
 		v, null, ok := columnText(ev, &h.columnRef)

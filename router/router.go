@@ -20,9 +20,10 @@
 //     payload that is not valid JSON makes the row bad (an empty payload
 //     too, unless it becomes a tombstone); the default "any" sends any
 //     bytes, as Debezium's EventRouter does.
-//   - Headers: the preset's built-in headers (seed: id, event_type,
-//     aggregate_type; debezium: id only, as the EventRouter), then the
-//     configured columns in order. A NULL column gives a header with a nil
+//   - Headers: Debezium's context headers when route.context_headers is
+//     on (context.go), the preset's built-in headers (seed: id,
+//     event_type, aggregate_type; debezium: id only, as the EventRouter),
+//     then the configured columns in order. A NULL column gives a header with a nil
 //     (Kafka null) value, as the EventRouter does; a column the source did
 //     not deliver (dropped from the table) gives no header.
 //   - Timestamp: route.timestamp: zero by default, so the sink stamps the
@@ -44,6 +45,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -74,6 +77,9 @@ func New(cfg Config) (*Router, error) {
 // NewForTable validates cfg against the outbox table's columns (nil when
 // not needed) and builds a Router.
 func NewForTable(cfg Config, table *Table) (*Router, error) {
+	if ch := &cfg.ContextHeaders; ch.Enabled && ch.RunID && ch.RunIDValue == "" {
+		ch.RunIDValue = uuid.NewString() // one run id for every table's route
+	}
 	c, err := cfg.compile(table)
 	if err != nil {
 		return nil, err
@@ -169,7 +175,8 @@ func (r *Router) Route(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 	buf = append(buf, ev.AggregateID...)
 	key := buf[:len(buf):len(buf)]
 
-	headers := make([]outboxcdc.Header, 0, len(c.headers))
+	headers := make([]outboxcdc.Header, 0, len(c.context)+len(c.headers))
+	headers = append(headers, c.context...)
 	for i := range c.headers {
 		h := &c.headers[i]
 		switch h.role {

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
@@ -53,6 +55,10 @@ func TestRoute(t *testing.T) {
 			return ev
 		}},
 		{"template_event_type", Config{Topic: "shop.{aggregate_type}.{event_type}.v1"}, seedEvent},
+		{"debezium_context_headers", Config{Preset: PresetDebezium, ContextHeaders: ContextHeadersConfig{Enabled: true,
+			LogicalName: "dbserver1", ConnectorName: "mysql", RunID: true, RunIDValue: "3f0c5c2e-8a51-4d7e-b3a2-6c1d9e8f7a00"}}, seedEvent},
+		{"seed_context_headers_no_run_id", Config{ContextHeaders: ContextHeadersConfig{Enabled: true,
+			LogicalName: "orders", ConnectorName: "postgresql"}}, seedEvent},
 		{"template_literal", Config{Topic: "all-orders"}, seedEvent},
 		{"empty_payload_kept", seed, func() outboxcdc.Event {
 			ev := seedEvent()
@@ -549,5 +555,63 @@ func TestRouteTimestamp(t *testing.T) {
 	cfg.Timestamp = "event"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "timestamp:") {
 		t.Errorf("Validate = %v", err)
+	}
+}
+
+// TestContextHeadersRunID: without a run id given, every Router draws a
+// new one (a new start of the connector), shared by the routes of all its
+// tables; the header is a UUID.
+func TestContextHeadersRunID(t *testing.T) {
+	cfg := Config{ContextHeaders: ContextHeadersConfig{Enabled: true, LogicalName: "orders", ConnectorName: "mysql", RunID: true},
+		Tables: map[string]TableRoute{"shop.other": {Topic: "other"}}}
+	runID := func(r *Router, schema, table string) string {
+		ev := seedEvent()
+		ev.Schema, ev.Table = schema, table
+		rec, err := r.Route(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range rec.Headers {
+			if h.Key == HeaderRunID {
+				return string(h.Value)
+			}
+		}
+		t.Fatalf("no %s header in %v", HeaderRunID, rec.Headers)
+		return ""
+	}
+	r1, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := New(cfg)
+	a, b := runID(r1, "shop", "outbox_message"), runID(r1, "shop", "other")
+	if _, err := uuid.Parse(a); err != nil {
+		t.Fatalf("runId %q is not a UUID", a)
+	}
+	if a != b {
+		t.Errorf("two tables of one connector send runIds %s and %s", a, b)
+	}
+	if c := runID(r2, "shop", "outbox_message"); c == a {
+		t.Errorf("two starts send the same runId %s", a)
+	}
+}
+
+func TestContextHeadersConfigErrors(t *testing.T) {
+	on := ContextHeadersConfig{Enabled: true, LogicalName: "orders", ConnectorName: "mysql"}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no logical name", Config{ContextHeaders: ContextHeadersConfig{Enabled: true, ConnectorName: "mysql"}}, "context_headers.logical_name"},
+		{"no connector name", Config{ContextHeaders: ContextHeadersConfig{Enabled: true, LogicalName: "x"}}, "context_headers.connector_name"},
+		{"header repeated", Config{ContextHeaders: on, Headers: []string{"tenant:__debezium.context.taskId"}}, "sent by route.context_headers"},
+	} {
+		if err := tc.cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if err := (Config{Headers: []string{"tenant:__debezium.context.taskId"}}).Validate(); err != nil {
+		t.Errorf("context headers off: the header name is free, got %v", err)
 	}
 }

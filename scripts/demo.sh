@@ -1,13 +1,33 @@
 #!/usr/bin/env bash
 # The main job end to end on this machine: local MariaDB (binlog on) ->
 # outbox-cdc -> a broker -> a consumer that prints what arrived. Run it
-# through `make demo`, which builds bin/ and prepares the services first.
-# SINK picks the broker: kafka (default: a local Kafka-protocol broker),
-# rabbitmq, nats or redis (the local services).
+# through `make demo`, which builds bin/ and turns the MariaDB binlog on
+# first (scripts/prepare-services.sh demo; no TLS).
+#
+# Every name and address can be overridden (README.md, "Two commands"):
+#   SINK                  kafka (default: a Kafka-protocol broker started
+#                         here), rabbitmq, nats or redis (running services)
+#   DEMO_DB               the MariaDB database created, then dropped at the
+#                         end (default outbox_demo_<pid>; an existing one is
+#                         refused)
+#   DEMO_NAME             the connector name, which derives its server_id
+#                         (default outbox-demo-<pid>)
+#   DEMO_MYSQL_HOST, DEMO_MYSQL_PORT
+#                         the MariaDB server, as root without a password
+#                         (default 127.0.0.1 and 3306)
+#   DEMO_KAFKA_PORT       the demo broker's port (default: a free one)
+#   DEMO_HTTP             outbox-cdc's http.listen (default 127.0.0.1:0, a
+#                         free port)
+#   DEMO_RABBITMQ_URL, DEMO_NATS_URL, DEMO_REDIS_HOST, DEMO_REDIS_PORT
+#                         the brokers (default: the local ones, standard ports)
+#   DEMO_KEEP=1           keep the database, stream or keys afterwards
+#   DEMO_BIN              where outbox-cdc, kfake-broker and consume are
+#                         (default bin, what make build writes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SINK=${SINK:-kafka}
+BIN=${DEMO_BIN:-bin}
 RABBITMQ_URL=${DEMO_RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/}
 NATS_URL=${DEMO_NATS_URL:-nats://127.0.0.1:4222}
 REDIS_HOST=${DEMO_REDIS_HOST:-127.0.0.1}
@@ -15,14 +35,27 @@ REDIS_PORT=${DEMO_REDIS_PORT:-6379}
 case "$SINK" in kafka|rabbitmq|nats|redis) ;; *) echo "SINK=$SINK: want kafka, rabbitmq, nats or redis" >&2; exit 2 ;; esac
 run_id=$$
 
-KAFKA_PORT=${DEMO_KAFKA_PORT:-19092}
-HTTP_ADDR=${DEMO_HTTP:-127.0.0.1:19464}
-DB=${DEMO_DB:-outbox_demo}
+KAFKA_PORT=${DEMO_KAFKA_PORT:-0}
+HTTP_ADDR=${DEMO_HTTP:-127.0.0.1:0}
+DB=${DEMO_DB:-outbox_demo_$run_id}
+NAME=${DEMO_NAME:-outbox-demo-$run_id}
+MYSQL_HOST=${DEMO_MYSQL_HOST:-127.0.0.1}
+MYSQL_PORT=${DEMO_MYSQL_PORT:-3306}
+case "$DB" in *[!A-Za-z0-9_]*) echo "DEMO_DB=$DB: letters, digits and _ only" >&2; exit 2 ;; esac
+sql() { mariadb -uroot -h"$MYSQL_HOST" -P"$MYSQL_PORT" --protocol=TCP "$@"; }
+if [ "$SINK" = redis ] && ! command -v redis-cli >/dev/null; then
+  echo "SINK=redis reads the streams with redis-cli: install it (Debian: redis-tools; make services does)" >&2
+  exit 2
+fi
 work=$(mktemp -d /tmp/outbox-cdc-demo.XXXXXX)
 pids=()
+created_db=
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "$created_db" ] && [ "${DEMO_KEEP:-}" != 1 ]; then
+    sql -e "DROP DATABASE IF EXISTS \`$DB\`" || true
+  fi
 }
 trap cleanup EXIT
 
@@ -30,9 +63,12 @@ say() { printf '\n== %s\n' "$*"; }
 
 case "$SINK" in
 kafka)
-  say "starting a Kafka-protocol broker (kfake) on 127.0.0.1:$KAFKA_PORT"
-  bin/kfake-broker -port "$KAFKA_PORT" >"$work/broker.log" 2>&1 &
+  "$BIN"/kfake-broker -port "$KAFKA_PORT" >"$work/broker.log" 2>&1 &
   pids+=($!)
+  for _ in $(seq 1 100); do grep -q 'listening on' "$work/broker.log" 2>/dev/null && break; sleep 0.1; done
+  KAFKA_PORT=$(sed -n 's/.*listening on \[127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/broker.log")
+  [ -n "$KAFKA_PORT" ] || { cat "$work/broker.log" >&2; echo "the demo broker did not start" >&2; exit 1; }
+  say "started a Kafka-protocol broker (kfake) on 127.0.0.1:$KAFKA_PORT"
   sink_yaml="  type: kafka
   brokers: [\"127.0.0.1:$KAFKA_PORT\"]"
   topic='outbox.event.{aggregate_type}'
@@ -40,7 +76,7 @@ kafka)
 rabbitmq)
   exchange="outbox-demo-$run_id"
   say "binding a queue to exchange $exchange on RabbitMQ (the consumer, started first: RabbitMQ keeps nothing for queues that do not exist yet)"
-  bin/consume -rabbitmq "$RABBITMQ_URL" -exchange "$exchange" -n 4 -timeout 60s >"$work/consumed.txt" 2>"$work/consume.log" &
+  "$BIN"/consume -rabbitmq "$RABBITMQ_URL" -exchange "$exchange" -n 4 -timeout 60s >"$work/consumed.txt" 2>"$work/consume.log" &
   consumer=$!
   pids+=($consumer)
   for _ in $(seq 1 100); do grep -q ready "$work/consume.log" 2>/dev/null && break; sleep 0.1; done
@@ -67,21 +103,25 @@ redis)
   ;;
 esac
 
-say "creating database $DB and its outbox table in MariaDB"
-mariadb -uroot <<SQL
-DROP DATABASE IF EXISTS $DB;
-CREATE DATABASE $DB;
-USE $DB;
+say "creating database $DB and its outbox table in MariaDB ($MYSQL_HOST:$MYSQL_PORT; dropped at the end unless DEMO_KEEP=1)"
+if [ -n "$(sql -N -B -e "SHOW DATABASES LIKE '$DB'")" ]; then
+  echo "database $DB exists: the demo creates its own, pick another DEMO_DB" >&2
+  exit 1
+fi
+sql <<SQL
+CREATE DATABASE \`$DB\`;
+USE \`$DB\`;
 CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_no VARCHAR(32) NOT NULL, amount DECIMAL(10,2) NOT NULL);
 SQL
+created_db=1
 # The outbox table's one definition (schema/mysql.sql).
-mariadb -uroot "$DB" <schema/mysql.sql
+sql "$DB" <schema/mysql.sql
 
 cat >"$work/outbox-cdc.yaml" <<YAML
-name: outbox-demo
+name: $NAME
 source:
   type: mysql
-  dsn: "root:@tcp(127.0.0.1:3306)/$DB"
+  dsn: "root:@tcp($MYSQL_HOST:$MYSQL_PORT)/$DB"
   table: outbox_message
   start: latest
 route:
@@ -99,18 +139,27 @@ log:
 YAML
 
 say "starting outbox-cdc (config: $work/outbox-cdc.yaml, log: $work/outbox-cdc.log)"
-bin/outbox-cdc run --config "$work/outbox-cdc.yaml" >"$work/outbox-cdc.log" 2>&1 &
+"$BIN"/outbox-cdc run --config "$work/outbox-cdc.yaml" >"$work/outbox-cdc.log" 2>&1 &
 cdc=$!
 pids+=($cdc)
+# http.listen may name port 0: the log says which port it took.
+for _ in $(seq 1 100); do
+  addr=$(sed -n 's/.*"listen":"\([^"]*\)".*"message":"serving.*/\1/p' "$work/outbox-cdc.log" | head -1)
+  [ -n "$addr" ] && break
+  kill -0 "$cdc" 2>/dev/null || { cat "$work/outbox-cdc.log"; echo "outbox-cdc exited" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$addr" ] || { cat "$work/outbox-cdc.log"; echo "outbox-cdc serves no HTTP endpoint" >&2; exit 1; }
+HTTP_ADDR=$addr
 for _ in $(seq 1 100); do
   curl -fsS "http://$HTTP_ADDR/readyz" >/dev/null 2>&1 && break
   kill -0 "$cdc" 2>/dev/null || { cat "$work/outbox-cdc.log"; echo "outbox-cdc exited" >&2; exit 1; }
   sleep 0.1
 done
-curl -fsS "http://$HTTP_ADDR/readyz"
+echo "outbox-cdc answers on http://$HTTP_ADDR: $(curl -fsS "http://$HTTP_ADDR/readyz")"
 
 say "placing orders: business row + outbox row in one transaction (and one rolled back)"
-mariadb -uroot "$DB" <<'SQL'
+sql "$DB" <<'SQL'
 BEGIN;
 INSERT INTO orders (order_no, amount) VALUES ('A-1001', 42.50);
 INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload)
@@ -135,7 +184,7 @@ SQL
 case "$SINK" in
 kafka)
   say "records consumed from Kafka (read_committed): 4 expected, none from the rolled-back order"
-  bin/consume -brokers "127.0.0.1:$KAFKA_PORT" -regex 'outbox\.event\..*' -n 4 -timeout 20s
+  "$BIN"/consume -brokers "127.0.0.1:$KAFKA_PORT" -regex 'outbox\.event\..*' -n 4 -timeout 20s
   ;;
 rabbitmq)
   say "messages consumed from RabbitMQ (confirmed, mandatory, persistent): 4 expected, none from the rolled-back order"
@@ -144,7 +193,7 @@ rabbitmq)
   ;;
 nats)
   say "messages read from JetStream stream $stream (Nats-Msg-Id = message id): 4 expected, none from the rolled-back order"
-  bin/consume -nats "$NATS_URL" -stream "$stream" -n 4 -timeout 20s
+  "$BIN"/consume -nats "$NATS_URL" -stream "$stream" -n 4 -timeout 20s
   ;;
 redis)
   say "entries read with redis-cli XRANGE from the streams $prefix*: 4 expected, none from the rolled-back order"
@@ -173,10 +222,11 @@ kill -TERM "$cdc"
 rc=0; wait "$cdc" || rc=$?
 echo "outbox-cdc exit status: $rc; checkpoint: $(head -c 300 "$work/outbox-cdc.checkpoint" | tr '\n' ' ')"
 [ "$rc" -eq 0 ]
-case "$SINK" in
-nats) bin/consume -nats "$NATS_URL" -stream "$stream" -n 0 -timeout 1s -delete >/dev/null ;;
-redis) for k in $(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" --raw KEYS "$prefix*"); do redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" DEL "$k" >/dev/null; done ;;
-rabbitmq) : ;; # the consumer's exchange went with its queue
+case "$SINK:${DEMO_KEEP:-}" in
+*:1) : ;;
+nats:*) "$BIN"/consume -nats "$NATS_URL" -stream "$stream" -n 0 -timeout 1s -delete >/dev/null ;;
+redis:*) for k in $(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" --raw KEYS "$prefix*"); do redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" DEL "$k" >/dev/null; done ;;
+rabbitmq:*) : ;; # the consumer's exchange went with its queue
 esac
 echo
 echo "demo finished (sink: $SINK); files in $work"

@@ -3,22 +3,33 @@
 # Idempotent: it changes configuration and restarts a server only when a
 # setting is missing. Needs root (it edits /etc and restarts the servers).
 #
+#   prepare-services.sh [all]   what `make test` needs: everything below
+#   prepare-services.sh demo    what `make demo` needs: the MariaDB binlog
+#                               settings only (no TLS, no PostgreSQL, no
+#                               brokers), restarting MariaDB only when a
+#                               binlog setting is missing
+#
 #   MariaDB:    server_id, log_bin, binlog_format=ROW, binlog_row_image=FULL,
-#               binlog_row_metadata=FULL; root may log in over TCP without a password.
+#               binlog_row_metadata=FULL in $CONF_DIR/mariadb.conf.d/60-outbox-cdc.cnf
+#               (included from $CONF_DIR/my.cnf, also when my.cnf is all
+#               there is); root may log in over TCP without a password.
 #   PostgreSQL: wal_level=logical.
 #   kcat:       installed from Debian's packages when missing (e2e tests).
 #   Brokers:    RabbitMQ (5672), NATS with JetStream (4222) and Redis (6379)
 #               run on the machine already; this only waits for them to
 #               answer and installs redis-cli (redis-tools) when missing. It
 #               changes no broker setting and enables no plugin.
-#   Both:       TLS with a test CA and server certificate generated once in
-#               $TLS_DIR (default /etc/outbox-cdc-test-tls; SAN localhost and
-#               127.0.0.1); tests find the CA as $TLS_DIR/ca.pem. Plaintext
-#               connections keep working (require_secure_transport stays off,
-#               pg_hba keeps its host lines).
+#   Both (tests only): TLS with a test CA and server certificate generated
+#               once in $TLS_DIR (default /etc/outbox-cdc-test-tls; SAN
+#               localhost and 127.0.0.1), MariaDB's in
+#               mariadb.conf.d/61-outbox-cdc-tls.cnf; tests find the CA as
+#               $TLS_DIR/ca.pem. Plaintext connections keep working
+#               (require_secure_transport stays off, pg_hba keeps its host lines).
 set -euo pipefail
 
 TLS_DIR=${OUTBOX_CDC_TEST_TLS_DIR:-/etc/outbox-cdc-test-tls}
+# CONF_DIR holds MariaDB's my.cnf (Debian: /etc/mysql).
+CONF_DIR=${OUTBOX_CDC_MYSQL_CONF_DIR:-/etc/mysql}
 
 log() { printf 'prepare-services: %s\n' "$*"; }
 
@@ -78,13 +89,20 @@ mariadb_tls_ready() { [ "$(mysql_q "SELECT CONCAT(@@have_ssl, ',', @@ssl_cert)")
 binlog_settings() { mysql_q "SELECT CONCAT_WS(',', @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata)"; }
 binlog_ready() { case "$(binlog_settings)" in 1,ROW,FULL,FULL | ON,ROW,FULL,FULL) return 0 ;; esac; return 1; }
 
-prepare_mariadb() {
-  local cnf_dir=/etc/mysql/mariadb.conf.d cnf=/etc/mysql/mariadb.conf.d/60-outbox-cdc.cnf
-  mkdir -p "$cnf_dir"
-  if [ -f /etc/mysql/my.cnf ] && ! grep -Eq '^!includedir[[:space:]]+/etc/mysql/mariadb.conf.d' /etc/mysql/my.cnf; then
-    printf '\n!includedir /etc/mysql/mariadb.conf.d/\n' >>/etc/mysql/my.cnf
+# write_if_changed FILE CONTENT writes CONTENT to FILE unless it holds it.
+write_if_changed() {
+  if [ ! -f "$1" ] || [ "$(cat "$1")" != "$2" ]; then
+    printf '%s\n' "$2" >"$1"
   fi
-  local want
+}
+
+# prepare_mariadb [tls]: the binlog settings, and with "tls" the test
+# certificate. Without tls (the demo) it writes nothing while the binlog is
+# already right, so it never undoes what a test run configured.
+prepare_mariadb() {
+  local tls=${1:-} cnf_dir=$CONF_DIR/mariadb.conf.d
+  local cnf=$cnf_dir/60-outbox-cdc.cnf tls_cnf=$cnf_dir/61-outbox-cdc-tls.cnf
+  local want want_tls
   want=$(cat <<'CNF'
 # Written by outbox-cdc scripts/prepare-services.sh
 [mysqld]
@@ -94,15 +112,17 @@ log_bin             = mariadb-bin
 binlog_format       = ROW
 binlog_row_image    = FULL
 binlog_row_metadata = FULL
+CNF
+)
+  want_tls=$(cat <<'CNF'
+# Written by outbox-cdc scripts/prepare-services.sh (the TLS tests)
+[mysqld]
 ssl_ca              = TLSDIR/ca.pem
 ssl_cert            = TLSDIR/server.pem
 ssl_key             = TLSDIR/mariadb-server.key
 CNF
 )
-  want=${want//TLSDIR/$TLS_DIR}
-  if [ ! -f "$cnf" ] || [ "$(cat "$cnf")" != "$want" ]; then
-    printf '%s\n' "$want" >"$cnf"
-  fi
+  want_tls=${want_tls//TLSDIR/$TLS_DIR}
   if ! mariadb-admin ping >/dev/null 2>&1; then
     # Down (an interrupted earlier restart, say): start the system server.
     log "MariaDB does not answer; starting it"
@@ -110,8 +130,16 @@ CNF
     start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid --exec /usr/sbin/mariadbd
   fi
   wait_for "MariaDB" 60 mariadb-admin ping
-  if ! binlog_ready || ! mariadb_tls_ready; then
-    log "restarting MariaDB to enable the binlog and TLS (was: $(binlog_settings), ssl: $(mysql_q 'SELECT @@have_ssl'))"
+  if [ -n "$tls" ] || ! binlog_ready; then
+    mkdir -p "$cnf_dir"
+    if [ -f "$CONF_DIR/my.cnf" ] && ! grep -Eq "^!includedir[[:space:]]+$cnf_dir/?\$" "$CONF_DIR/my.cnf"; then
+      printf '\n!includedir %s/\n' "$cnf_dir" >>"$CONF_DIR/my.cnf"
+    fi
+    write_if_changed "$cnf" "$want"
+    [ -z "$tls" ] || write_if_changed "$tls_cnf" "$want_tls"
+  fi
+  if ! binlog_ready || { [ -n "$tls" ] && ! mariadb_tls_ready; }; then
+    log "restarting MariaDB to enable the binlog${tls:+ and TLS} (was: $(binlog_settings), ssl: $(mysql_q 'SELECT @@have_ssl'))"
     # Only the system server: tests may run private mariadbd processes
     # beside it, which neither the wait nor the start may mistake for it.
     pidfile=$(mysql_q 'SELECT @@pid_file')
@@ -126,18 +154,20 @@ CNF
     start-stop-daemon --start --oknodo --background --pidfile "${pidfile:-/run/mysqld/mysqld.pid}" --exec /usr/sbin/mariadbd
     wait_for "MariaDB" 60 mariadb-admin ping
     binlog_ready || { log "MariaDB settings still wrong after restart: $(binlog_settings)"; exit 1; }
-    mariadb_tls_ready || { log "MariaDB TLS still off after restart (have_ssl: $(mysql_q 'SELECT @@have_ssl'))"; exit 1; }
+    [ -z "$tls" ] || mariadb_tls_ready || { log "MariaDB TLS still off after restart (have_ssl: $(mysql_q 'SELECT @@have_ssl'))"; exit 1; }
   fi
-  # A regenerated certificate at the same paths is loaded without a restart.
-  if ! mariadb --ssl-verify-server-cert --ssl-ca="$TLS_DIR/ca.pem" -uroot -h127.0.0.1 --protocol=TCP -e 'SELECT 1' >/dev/null 2>&1; then
-    mysql_q "FLUSH SSL"
+  if [ -n "$tls" ]; then
+    # A regenerated certificate at the same paths is loaded without a restart.
+    if ! mariadb --ssl-verify-server-cert --ssl-ca="$TLS_DIR/ca.pem" -uroot -h127.0.0.1 --protocol=TCP -e 'SELECT 1' >/dev/null 2>&1; then
+      mysql_q "FLUSH SSL"
+    fi
   fi
   # Tests and the demo connect as root over TCP with an empty password.
   if ! mariadb -uroot -h127.0.0.1 --protocol=TCP -e 'SELECT 1' >/dev/null 2>&1; then
     mysql_q "ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket"
   fi
   mysql_q "CREATE DATABASE IF NOT EXISTS test"
-  log "MariaDB ready: $(mysql_q 'SELECT VERSION()'), binlog ROW/FULL/FULL, TLS with $TLS_DIR/ca.pem"
+  log "MariaDB ready: $(mysql_q 'SELECT VERSION()'), binlog ROW/FULL/FULL${tls:+, TLS with $TLS_DIR/ca.pem}"
 }
 
 prepare_postgres() {
@@ -201,10 +231,11 @@ prepare_brokers() {
 }
 
 case "${1:-all}" in
-  mariadb|mysql) prepare_tls; prepare_mariadb ;;
+  demo) prepare_mariadb ;;
+  mariadb|mysql) prepare_tls; prepare_mariadb tls ;;
   postgres) prepare_tls; prepare_postgres ;;
   kcat) prepare_kcat ;;
   brokers) prepare_brokers ;;
-  all) prepare_tls; prepare_mariadb; prepare_postgres; prepare_kcat; prepare_brokers ;;
-  *) echo "usage: $0 [all|mariadb|postgres|kcat|brokers]" >&2; exit 2 ;;
+  all) prepare_tls; prepare_mariadb tls; prepare_postgres; prepare_kcat; prepare_brokers ;;
+  *) echo "usage: $0 [all|demo|mariadb|postgres|kcat|brokers]" >&2; exit 2 ;;
 esac

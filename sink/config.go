@@ -41,22 +41,24 @@ type KafkaConfig struct {
 	// BatchBytes is the size (key, value and header bytes) from which a
 	// write is sent without lingering. Used only when Linger > 0.
 	BatchBytes int `yaml:"batch_bytes"`
-	// MaxInFlightBytes bounds the record bytes (Record.Size) handed to the
-	// producer and not yet acknowledged; Write blocks while it is reached.
-	// A single larger record is still sent, alone.
+	// MaxInFlightBytes bounds the bytes of the records (topic, key, value
+	// and headers) handed to the producer and not yet acknowledged; the
+	// pipeline waits while it is reached. A single larger record is still
+	// sent, alone.
 	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
 	// ProduceTimeout is how long a broker may wait for the in-sync replicas
 	// before answering a produce request (Java: request.timeout.ms).
 	ProduceTimeout time.Duration `yaml:"produce_timeout"`
 	// DialTimeout bounds connecting to a broker.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
-	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
-	// between attempts of a Write while the brokers fail (doubling from Min
-	// up to Max).
+	// RetryBackoffMin is the first wait before a write is tried again
+	// while the brokers fail; the wait doubles with each failed attempt.
 	RetryBackoffMin time.Duration `yaml:"retry_backoff_min"`
+	// RetryBackoffMax caps the wait between two attempts of a write while
+	// the brokers fail.
 	RetryBackoffMax time.Duration `yaml:"retry_backoff_max"`
 	// ReadyInterval is how often an idle sink checks that a broker answers,
-	// for Ready and the connected gauge.
+	// for /readyz and outbox_cdc_sink_connected.
 	ReadyInterval time.Duration `yaml:"ready_interval"`
 	// UnwritableTopicTimeout is how long records wait for a topic that does
 	// not exist (a cluster without auto-create) or that the connector may

@@ -27,12 +27,12 @@ type TxnConfig struct {
 	// ProgressTopic holds one progress record per committed batch, keyed
 	// by the connector name. Created if missing with one partition and
 	// cleanup.policy=compact. Several connectors may share it; a dedicated
-	// one per connector makes Load cheapest.
+	// one per connector makes reading the progress at start cheapest.
 	ProgressTopic string `yaml:"progress_topic"`
 	// TransactionTimeout is the Kafka transaction.timeout.ms the producer
 	// asks for; the broker caps it at its transaction.max.timeout.ms
-	// (15 minutes by default). A batch must be written and committed
-	// within it, see Transactional.
+	// (15 minutes by default). A batch, or a large source transaction
+	// sent in fragments, must be written and committed within it.
 	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
 }
 

@@ -25,10 +25,11 @@ type Files struct {
 	// CAFile is a PEM bundle of the CA certificates that sign the server's
 	// certificate. Empty: the system's roots.
 	CAFile string `yaml:"ca_file"`
-	// CertFile and KeyFile are a PEM client certificate and its private key,
-	// for servers that require client certificates. Both or neither.
+	// CertFile is a PEM client certificate, for servers that require
+	// client certificates; it needs KeyFile.
 	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	// KeyFile is the private key of CertFile (PEM); set both or neither.
+	KeyFile string `yaml:"key_file"`
 	// ServerName is the name the server's certificate must carry. Empty: the
 	// host from the DSN or broker address.
 	ServerName string `yaml:"server_name"`

@@ -41,17 +41,23 @@ type Config struct {
 	// publication). The replication connection adds replication=database.
 	DSN string `yaml:"dsn"`
 	// Table is the outbox table, "schema.table" or "table" (schema public).
-	// Empty means no table: only logical decoding messages (Messages.Prefix)
+	// Empty means no table: only logical decoding messages (source.messages)
 	// are read, and the publication is created empty.
 	Table string `yaml:"table"`
 	// Tables, when set, replaces Table: several outbox tables over one
 	// slot, each "schema.table" or "table" (schema public); either part
 	// may hold the wildcards * and % (any run of characters), e.g.
-	// "tenant_%.outbox". Tables created later that match are read; see
-	// tables.go for the publication this takes.
+	// "tenant_%.outbox". A table created later that matches is read from
+	// its first row on: a pattern takes a publication FOR TABLES IN
+	// SCHEMA (a literal schema) or FOR ALL TABLES (a schema pattern),
+	// which need a superuser to create (see docs/sources.md).
 	Tables []string `yaml:"tables"`
-	// Start is "earliest" or "latest" (see StartEarliest, StartLatest); it
-	// only matters when there is no checkpoint.
+	// Start is where a first run (no checkpoint) begins: earliest (the
+	// default: what the slot retains and never confirmed; for a slot this
+	// run creates, the transactions committed after its creation), latest
+	// (the server's current WAL position, skipping what an existing slot
+	// retains) or pending (first the rows the polling relay had not sent,
+	// see source.pending).
 	Start string `yaml:"start"`
 	// Pending selects the rows start: pending publishes first.
 	Pending backfill.Config `yaml:"pending"`
@@ -90,7 +96,7 @@ type Config struct {
 	// QueryTimeout bounds each metadata step (server settings, publication
 	// and slot checks, the lag query, a heartbeat, one pending-backfill
 	// read). Creating a slot may wait for transactions open at that moment
-	// and is bounded by slotCreateTimeout (5 minutes) instead.
+	// and is bounded by 5 minutes instead.
 	QueryTimeout time.Duration `yaml:"query_timeout"`
 	// BufferBytes bounds the decoded transactions held between the
 	// replication connection and the pipeline. When it is full the source
@@ -131,8 +137,8 @@ type MessagesConfig struct {
 	// Prefix of the transactional pg_logical_emit_message messages that
 	// are events (a table-less outbox); empty reads none.
 	Prefix string `yaml:"prefix"`
-	// Prefixes are further prefixes read the same way; an event's Table
-	// is the prefix it was emitted with.
+	// Prefixes are further prefixes read the same way; an event's table
+	// (the {table} of route.topic) is the prefix it was emitted with.
 	Prefixes []string `yaml:"prefixes"`
 }
 

@@ -24,19 +24,12 @@ import (
 // Exit status 0 when every check passed, 1 when one failed, 2 for a usage or
 // configuration error. It changes nothing anywhere.
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
-	asJSON := fs.Bool("json", false, "print the results as a JSON array")
-	name := fs.String("connector", "", "the connector to check, by name (required when the configuration lists several)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	var o checkOptions
+	c := findCommand("check")
+	if code, ok := c.parse(c.flags(checkFlags(&o)), args, stdout, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "outbox-cdc check: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	cfg, err := loadConnectorConfig(*cfgPath, *name, environ())
+	cfg, err := loadConnectorConfig(o.config, o.connector, environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
 		return 2
@@ -53,7 +46,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			failed++
 		}
 	}
-	if *asJSON {
+	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(results); err != nil {
@@ -68,6 +61,20 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// checkOptions are the check command's flags.
+type checkOptions struct {
+	config, connector string
+	json              bool
+}
+
+func checkFlags(o *checkOptions) func(*flag.FlagSet) {
+	return func(fs *flag.FlagSet) {
+		configFlag(&o.config)(fs)
+		connectorFlag(&o.connector, "the connector to check")(fs)
+		fs.BoolVar(&o.json, "json", false, "print the results as a JSON array")
+	}
 }
 
 // checkAll runs every check of cfg: the checkpoint first (the source checks

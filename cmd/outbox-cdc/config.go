@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -237,6 +238,14 @@ func configFromNode(root *yaml.Node, path string, env map[string]string, checkEn
 	if ce := &cfg.Route.CloudEvents; ce.Mode != "" && ce.Mode != router.CloudEventsOff && ce.Source == "" {
 		ce.Source = "/outbox-cdc/" + cfg.Name
 	}
+	if ch := &cfg.Route.ContextHeaders; ch.Enabled { // route.context_headers' defaults
+		if ch.LogicalName == "" {
+			ch.LogicalName = cmp.Or(cfg.Route.Converters.TopicPrefix, cfg.Name)
+		}
+		if ch.ConnectorName == "" {
+			ch.ConnectorName = debeziumConnectorName[cfg.Source.Type]
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, nil, withLines(err, root, path)
 	}
@@ -394,3 +403,8 @@ func (c Config) validateTables() error {
 	}
 	return nil
 }
+
+// debeziumConnectorName is the connectorName context header of the
+// Debezium connector each source type replaces (route.context_headers);
+// Debezium's MariaDB connector says mariadb, set by hand.
+var debeziumConnectorName = map[string]string{binlog.Kind: "mysql", wal.Kind: "postgresql"}

@@ -238,3 +238,30 @@ func TestConfigPrintShowsDerivedValues(t *testing.T) {
 		t.Errorf("a set server_id is marked derived:\n%s", pinned)
 	}
 }
+
+// TestContextHeadersDefaults: route.context_headers takes Debezium's
+// values from the configuration: the logical name from
+// route.converters.topic_prefix (else the connector name), the connector
+// name from source.type.
+func TestContextHeadersDefaults(t *testing.T) {
+	on := "route:\n  context_headers:\n    enabled: true\n"
+	for _, tc := range []struct {
+		body, logical, connector string
+	}{
+		{"name: orders\n" + minimal + on, "orders", "mysql"},
+		{"name: orders\n" + strings.Replace(minimal, "type: mysql", "type: postgres", 1) + on + "  converters:\n    topic_prefix: dbserver1\n", "dbserver1", "postgresql"},
+		{"name: orders\n" + minimal + on + "    logical_name: shop\n    connector_name: mariadb\n", "shop", "mariadb"},
+	} {
+		if strings.Contains(tc.body, "postgres") {
+			tc.body = strings.Replace(tc.body, `"root:secret@tcp(127.0.0.1:3306)/shop"`, `"postgres://u:p@127.0.0.1:5432/shop"`, 1)
+		}
+		cfg, err := loadConnectorConfig(writeFile(t, tc.body), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := cfg.Route.ContextHeaders
+		if ch.LogicalName != tc.logical || ch.ConnectorName != tc.connector || !ch.RunID {
+			t.Errorf("%q: logical_name %q connector_name %q run_id %v; want %q %q true", tc.body, ch.LogicalName, ch.ConnectorName, ch.RunID, tc.logical, tc.connector)
+		}
+	}
+}

@@ -39,9 +39,19 @@ func TestConfigReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, missing := configReference(docs)
+	got, missing, rows := configReference(docs)
 	for _, m := range missing {
 		t.Errorf("key %s has no description: give %s a doc comment", m.key, m.field)
+	}
+	idents, err := goIdentifiers(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range goLeaks(rows, idents) {
+		t.Errorf("key %s speaks Go, not the user's words: %s in %q; reword the doc comment of %s", l.row.key, l.what, l.text, l.row.field)
+	}
+	for _, d := range sharedDescriptions(rows) {
+		t.Errorf("keys %s and %s share one description (%q): give %s and %s each its own doc comment", d[0].key, d[1].key, d[0].desc, d[0].field, d[1].field)
 	}
 	if *update {
 		if err := os.WriteFile(referencePath, got, 0o644); err != nil {
@@ -107,9 +117,9 @@ func firstDifference(want, got []byte) string {
 type fieldDocs map[string]string
 
 // parseFieldDocs reads the doc comments of every struct field in the
-// module's packages under root. A field without a comment that follows
-// fields sharing one comment which names it ("RetryBackoffMin and
-// RetryBackoffMax bound ...") gets that comment.
+// module's packages under root. A field without a comment of its own has
+// no description (one comment over several fields would be one sentence
+// shown for several keys).
 func parseFieldDocs(root string) (fieldDocs, error) {
 	docs := fieldDocs{}
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
@@ -146,20 +156,12 @@ func parseFieldDocs(root string) (fieldDocs, error) {
 			if !ok {
 				return true
 			}
-			var shared string // the last comment, for the fields it names
 			for _, fl := range st.Fields.List {
 				doc := strings.TrimSpace(fl.Doc.Text() + " " + fl.Comment.Text())
 				for _, name := range fl.Names {
-					d := doc
-					if d == "" && regexp.MustCompile(`\b`+name.Name+`\b`).MatchString(shared) {
-						d = shared
+					if doc != "" {
+						docs[pkg+"."+ts.Name.Name+"."+name.Name] = doc
 					}
-					if d != "" {
-						docs[pkg+"."+ts.Name.Name+"."+name.Name] = d
-					}
-				}
-				if doc != "" {
-					shared = doc
 				}
 			}
 			return true
@@ -170,6 +172,163 @@ func parseFieldDocs(root string) (fieldDocs, error) {
 }
 
 type missingDoc struct{ key, field string }
+
+// refRow is one key's row of the reference.
+type refRow struct {
+	key, field string // the key path, the Go field it decodes into
+	typ, def   string // the type and default columns
+	desc       string // the description
+	// siblings are the Go names of the fields of the key's struct.
+	siblings map[string]bool
+}
+
+// goLeak is Go found in a row.
+type goLeak struct {
+	row        refRow
+	what, text string
+}
+
+// goSyntax is Go a user never writes: each pattern with what it is.
+var goSyntax = []struct {
+	re   *regexp.Regexp
+	what string
+}{
+	{regexp.MustCompile(`\*[A-Z]\w*`), "a pointer type"},
+	{regexp.MustCompile(`\bmap\[|\[\](?:string|int|byte)\b`), "a Go map or slice type"},
+	{regexp.MustCompile("[\\w`)]\\.[A-Z]\\w*"), "a qualified Go name (Type.Field, pkg.Type)"},
+	{regexp.MustCompile(`\b\w+\.go\b`), "a Go file name"},
+	{regexp.MustCompile(`\b[A-Za-z]+\*`), "a Go name pattern (Prefix*)"},
+	{regexp.MustCompile(`(?i)\bpackage doc(?:umentation)?\b|\bissue #?\d+\b|\bgodoc\b`), "a reference to the code or to the project's history"},
+}
+
+var (
+	lowerCamel = regexp.MustCompile(`\b[a-z]+[A-Z]\w*`)
+	quoted     = regexp.MustCompile("\"[^\"]*\"|`[^`]*`")
+	camelWord  = regexp.MustCompile(`\b[A-Z][a-z0-9]+[A-Z][A-Za-z0-9]*\b`)
+	// midWord is a capitalised word in mid-sentence, after a lower-case
+	// word: a name (Kafka) or a Go name (Write, Ready).
+	midWord = regexp.MustCompile(`[a-z0-9,;:] ([A-Z][a-z]+)\b`)
+	// sentenceWord is the first word of a sentence: a field's Go name
+	// there was left as it is by describe (Key, Batch).
+	sentenceWord = regexp.MustCompile(`(?:^|[.;:] )([A-Z][a-z]+)\b`)
+)
+
+// userNames are the products and terms users know by these names,
+// although the code also declares them.
+var userNames = map[string]bool{
+	"MySQL": true, "MariaDB": true, "PostgreSQL": true, "Postgres": true, "CloudEvents": true,
+	"Kafka": true, "Debezium": true, "Redis": true, "Java": true, "Maxwell": true, "Connect": true,
+}
+
+// goLeaks returns the Go in the rows' types and descriptions: the
+// patterns of goSyntax; lowerCamelCase outside quotes (a quoted one is a
+// value, such as a header name); the CamelCase names the module declares
+// (idents); and the one-word names it declares (Write, Ready) in
+// mid-sentence.
+func goLeaks(rows []refRow, idents map[string]bool) []goLeak {
+	var out []goLeak
+	for _, r := range rows {
+		for _, text := range []string{r.typ, r.def, r.desc} {
+			for _, p := range goSyntax {
+				if m := p.re.FindString(text); m != "" {
+					out = append(out, goLeak{r, p.what, m})
+				}
+			}
+			if m := lowerCamel.FindString(quoted.ReplaceAllString(text, `""`)); m != "" {
+				out = append(out, goLeak{r, "a Go name (lowerCamelCase)", m})
+			}
+			for _, m := range camelWord.FindAllString(text, -1) {
+				if idents[m] && !userNames[m] {
+					out = append(out, goLeak{r, "a name declared in the Go code", m})
+				}
+			}
+			for _, m := range sentenceWord.FindAllStringSubmatch(text, -1) {
+				if r.siblings[m[1]] {
+					out = append(out, goLeak{r, "the Go name of a field", m[1]})
+				}
+			}
+			for _, m := range midWord.FindAllStringSubmatch(text, -1) {
+				if idents[m[1]] && !userNames[m[1]] {
+					out = append(out, goLeak{r, "a Go name in mid-sentence", m[1]})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// sharedDescriptions returns the pairs of rows of different Go fields
+// with the same description (the same field shown under several sections,
+// as tls.ca_file is, is one description).
+func sharedDescriptions(rows []refRow) [][2]refRow {
+	first := map[string]refRow{}
+	seen := map[[2]string]bool{}
+	var out [][2]refRow
+	for _, r := range rows {
+		if r.desc == "" {
+			continue // reported as missing
+		}
+		f, ok := first[r.desc]
+		if !ok {
+			first[r.desc] = r
+			continue
+		}
+		// One key in two source types (source.reconnect.min) may say the
+		// same in both.
+		if f.field != r.field && f.key != r.key && !seen[[2]string{f.field, r.field}] {
+			seen[[2]string{f.field, r.field}] = true
+			out = append(out, [2]refRow{f, r})
+		}
+	}
+	return out
+}
+
+// goIdentifiers returns the exported names declared in the module's Go
+// code under root: types, functions, methods, constants, variables and
+// struct fields.
+func goIdentifiers(root string) (map[string]bool, error) {
+	names := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n != "." && n != ".." && (strings.HasPrefix(n, ".") || n == "testdata" || n == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		add := func(ids ...*ast.Ident) {
+			for _, id := range ids {
+				if id.IsExported() {
+					names[id.Name] = true
+				}
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.TypeSpec:
+				add(n.Name)
+			case *ast.FuncDecl:
+				add(n.Name)
+			case *ast.ValueSpec:
+				add(n.Names...)
+			case *ast.Field:
+				add(n.Names...)
+			}
+			return true
+		})
+		return nil
+	})
+	return names, err
+}
 
 var (
 	goFileRef  = regexp.MustCompile(`\s*\((?:see )?[\w./]+\.go\)|;?\s*see [\w./]+\.go\b`)
@@ -183,8 +342,8 @@ var (
 func describe(doc string, k configKey) string {
 	d := spaces.ReplaceAllString(goFileRef.ReplaceAllString(doc, ""), " ")
 	d = strings.TrimSpace(d)
-	if m := regexp.MustCompile(`^` + k.Field.Name + `(?: is| are|:)? (.*)$`).FindStringSubmatch(d); m != nil &&
-		!regexp.MustCompile(`^(and|or|,) `).MatchString(m[1]) {
+	if m := regexp.MustCompile(`^` + k.Field.Name + `(?: is| are|:|,)? (.*)$`).FindStringSubmatch(d); m != nil &&
+		!regexp.MustCompile(`^(?:(?:and|or|,) |\()`).MatchString(m[1]) {
 		d = m[1]
 	}
 	for i := 0; i < k.Owner.NumField(); i++ {
@@ -196,7 +355,10 @@ func describe(doc string, k configKey) string {
 		re := regexp.MustCompile(`\b` + f.Name + `\b`)
 		d = replaceMatches(d, re, func(at int) bool {
 			// CamelCase names are Go; a one-word name only when it is
-			// capitalised in mid-sentence.
+			// capitalised in mid-sentence. A quoted one is a value.
+			if strings.Count(d[:at], `"`)%2 == 1 {
+				return false
+			}
 			return camelCase(f.Name) || (at > 1 && !strings.ContainsAny(d[at-2:at-1], ".:?"))
 		}, "`"+name+"`")
 	}
@@ -247,6 +409,8 @@ func typeName(t reflect.Type) string {
 		return "number"
 	case t.Kind() == reflect.Slice:
 		return "list of " + typeName(t.Elem()) + "s"
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.Struct:
+		return "mapping of names to sections"
 	}
 	return t.String()
 }
@@ -271,6 +435,8 @@ func defaultValue(v reflect.Value) string {
 			return "—"
 		}
 		return "`" + strings.ReplaceAll(v.String(), "|", `\|`) + "`"
+	case v.Kind() == reflect.Map && v.Len() == 0:
+		return "—"
 	case v.Kind() == reflect.Slice:
 		var items []string
 		for i := 0; i < v.Len(); i++ {
@@ -283,9 +449,10 @@ func defaultValue(v reflect.Value) string {
 
 // configReference renders docs/configuration.md, and lists the keys
 // without a description.
-func configReference(docs fieldDocs) ([]byte, []missingDoc) {
+func configReference(docs fieldDocs) ([]byte, []missingDoc, []refRow) {
 	var b bytes.Buffer
 	var missing []missingDoc
+	var rows []refRow
 	cfg := defaultConfig()
 	table := func(v reflect.Value, prefix string, skip func(string) bool) {
 		b.WriteString("| key | type | default | description |\n|---|---|---|---|\n")
@@ -299,7 +466,12 @@ func configReference(docs fieldDocs) ([]byte, []missingDoc) {
 			if !ok {
 				missing = append(missing, missingDoc{k.Path, id})
 			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", k.Path, typeName(k.Field.Type), defaultValue(k.Value), describe(doc, k))
+			r := refRow{key: k.Path, field: id, typ: typeName(k.Field.Type), def: defaultValue(k.Value), desc: describe(doc, k), siblings: map[string]bool{}}
+			for i := 0; i < k.Owner.NumField(); i++ {
+				r.siblings[k.Owner.Field(i).Name] = true
+			}
+			rows = append(rows, r)
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.key, r.typ, r.def, r.desc)
 		})
 		b.WriteString("\n")
 	}
@@ -353,7 +525,7 @@ func configReference(docs fieldDocs) ([]byte, []missingDoc) {
 	}
 	b.WriteString("## placement\n\nThe process's, at the top level beside `connectors:` (like `http` and `log`): spreads the connectors over the replicas that share the configuration; every connector then needs `ha.enabled: true`. See [delivery.md](delivery.md#spreading-connectors-over-replicas).\n\n")
 	table(reflect.ValueOf(defaultPlacementConfig()), "placement", nil)
-	return bytes.TrimRight(b.Bytes(), "\n"), missing
+	return bytes.TrimRight(b.Bytes(), "\n"), missing, rows
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -369,8 +541,7 @@ const referenceIntro = `# Configuration reference
 
 <!-- Generated from the configuration structs by ` + "`go generate ./cmd/outbox-cdc`" + `; do not edit by hand. -->
 
-Every key outbox-cdc reads, with its type, its default and what it does. The
-descriptions are the doc comments of the Go fields the keys decode into.
+Every key outbox-cdc reads, with its type, its default and what it does.
 
 - **Where values come from.** The defaults below, then the file given with
   ` + "`--config`" + `, then ` + "`OUTBOX_CDC_*`" + ` environment variables: the upper-cased
@@ -390,3 +561,71 @@ descriptions are the doc comments of the Go fields the keys decode into.
   the preset's headers.
 
 `
+
+// TestGoLeaksCatchesGo: the leak check flags the Go that reached the
+// reference before (each case below was in it) and none of the user's
+// words the reference needs.
+func TestGoLeaksCatchesGo(t *testing.T) {
+	idents, err := goIdentifiers(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(desc string) refRow {
+		return refRow{key: "k", field: "F", typ: "string", desc: desc, siblings: map[string]bool{"Key": true, "Batch": true}}
+	}
+	for _, bad := range []string{
+		`"earliest" or "latest" (see StartEarliest, StartLatest).`,
+		"one of the TLS* constants: disabled, preferred.",
+		"are read; see tables.go for the publication this takes.",
+		"is bounded by slotCreateTimeout (5 minutes) instead.",
+		"a row the router rejects (a *BadRowError).",
+		"writes a dead-letter record (DeadLetterTo) to the topic.",
+		"their bytes (Record.Size).",
+		"only logical decoding messages (`messages`.Prefix) are read.",
+		"See the package documentation for the bounds it gives.",
+		"fixed in issue 17.",
+		"Key is the integer primary key.",
+		"rows per DELETE. Batch rows per DELETE.",
+		"how often an idle sink checks, for Ready and the gauge.",
+		"A batch must be committed within it, see Transactional.",
+	} {
+		if len(goLeaks([]refRow{row(bad)}, idents)) == 0 {
+			t.Errorf("not flagged: %q", bad)
+		}
+	}
+	if len(goLeaks([]refRow{{key: "route.tables", typ: "map[string]router.TableRoute"}}, idents)) == 0 {
+		t.Errorf("a Go map type is not flagged")
+	}
+	for _, good := range []string{
+		"raw | string (StringConverter) | json (JsonConverter) | binary (Debezium's BinaryDataConverter).",
+		`as Debezium's route.topic.regex does (e.g. "type:header:eventType").`,
+		"Kubernetes' `terminationGracePeriodSeconds`, 30 s by default.",
+		`each "database.table", e.g. "*.outbox_message" or "tenant_%.outbox".`,
+		"the source database: mysql (MySQL or MariaDB) or postgres; the CloudEvents source attribute.",
+		"the Kafka transaction.timeout.ms; Java: max.request.size. Empty: the system's roots.",
+		`"<prefix>.<database or schema>.<table>.<routing value>.Value".`,
+		"the same Nats-Msg-Id; pg_logical_emit_message; a NATS .creds file (user JWT and NKey seed).",
+	} {
+		if l := goLeaks([]refRow{row(good)}, idents); len(l) > 0 {
+			t.Errorf("flagged: %q (%s %q)", good, l[0].what, l[0].text)
+		}
+	}
+}
+
+// TestSharedDescriptions: two keys of different fields with one
+// description are reported; one field shown in several sections, or one
+// key in two source types, is not.
+func TestSharedDescriptions(t *testing.T) {
+	rows := []refRow{
+		{key: "lifecycle.cleanup.batch", field: "C.Batch", desc: "rows per DELETE, `pause` between two batches."},
+		{key: "lifecycle.cleanup.pause", field: "C.Pause", desc: "rows per DELETE, `pause` between two batches."},
+		{key: "source.tls.ca_file", field: "T.CAFile", desc: "a PEM bundle."},
+		{key: "sink.tls.ca_file", field: "T.CAFile", desc: "a PEM bundle."},
+		{key: "source.reconnect.min", field: "binlog.B.Min", desc: "the first wait."},
+		{key: "source.reconnect.min", field: "wal.B.Min", desc: "the first wait."},
+	}
+	got := sharedDescriptions(rows)
+	if len(got) != 1 || got[0][0].key != "lifecycle.cleanup.batch" || got[0][1].key != "lifecycle.cleanup.pause" {
+		t.Fatalf("got %v, want only batch and pause", got)
+	}
+}

@@ -193,12 +193,11 @@ func checkKeys(n *yaml.Node, prefix string, keys keySet) error {
 }
 
 func didYouMean(path string, keys keySet) string {
-	best, bestD := "", 4
+	names := make([]string, 0, len(keys))
 	for k := range keys {
-		if d := editDistance(path, k); d < bestD || (d == bestD && k < best) {
-			best, bestD = k, d
-		}
+		names = append(names, k)
 	}
+	best := closest(path, names, 3)
 	if best == "" {
 		// Same leaf name under another section?
 		leaf := path[strings.LastIndex(path, ".")+1:]
@@ -215,6 +214,18 @@ func didYouMean(path string, keys keySet) string {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// closest returns the candidate nearest to word, within maxD edits (the
+// first in order among equally near ones), or "".
+func closest(word string, cands []string, maxD int) string {
+	best, bestD := "", maxD+1
+	for _, c := range cands {
+		if d := editDistance(word, c); d < bestD || (d == bestD && c < best) {
+			best, bestD = c, d
+		}
+	}
+	return best
 }
 
 func editDistance(a, b string) int {

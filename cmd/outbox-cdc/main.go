@@ -3,23 +3,20 @@
 //
 //	outbox-cdc run --config FILE     stream until SIGINT/SIGTERM
 //	outbox-cdc check --config FILE   preflight: PASS/FAIL per prerequisite
-//	outbox-cdc version               print the version
+//	outbox-cdc help                  every command (cli.go)
 //
 // Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on a
 // configuration or usage error (reported before connecting anywhere).
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -73,141 +70,110 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-const usage = `usage:
-  outbox-cdc run --config FILE [--fresh-start]
-                                         stream committed outbox rows to the sink (every connector)
-  outbox-cdc config print --config FILE [--connector NAME]
-                                         print the effective configuration, secrets redacted
-  outbox-cdc position show --config FILE [--connector NAME] [--json]
-                                         print the checkpoint's position
-  outbox-cdc position set --config FILE [--connector NAME] --to POS|latest [--force]
-                                         replace it (stop the connector first)
-  outbox-cdc position import-debezium --config FILE [--connector NAME] --offset FILE|- [--force]
-                                         take over a Debezium connector's offset
-  outbox-cdc migrate debezium-config [--input FILE|-] [--strict]
-                                         translate a Debezium connector's configuration
-  outbox-cdc check --config FILE [--connector NAME] [--json]
-                                         connect and check every prerequisite (exit 0: all pass)
-
---connector is required when the configuration lists several connectors.
-  outbox-cdc version                     print the version
-
-Every configuration key can be set from the environment: source.dsn is
-OUTBOX_CDC_SOURCE_DSN, sink.brokers is OUTBOX_CDC_SINK_BROKERS (comma-separated).
-`
-
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	switch args[0] {
 	case "version", "--version", "-v":
-		fmt.Fprintf(stdout, "outbox-cdc %s\n", buildVersion())
-		return 0
-	case "help", "--help", "-h":
-		fmt.Fprint(stdout, usage)
-		return 0
-	case "run":
-		var opts runOptions
-		pc, code := parseProcessFlags("run", args[1:], stderr, func(fs *flag.FlagSet) {
-			fs.BoolVar(&opts.freshStart, "fresh-start", false,
-				"exactly-once: start where source.start says although the progress record is missing and the connector ran before (rows committed in between are not sent)")
-		})
-		if code != 0 {
+		c := findCommand("version")
+		if code, ok := c.parse(c.flags(), args[1:], stdout, stderr); !ok {
 			return code
 		}
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-		defer stop()
-		if err := runProcess(ctx, pc, opts, stderr); err != nil {
-			var ce *configError
-			if errors.As(err, &ce) {
-				fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
-				return 2
-			}
-			return 1 // already logged
-		}
+		fmt.Fprintf(stdout, "outbox-cdc %s\n", buildVersion())
 		return 0
+	case "help", "--help", "-h", "-help":
+		return runHelp(args[1:], stdout, stderr)
+	case "run":
+		return runRun(args[1:], stdout, stderr)
 	case "check":
 		return runCheck(args[1:], stdout, stderr)
 	case "position":
-		return runPosition(args[1:], stdout, stderr)
-	case "migrate":
-		return runMigrate(args[1:], os.Stdin, stdout, stderr)
-	case "config":
-		if len(args) < 2 || args[1] != "print" {
-			fmt.Fprintf(stderr, "outbox-cdc config: want 'config print --config FILE'\n")
-			return 2
-		}
-		var name string
-		pc, code := parseProcessFlags("config print", args[2:], stderr, func(fs *flag.FlagSet) {
-			fs.StringVar(&name, "connector", "", "the connector to print, by name (required when the configuration lists several)")
+		return runGroup("position", args[1:], stdout, stderr, func(sub string, rest []string) int {
+			return runPosition(sub, rest, stdout, stderr)
 		})
-		if code != 0 {
-			return code
-		}
-		cfg, err := pickConnector(pc, name)
-		if err != nil {
-			fmt.Fprintf(stderr, "outbox-cdc config print: %v\n", err)
-			return 2
-		}
-		var plc *PlacementConfig
-		if pc.Placement.Enabled {
-			plc = &pc.Placement
-		}
-		if err := printConfigPlaced(stdout, cfg, plc); err != nil {
-			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
-			return 1
-		}
-		return 0
+	case "migrate":
+		return runGroup("migrate", args[1:], stdout, stderr, func(_ string, rest []string) int {
+			return runMigrate(rest, os.Stdin, stdout, stderr)
+		})
+	case "config":
+		return runGroup("config", args[1:], stdout, stderr, func(_ string, rest []string) int {
+			return runConfigPrint(rest, stdout, stderr)
+		})
 	default:
-		fmt.Fprintf(stderr, "outbox-cdc: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		return unknownCommand("", args[0], stderr)
 	}
 }
 
-// parseConfigFlags parses --config and --connector and loads that
-// connector's configuration (--connector may be left out when the file
-// holds one); a non-zero code means the caller exits with it (the problem
-// is already printed).
-func parseConfigFlags(cmd string, args []string, stderr io.Writer, more ...func(*flag.FlagSet)) (Config, int) {
+// runFlags defines the run command's own flags.
+func runFlags(opts *runOptions) func(*flag.FlagSet) {
+	return func(fs *flag.FlagSet) {
+		fs.BoolVar(&opts.freshStart, "fresh-start", false,
+			"exactly-once: start where source.start says although the progress record is missing and the connector ran before (rows committed in between are not sent)")
+	}
+}
+
+// runRun is `outbox-cdc run`: every connector until the first SIGINT or
+// SIGTERM; a second one exits at once (see stopOnSignals).
+func runRun(args []string, stdout, stderr io.Writer) int {
+	var opts runOptions
+	pc, code, ok := parseProcessFlags(findCommand("run"), args, stdout, stderr, runFlags(&opts))
+	if !ok {
+		return code
+	}
+	ctx, stop := stopOnSignals(newLogger(pc.Log, stderr), os.Exit)
+	defer stop()
+	if err := runProcess(ctx, pc, opts, stderr); err != nil {
+		var ce *configError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+			return 2
+		}
+		return 1 // already logged
+	}
+	return 0
+}
+
+// runConfigPrint is `outbox-cdc config print`.
+func runConfigPrint(args []string, stdout, stderr io.Writer) int {
 	var name string
-	pc, code := parseProcessFlags(cmd, args, stderr, append(more, func(fs *flag.FlagSet) {
-		fs.StringVar(&name, "connector", "", "the connector to act on, by name (required when the configuration lists several)")
-	})...)
-	if code != 0 {
-		return Config{}, code
+	pc, code, ok := parseProcessFlags(findCommand("config print"), args, stdout, stderr, connectorFlag(&name, "the connector to print"))
+	if !ok {
+		return code
 	}
 	cfg, err := pickConnector(pc, name)
 	if err != nil {
-		fmt.Fprintf(stderr, "outbox-cdc %s: %v\n", cmd, err)
-		return Config{}, 2
+		fmt.Fprintf(stderr, "outbox-cdc config print: %v\n", err)
+		return 2
 	}
-	return cfg, 0
+	var plc *PlacementConfig
+	if pc.Placement.Enabled {
+		plc = &pc.Placement
+	}
+	if err := printConfigPlaced(stdout, cfg, plc); err != nil {
+		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
-// parseProcessFlags parses --config and loads every connector of the
-// configuration.
-func parseProcessFlags(cmd string, args []string, stderr io.Writer, more ...func(*flag.FlagSet)) (processConfig, int) {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "configuration file (YAML); optional when everything is set from the environment")
-	for _, m := range more {
-		m(fs)
+// parseProcessFlags parses --config and the flags define adds, and loads
+// every connector of the configuration. ok false means the command is
+// done with code (see command.parse; 2 also for a configuration error,
+// already printed).
+func parseProcessFlags(c *command, args []string, stdout, stderr io.Writer, define ...func(*flag.FlagSet)) (pc processConfig, code int, ok bool) {
+	var path string
+	fs := c.flags(append([]func(*flag.FlagSet){configFlag(&path)}, define...)...)
+	if code, ok := c.parse(fs, args, stdout, stderr); !ok {
+		return processConfig{}, code, false
 	}
-	if err := fs.Parse(args); err != nil {
-		return processConfig{}, 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "outbox-cdc %s: unexpected argument %q\n", cmd, fs.Arg(0))
-		return processConfig{}, 2
-	}
-	pc, err := loadProcessConfig(*cfgPath, environ())
+	pc, err := loadProcessConfig(path, environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
-		return processConfig{}, 2
+		return processConfig{}, 2, false
 	}
-	return pc, 0
+	return pc, 0, true
 }
 
 func environ() map[string]string {

@@ -11,39 +11,32 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/migrate"
 )
 
-const migrateUsage = `usage:
-  outbox-cdc migrate debezium-config [--input FILE|-] [--strict]
+// migrateOptions are the flags of migrate debezium-config.
+type migrateOptions struct {
+	input  string
+	strict bool
+}
 
-Reads a Debezium connector's configuration (Kafka Connect's
-GET /connectors/<name>/config JSON, or Debezium Server's
-application.properties) and prints the equivalent outbox-cdc configuration.
-Keys outbox-cdc cannot honour are listed by name, with the reason, in the
-comments at the top. --strict exits 1 when there is any.
-`
+func migrateFlags(o *migrateOptions) func(*flag.FlagSet) {
+	return func(fs *flag.FlagSet) {
+		fs.StringVar(&o.input, "input", "-", "the Debezium configuration `file` (- for standard input)")
+		fs.BoolVar(&o.strict, "strict", false, "exit 1 when a key cannot be honoured")
+	}
+}
 
-// runMigrate is `outbox-cdc migrate debezium-config`.
+// runMigrate is `outbox-cdc migrate debezium-config`; args follow it.
 func runMigrate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "debezium-config" {
-		fmt.Fprint(stderr, migrateUsage)
-		return 2
-	}
-	fs := flag.NewFlagSet("migrate debezium-config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	input := fs.String("input", "-", "the Debezium configuration file (- for standard input)")
-	strict := fs.Bool("strict", false, "exit 1 when a key cannot be honoured")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "outbox-cdc migrate debezium-config: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	var o migrateOptions
+	c := findCommand("migrate debezium-config")
+	if code, ok := c.parse(c.flags(migrateFlags(&o)), args, stdout, stderr); !ok {
+		return code
 	}
 	var raw []byte
 	var err error
-	if *input == "-" {
+	if o.input == "-" {
 		raw, err = io.ReadAll(stdin)
 	} else {
-		raw, err = os.ReadFile(*input)
+		raw, err = os.ReadFile(o.input)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc migrate debezium-config: %v\n", err)
@@ -57,7 +50,7 @@ func runMigrate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	stdout.Write(debeziumConfigReport(tr))
 	if len(tr.Unsupported) > 0 {
 		fmt.Fprintf(stderr, "outbox-cdc migrate debezium-config: %d setting(s) cannot be honoured; they are listed at the top of the output\n", len(tr.Unsupported))
-		if *strict {
+		if o.strict {
 			return 1
 		}
 	}

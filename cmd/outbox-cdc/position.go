@@ -33,89 +33,84 @@ import (
 //   - ha.enabled: the command takes the HA lock first, and refuses while an
 //     instance holds it;
 //   - otherwise a running instance cannot be detected: stop it first.
-const positionUsage = `usage:
-  outbox-cdc position show --config FILE [--connector NAME] [--json]
-  outbox-cdc position set --config FILE [--connector NAME] --to POS|latest [--force] [--dry-run]
-  outbox-cdc position import-debezium --config FILE [--connector NAME] --offset FILE|-
-                                      [--debezium-connector NAME] [--force] [--dry-run]
 
---connector chooses the connector of the configuration (required when it
-lists several). import-debezium takes the offset of the Debezium connector
-of the same name, or of --debezium-connector, when the input holds several.
+// positionOptions are the flags of the position commands.
+type positionOptions struct {
+	config, connector string
+	json              bool   // show
+	to                string // set
+	offset            string // import-debezium
+	debeziumName      string // import-debezium
+	force, dryRun     bool   // set, import-debezium
+	logLevel          string
+}
 
-The commands act on the position store run uses: the checkpoint file or
-table (delivery at-least-once), or the progress topic (delivery
-exactly-once; writing it fences a running instance of the connector).
+// positionFlags defines the flags of position sub.
+func positionFlags(sub string, o *positionOptions) func(*flag.FlagSet) {
+	return func(fs *flag.FlagSet) {
+		configFlag(&o.config)(fs)
+		connectorFlag(&o.connector, "the connector to act on")(fs)
+		fs.StringVar(&o.logLevel, "log-level", "", "log at this `level` and above (debug, info, warn, error) instead of warn; log.format still applies")
+		switch sub {
+		case "show":
+			fs.BoolVar(&o.json, "json", false, "print JSON")
+			return
+		case "set":
+			fs.StringVar(&o.to, "to", "", "the new position (`POS`), or latest")
+		case "import-debezium":
+			fs.StringVar(&o.offset, "offset", "", "the Debezium offset: a `file` (offsets topic dump, offset value, Debezium Server offsets file) or - for stdin")
+			fs.StringVar(&o.debeziumName, "debezium-connector", "", "the Debezium connector (or Debezium Server engine) whose offset to take, by `name`, when the input holds several (default: the --connector name)")
+		}
+		fs.BoolVar(&o.force, "force", false, "replace an existing position")
+		fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be written (old and new position, direction), write nothing")
+	}
+}
 
-POS is a full position (mysql:file:mysql-bin.000003:4, postgres:0/16B3748) or
-a short form for the configured source: mysql-bin.000003:4, a MySQL GTID set
-3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5, a MariaDB GTID list 0-1-42,1-7-9,
-an LSN 0/16B3748. latest asks the database for its current position.
-
-Replacing an existing position needs --force; stop the connector first.
-`
-
-// runPosition implements `outbox-cdc position ...`; args start after
-// "position". Exit codes: 0 done (or nothing to do), 1 refused or failed,
-// 2 usage or configuration error.
-func runPosition(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, positionUsage)
-		return 2
+// runPosition implements `outbox-cdc position SUB ...`; args follow SUB.
+// Exit codes: 0 done (or nothing to do, or a dry run), 1 refused or
+// failed, 2 usage or configuration error.
+//
+// These commands are for people: stdout says what was found and done,
+// and the log (stderr) shows warnings and errors only, unless --log-level
+// asks for more.
+func runPosition(sub string, args []string, stdout, stderr io.Writer) int {
+	var o positionOptions
+	c := findCommand("position " + sub)
+	if code, ok := c.parse(c.flags(positionFlags(sub, &o)), args, stdout, stderr); !ok {
+		return code
 	}
-	sub := args[0]
-	fset := flag.NewFlagSet("position "+sub, flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	cfgPath := fset.String("config", "", "configuration file (YAML)")
-	var asJSON, force, dryRun *bool
-	var to, offset, debeziumName *string
-	name := fset.String("connector", "", "the connector to act on, by name (required when the configuration lists several)")
-	switch sub {
-	case "show":
-		asJSON = fset.Bool("json", false, "print JSON")
-	case "set":
-		to = fset.String("to", "", "the new position, or latest")
-	case "import-debezium":
-		offset = fset.String("offset", "", "Debezium offset: a file (offsets topic dump, offset value, Debezium Server offsets file) or - for stdin")
-		debeziumName = fset.String("debezium-connector", "", "the Debezium connector (or Debezium Server engine) whose offset to take, when the input holds several (default: the --connector name)")
-	case "help", "--help", "-h":
-		fmt.Fprint(stdout, positionUsage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "outbox-cdc position: unknown subcommand %q\n\n%s", sub, positionUsage)
-		return 2
+	level := "warn"
+	if o.logLevel != "" {
+		switch o.logLevel {
+		case "debug", "info", "warn", "error":
+		default:
+			c.usageError(stderr, fmt.Sprintf("--log-level %q: want debug, info, warn or error", o.logLevel))
+			return 2
+		}
+		level = o.logLevel
 	}
-	if sub != "show" {
-		force = fset.Bool("force", false, "replace an existing position")
-		dryRun = fset.Bool("dry-run", false, "print what would be written, write nothing")
-	}
-	if err := fset.Parse(args[1:]); err != nil {
-		return 2
-	}
-	if fset.NArg() > 0 {
-		fmt.Fprintf(stderr, "outbox-cdc position %s: unexpected argument %q\n", sub, fset.Arg(0))
-		return 2
-	}
-	pc, err := loadProcessConfig(*cfgPath, environ())
+	pc, err := loadProcessConfig(o.config, environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
 		return 2
 	}
-	if sub == "import-debezium" && *debeziumName == "" {
-		*debeziumName = *name
+	if sub == "import-debezium" && o.debeziumName == "" {
+		o.debeziumName = o.connector
 		// Before connectors: lists, --connector named the Debezium
 		// connector only; with one connector configured it still may.
-		if len(pc.Connectors) == 1 && *name != pc.Connectors[0].Name {
-			*name = ""
+		if len(pc.Connectors) == 1 && o.connector != pc.Connectors[0].Name {
+			o.connector = ""
 		}
 	}
-	cfg, err := pickConnector(pc, *name)
+	cfg, err := pickConnector(pc, o.connector)
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc position %s: %v\n", sub, err)
 		return 2
 	}
 	kind := cfg.Source.Type
-	log := newLogger(cfg.Log, stderr)
+	logCfg := cfg.Log
+	logCfg.Level = level
+	log := newLogger(logCfg, stderr)
 	store, err := openPositionStore(cfg, kind, log)
 	if err != nil {
 		var ce *configError
@@ -131,14 +126,14 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 
 	switch sub {
 	case "show":
-		return positionShow(ctx, store, kind, *asJSON, stdout, stderr)
+		return positionShow(ctx, store, kind, o.json, stdout, stderr)
 	case "set":
-		if strings.TrimSpace(*to) == "" {
+		if strings.TrimSpace(o.to) == "" {
 			fmt.Fprintf(stderr, "outbox-cdc position set: --to is required\n")
 			return 2
 		}
 		var pos outboxcdc.Position
-		if strings.EqualFold(strings.TrimSpace(*to), "latest") {
+		if strings.EqualFold(strings.TrimSpace(o.to), "latest") {
 			form := ""
 			if old, err := store.read(ctx); err == nil && old.exists {
 				form = positionForm(old.pos)
@@ -152,7 +147,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "the server's current position is %s (%s)\n", pos, describePosition(pos))
 		} else {
-			pos, err = parsePosition(kind, *to)
+			pos, err = parsePosition(kind, o.to)
 			if err != nil {
 				fmt.Fprintf(stderr, "outbox-cdc position set: --to: %v\n", err)
 				return 2
@@ -161,24 +156,24 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		if code := refuseUnresumable(ctx, cfg, pos, "position set", stdout, stderr); code != 0 {
 			return code
 		}
-		return writePosition(ctx, cfg, store, pos, *force, *dryRun, "position set", stdout, stderr, log)
+		return writePosition(ctx, cfg, store, pos, o.force, o.dryRun, "position set", stdout, stderr, log)
 	default: // import-debezium
-		if *offset == "" {
+		if o.offset == "" {
 			fmt.Fprintf(stderr, "outbox-cdc position import-debezium: --offset is required (a file, or - for stdin)\n")
 			return 2
 		}
 		var data []byte
-		if *offset == "-" {
+		if o.offset == "-" {
 			data, err = io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
 		} else {
-			data, err = os.ReadFile(*offset)
+			data, err = os.ReadFile(o.offset)
 		}
 		if err != nil {
 			fmt.Fprintf(stderr, "outbox-cdc: reading the Debezium offset: %v\n", err)
 			return 1
 		}
 		pos, notes, err := migrate.Convert(kind, data, migrate.Options{
-			Connector:  *debeziumName,
+			Connector:  o.debeziumName,
 			PreferFile: cfg.source().preferFileForm(cfg),
 		})
 		if err != nil {
@@ -203,7 +198,7 @@ func runPosition(args []string, stdout, stderr io.Writer) int {
 		if code := refuseUnresumable(ctx, cfg, pos, "position import-debezium", stdout, stderr); code != 0 {
 			return code
 		}
-		return writePosition(ctx, cfg, store, pos, *force, *dryRun, "position import-debezium", stdout, stderr, log)
+		return writePosition(ctx, cfg, store, pos, o.force, o.dryRun, "position import-debezium", stdout, stderr, log)
 	}
 }
 
@@ -492,13 +487,16 @@ func writePosition(ctx context.Context, cfg Config, store positionStore, pos out
 			fmt.Fprintf(stdout, "  direction: not comparable (%s): check by hand what is re-published or skipped\n", why)
 		}
 	}
+	if dryRun {
+		fmt.Fprintf(stdout, "dry run: nothing was written\n")
+		if (exists || damaged) && !force {
+			fmt.Fprintf(stdout, "the write needs --force, as it replaces the existing position; stop the connector first (every replica)\n")
+		}
+		return 0
+	}
 	if (exists || damaged) && !force {
 		fmt.Fprintf(stderr, "outbox-cdc %s: refusing to replace the existing position without --force. Stop the connector first (every replica, whichever holds the lock): a running connector overwrites the position at its next commit.\n", what)
 		return 1
-	}
-	if dryRun {
-		fmt.Fprintf(stdout, "dry run: nothing was written\n")
-		return 0
 	}
 	if cfg.HA.Enabled {
 		release, err := holdHALock(ctx, cfg, log)
@@ -515,11 +513,8 @@ func writePosition(ctx context.Context, cfg Config, store positionStore, pos out
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
 		return 1
 	}
-	ev := log.Warn()
-	if !exists && !damaged {
-		ev = log.Info()
-	}
-	ev = ev.Str("command", what).Str("position", string(pos)).Str("store", store.String())
+	// stdout said it all; the log line is for --log-level info.
+	ev := log.Info().Str("command", what).Str("position", string(pos)).Str("store", store.String())
 	if exists {
 		ev = ev.Str("old_position", string(old.pos)).Str("direction", directionName(dir))
 	}

@@ -116,6 +116,10 @@ func TestPositionSet(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "old: none") || !strings.Contains(out, "binlog file mysql-bin.000003 offset 400") {
 		t.Fatalf("first set: code %d out %q err %q", code, out, errs)
 	}
+	// A command for people: stdout says it, the log below warn is off.
+	if errs != "" {
+		t.Errorf("first set: stderr holds %q, want nothing (no warning)", errs)
+	}
 	if got := readCheckpoint(t, cp); got != "mysql:file:mysql-bin.000003:400" {
 		t.Fatalf("checkpoint %q", got)
 	}
@@ -129,6 +133,14 @@ func TestPositionSet(t *testing.T) {
 		t.Fatalf("checkpoint changed to %q", got)
 	}
 
+	// --dry-run without --force: the runbook's rehearsal shows the move
+	// and what the write would need, exits 0, writes nothing.
+	code, out, errs = runCmd(t, "position", "set", "--config", cfg, "--to", "mysql-bin.000003:120", "--dry-run")
+	if code != 0 || !strings.Contains(out, "BACKWARD") || !strings.Contains(out, "dry run: nothing was written") ||
+		!strings.Contains(out, "needs --force") || readCheckpoint(t, cp) != "mysql:file:mysql-bin.000003:400" {
+		t.Fatalf("dry run without --force: code %d out %q err %q", code, out, errs)
+	}
+
 	// --dry-run with --force writes nothing.
 	code, out, _ = runCmd(t, "position", "set", "--config", cfg, "--to", "mysql-bin.000003:120", "--force", "--dry-run")
 	if code != 0 || !strings.Contains(out, "dry run") || readCheckpoint(t, cp) != "mysql:file:mysql-bin.000003:400" {
@@ -136,12 +148,12 @@ func TestPositionSet(t *testing.T) {
 	}
 
 	// Forward with --force.
-	code, out, errs = runCmd(t, "position", "set", "--config", cfg, "--to", "mysql-bin.000004:4", "--force")
+	code, out, errs = runCmd(t, "position", "set", "--config", cfg, "--to", "mysql-bin.000004:4", "--force", "--log-level", "info")
 	if code != 0 || !strings.Contains(out, "FORWARD") || !strings.Contains(out, "checkpoint written") {
 		t.Fatalf("forward: code %d out %q err %q", code, out, errs)
 	}
 	if !strings.Contains(errs, `"old_position":"mysql:file:mysql-bin.000003:400"`) || !strings.Contains(errs, `"direction":"forward"`) {
-		t.Errorf("no log of the change: %q", errs)
+		t.Errorf("no log of the change with --log-level info: %q", errs)
 	}
 
 	// Same position: nothing to do, exit 0 without --force.
@@ -215,6 +227,9 @@ func TestPositionImportDebezium(t *testing.T) {
 	}
 	if got := readCheckpoint(t, cp); got != "mysql:mariadb-gtid:0-2-45,1-7-9" {
 		t.Fatalf("checkpoint %q", got)
+	}
+	if errs != "" {
+		t.Errorf("import: stderr holds %q beside the human output, want nothing", errs)
 	}
 
 	// Guarded like set; the Debezium Server file and --connector work.

@@ -13,13 +13,15 @@ import (
 // configuration inlines it, so the keys sit directly under sink:.
 type Config struct {
 	// MaxInFlight bounds the records published and not yet acknowledged
-	// by the broker (the publish window), MaxInFlightBytes their bytes
-	// (Record.Size). A Write blocks while either is reached; a single
-	// larger record is still sent, alone.
-	MaxInFlight      int   `yaml:"max_in_flight"`
+	// by the broker (the publish window); the pipeline waits while it is
+	// reached.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxInFlightBytes bounds the bytes of those records (destination,
+	// key, value and headers); a single larger record is still sent,
+	// alone.
 	MaxInFlightBytes int64 `yaml:"max_in_flight_bytes"`
-	// MaxMessageBytes is the largest record (Record.Size: value, key,
-	// headers, destination) the sink sends. A larger one is refused before
+	// MaxMessageBytes is the largest record (value, key, headers and
+	// destination) the sink sends. A larger one is refused before
 	// it is sent, as a permanent error naming the row, so
 	// pipeline.on_error applies. Keep it at or below the broker's own
 	// limit.
@@ -30,12 +32,14 @@ type Config struct {
 	AckTimeout time.Duration `yaml:"ack_timeout"`
 	// DialTimeout bounds connecting (TCP, TLS, handshake, authentication).
 	DialTimeout time.Duration `yaml:"dial_timeout"`
-	// RetryBackoffMin and RetryBackoffMax bound the exponential backoff
-	// between attempts of a Write while the broker fails.
+	// RetryBackoffMin is the first wait before a write is tried again
+	// while the broker fails; the wait doubles with each failed attempt.
 	RetryBackoffMin time.Duration `yaml:"retry_backoff_min"`
+	// RetryBackoffMax caps the wait between two attempts of a write while
+	// the broker fails.
 	RetryBackoffMax time.Duration `yaml:"retry_backoff_max"`
 	// ReadyInterval is how often an idle sink checks that the broker
-	// answers, for Ready and outbox_cdc_sink_connected.
+	// answers, for /readyz and outbox_cdc_sink_connected.
 	ReadyInterval time.Duration `yaml:"ready_interval"`
 }
 

@@ -18,11 +18,15 @@ type Config struct {
 	// URL is the server, nats://host:4222 (tls://host:4222 for TLS);
 	// several comma-separated for a cluster.
 	URL string `yaml:"url"`
-	// Username and Password, or Token, or CredsFile (a NATS .creds file:
-	// user JWT and NKey seed) authenticate the connection.
-	Username  string `yaml:"username"`
-	Password  string `yaml:"password"`
-	Token     string `yaml:"token"`
+	// Username is the user name the connection authenticates with,
+	// together with Password; or set Token, or CredsFile.
+	Username string `yaml:"username"`
+	// Password is the password of the user name (prefer password_file).
+	Password string `yaml:"password"`
+	// Token authenticates the connection with a token instead.
+	Token string `yaml:"token"`
+	// CredsFile is a NATS .creds file (user JWT and NKey seed) that
+	// authenticates the connection instead.
 	CredsFile string `yaml:"creds_file"`
 	// Stream is the JetStream stream the subjects belong to. Every
 	// publish expects it (a subject stored by another stream is an

@@ -20,8 +20,9 @@ type Config struct {
 	// Credentials in it are allowed, but prefer username and
 	// password(_file).
 	URL string `yaml:"url"`
-	// Username and Password override the URL's credentials.
+	// Username overrides the user name in the URL.
 	Username string `yaml:"username"`
+	// Password overrides the password in the URL (prefer password_file).
 	Password string `yaml:"password"`
 	// Exchange is the exchange every record is published to, with the
 	// rendered route.topic as the routing key. It must exist, unless
@@ -37,7 +38,8 @@ type Config struct {
 	// queue is bound for is an error, never dropped.
 	Declare bool `yaml:"declare"`
 	// DLQExchange is where dead-letter records (pipeline.on_error: dlq)
-	// go, with pipeline.dlq_topic as the routing key. Empty: Exchange.
+	// go, with pipeline.dlq_topic as the routing key. Empty: the
+	// exchange of the other records.
 	DLQExchange string `yaml:"dlq_exchange"`
 	// ContentType is the content_type property of every message (the
 	// payload's media type); empty leaves it unset.

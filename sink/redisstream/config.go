@@ -19,9 +19,10 @@ type Config struct {
 	// URL is redis://host:6379/0 (rediss:// for TLS). Credentials in it
 	// are allowed, but prefer username and password(_file).
 	URL string `yaml:"url"`
-	// Username (Redis 6 ACL user; empty: default) and Password override
-	// the URL's.
+	// Username is the Redis 6 ACL user (empty: default); it overrides the
+	// URL's.
 	Username string `yaml:"username"`
+	// Password overrides the URL's password (prefer password_file).
 	Password string `yaml:"password"`
 	// MaxLen trims each stream to about this many entries at every XADD
 	// (MAXLEN ~); 0 does not trim by length.

@@ -335,6 +335,20 @@ func TestDebeziumConvertersKcat(t *testing.T) {
 			},
 		},
 		{
+			name: "context_headers_json_mysql", backend: dbzMySQL,
+			route: `
+  converters: {key: string, value: string, headers: json, column_types: ["payload=json?"]}
+  context_headers: {enabled: true, logical_name: dbserver1, connector_name: mariadb, run_id: false}`,
+			rows:  []dbzRow{{id: id1, aggType: "Order", aggID: "SO-1001", typ: "OrderCreated", payload: `{"orderNo":"SO-1001"}`}},
+			topic: "outbox.event.Order",
+			want: []dbzWant{{key: `SO-1001`, value: `{"orderNo":"SO-1001"}`, headers: []string{
+				`__debezium.context.connectorLogicalName={"schema":{"type":"string","optional":false},"payload":"dbserver1"}`,
+				`__debezium.context.taskId={"schema":{"type":"string","optional":false},"payload":"0"}`,
+				`__debezium.context.connectorName={"schema":{"type":"string","optional":false},"payload":"mariadb"}`,
+				`id={"schema":{"type":"string","optional":false},"payload":"` + id1 + `"}`,
+			}, partition: -1}},
+		},
+		{
 			name: "string_mysql_timestamp_partition", backend: dbzMySQL,
 			route: `
   converters: {key: string, value: string, headers: simple}

@@ -574,6 +574,26 @@ func TestDeployKubernetes(t *testing.T) {
 	if strings.Contains(out, "s3cret") {
 		t.Errorf("config print shows the password from the Secret:\n%s", out)
 	}
+
+	// The grace period leaves the drain (pipeline.shutdown_timeout) and
+	// the sink's close (up to 10 s) time before the kubelet's SIGKILL, and
+	// so does Kubernetes' default of 30 s with the default timeout.
+	m := regexp.MustCompile(`(?m)^  shutdown_timeout: (\S+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("config print shows no pipeline.shutdown_timeout:\n%s", out)
+	}
+	shutdown, err := time.ParseDuration(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stopMargin = 15 * time.Second
+	grace, _ := get(dep, "spec", "template", "spec", "terminationGracePeriodSeconds").(int)
+	if time.Duration(grace)*time.Second < shutdown+stopMargin {
+		t.Errorf("terminationGracePeriodSeconds %d < pipeline.shutdown_timeout %s + %s", grace, shutdown, stopMargin)
+	}
+	if shutdown+stopMargin > 30*time.Second {
+		t.Errorf("pipeline.shutdown_timeout's default %s + %s exceeds Kubernetes' default grace period of 30 s: the SIGKILL comes before the drain ends", shutdown, stopMargin)
+	}
 }
 
 // TestDeployKubernetesReplicated checks the overlay that spreads six
