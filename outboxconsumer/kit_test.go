@@ -247,7 +247,9 @@ func TestDedupePurge(t *testing.T) {
 		}
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error)
-		go func() { done <- d.RunRetention(rctx, c.sql, outboxconsumer.Retention{Keep: time.Hour, Every: time.Hour}) }()
+		go func() {
+			done <- d.RunRetention(rctx, c.sql, outboxconsumer.Retention{Keep: time.Hour, Every: time.Hour})
+		}()
 		testenv.Eventually(t, 10*time.Second, "the retention job's first purge", func() bool {
 			return c.count(t, "SELECT COUNT(*) FROM T.processed_message WHERE consumer = 'billing'") == 0
 		})

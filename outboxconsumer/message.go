@@ -50,7 +50,9 @@ type Fields struct {
 }
 
 // SeedFields are the headers of route.preset seed.
-func SeedFields() Fields { return Fields{ID: "id", AggregateType: "aggregate_type", EventType: "event_type"} }
+func SeedFields() Fields {
+	return Fields{ID: "id", AggregateType: "aggregate_type", EventType: "event_type"}
+}
 
 // DebeziumFields are the headers of route.preset debezium: only id (the
 // Outbox EventRouter's default); eventType is the usual name of the event

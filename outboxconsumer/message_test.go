@@ -23,7 +23,10 @@ func TestFromKafkaReadsEveryRouteForm(t *testing.T) {
 	}{
 		{"seed raw", func(c *router.Config) { c.Headers = []string{"aggregate_seq"} },
 			outboxconsumer.Fields{Sequence: "aggregate_seq"}, false},
-		{"debezium raw", func(c *router.Config) { c.Preset = router.PresetDebezium; c.Headers = []string{"type:header:eventType", "seq"} },
+		{"debezium raw", func(c *router.Config) {
+			c.Preset = router.PresetDebezium
+			c.Headers = []string{"type:header:eventType", "seq"}
+		},
 			outboxconsumer.Fields{ID: "id", AggregateType: "-", EventType: "eventType", Sequence: "seq"}, true},
 		{"debezium json with schemas (Debezium Server)", func(c *router.Config) {
 			c.Preset = router.PresetDebezium
