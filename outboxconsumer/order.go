@@ -134,17 +134,28 @@ func (o *OrderCheck) Stats() OrderStats {
 // higher (unless HoldGaps holds a gap). A stale event is never recorded:
 // the number only grows. Call it in the transaction that applies msg,
 // after Dedupe.Mark, and decide from the verdict whether to apply it.
-// Two transactions checking the first event of the same new aggregate at
-// once: one of them fails on the table's key and is retried.
+// The aggregate's row is locked until the transaction ends, so two events
+// of one aggregate are checked one after the other.
 func (o *OrderCheck) Check(ctx context.Context, tx Tx, msg Message) (OrderResult, error) {
 	if msg.Sequence <= 0 {
 		return OrderResult{}, ErrNoSequence
 	}
 	d := o.cfg.Dialect
+	key := []any{o.cfg.Consumer, msg.AggregateType, msg.AggregateID}
+	// The aggregate's row is made first (seq 0: none seen) and then
+	// locked: a locking read of a missing row would take a gap lock on
+	// MySQL, and two first events of different aggregates would then
+	// deadlock on their inserts.
+	ensure := "INSERT INTO " + o.table + " (consumer, aggregate_type, aggregate_id, seq) VALUES (?, ?, ?, 0) ON CONFLICT DO NOTHING"
+	if d == MySQL {
+		ensure = "INSERT INTO " + o.table + " (consumer, aggregate_type, aggregate_id, seq) VALUES (?, ?, ?, 0) ON DUPLICATE KEY UPDATE seq = seq"
+	}
+	if _, err := tx.Exec(ctx, d.bind(ensure), key...); err != nil {
+		return OrderResult{}, wrapf(err, "record the sequence of %s", msg.AggregateID)
+	}
 	var last int64
-	found, err := tx.QueryRow(ctx, d.bind("SELECT seq FROM "+o.table+" WHERE consumer = ? AND aggregate_type = ? AND aggregate_id = ? FOR UPDATE"),
-		[]any{o.cfg.Consumer, msg.AggregateType, msg.AggregateID}, &last)
-	if err != nil {
+	if _, err := tx.QueryRow(ctx, d.bind("SELECT seq FROM "+o.table+" WHERE consumer = ? AND aggregate_type = ? AND aggregate_id = ? FOR UPDATE"),
+		key, &last); err != nil {
 		return OrderResult{}, wrapf(err, "read the sequence of %s", msg.AggregateID)
 	}
 	r := OrderResult{Last: last, Got: msg.Sequence}
@@ -153,7 +164,7 @@ func (o *OrderCheck) Check(ctx context.Context, tx Tx, msg Message) (OrderResult
 		r.Order = Stale
 		o.stats.stale.Add(1)
 		return r, nil
-	case msg.Sequence == last+1 || (!found && o.cfg.StartAnywhere):
+	case msg.Sequence == last+1 || (last == 0 && o.cfg.StartAnywhere):
 		r.Order = InOrder
 	default:
 		r.Order = Gap
@@ -162,13 +173,8 @@ func (o *OrderCheck) Check(ctx context.Context, tx Tx, msg Message) (OrderResult
 			return r, fmt.Errorf("outboxconsumer: %s: %w (%s)", msg, ErrGap, r)
 		}
 	}
-	var q string
-	if found {
-		q = "UPDATE " + o.table + " SET seq = ? WHERE consumer = ? AND aggregate_type = ? AND aggregate_id = ?"
-	} else {
-		q = "INSERT INTO " + o.table + " (seq, consumer, aggregate_type, aggregate_id) VALUES (?, ?, ?, ?)"
-	}
-	if _, err := tx.Exec(ctx, d.bind(q), msg.Sequence, o.cfg.Consumer, msg.AggregateType, msg.AggregateID); err != nil {
+	if _, err := tx.Exec(ctx, d.bind("UPDATE "+o.table+" SET seq = ? WHERE consumer = ? AND aggregate_type = ? AND aggregate_id = ?"),
+		append([]any{msg.Sequence}, key...)...); err != nil {
 		return OrderResult{}, wrapf(err, "record the sequence of %s", msg.AggregateID)
 	}
 	if r.Order == Gap {
