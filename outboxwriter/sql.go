@@ -193,8 +193,10 @@ func (w *Writer) messageContent(r *row) (string, error) {
 func SequenceTableDDL(d Dialect, table string) string {
 	q := d.quoteIdent(table)
 	if d == MySQL {
+		// Binary collation: the record key is compared byte for byte, so
+		// "a-1" and "A-1" are two aggregates with two counters.
 		return "CREATE TABLE IF NOT EXISTS " + q + " (aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(128) NOT NULL, " +
-			"seq BIGINT NOT NULL, PRIMARY KEY (aggregate_type, aggregate_id)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+			"seq BIGINT NOT NULL, PRIMARY KEY (aggregate_type, aggregate_id)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 	}
 	return "CREATE TABLE IF NOT EXISTS " + q + " (aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(128) NOT NULL, " +
 		"seq BIGINT NOT NULL, PRIMARY KEY (aggregate_type, aggregate_id))"

@@ -139,8 +139,11 @@ type SequenceConfig struct {
 	// lock is held until that transaction ends, so the numbers of one
 	// aggregate follow its commit order: the relay, which delivers in
 	// commit order, delivers them in ascending order. The lock also
-	// serializes the transactions that write events of one aggregate.
-	// Empty: every event must carry its own Sequence.
+	// serializes the transactions that write events of one aggregate. On
+	// MySQL/MariaDB, transactions that create the counter of the same new
+	// aggregate at once, one of them rolling back, can deadlock; the
+	// server rolls one back with error 1213, which the application retries
+	// as any deadlock. Empty: every event must carry its own Sequence.
 	Table string
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -11,8 +12,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outbox-cdc/outbox-cdc/outboxwriter"
 	"github.com/outbox-cdc/outbox-cdc/router"
@@ -302,18 +305,20 @@ func TestSequenceNumbersEachAggregate(t *testing.T) {
 				defer wg.Done()
 				for i := 0; i < 25; i++ {
 					commit := (g+i)%4 != 0
-					err := d.inTx(t, w, commit, func(rec func(...outboxwriter.Event) ([]string, error), _ func(string, ...any) error) error {
-						var evs []outboxwriter.Event
-						for j := 0; j < 1+i%3; j++ {
-							evs = append(evs, outboxwriter.Event{AggregateType: "ORDER", AggregateID: fmt.Sprintf("A-%d", (g+j)%3),
-								EventType: "E", Payload: 1})
-						}
-						if i%5 == 0 { // an explicit sequence on another aggregate
-							evs = append(evs, outboxwriter.Event{AggregateType: "ORDER", AggregateID: fmt.Sprintf("X-%d-%d", g, i),
-								EventType: "E", Payload: 1, Sequence: 7})
-						}
-						_, err := rec(evs...)
-						return err
+					err := retryDeadlock(func() error {
+						return d.inTx(t, w, commit, func(rec func(...outboxwriter.Event) ([]string, error), _ func(string, ...any) error) error {
+							var evs []outboxwriter.Event
+							for j := 0; j < 1+i%3; j++ {
+								evs = append(evs, outboxwriter.Event{AggregateType: "ORDER", AggregateID: fmt.Sprintf("A-%d", (g+j)%3),
+									EventType: "E", Payload: 1})
+							}
+							if i%5 == 0 { // an explicit sequence on another aggregate
+								evs = append(evs, outboxwriter.Event{AggregateType: "ORDER", AggregateID: fmt.Sprintf("X-%d-%d", g, i),
+									EventType: "E", Payload: 1, Sequence: 7})
+							}
+							_, err := rec(evs...)
+							return err
+						})
 					})
 					if err != nil {
 						errs <- err
@@ -350,6 +355,23 @@ func TestSequenceNumbersEachAggregate(t *testing.T) {
 			t.Fatalf("aggregates %v", byAgg)
 		}
 	})
+}
+
+// retryDeadlock runs f again while it fails with a deadlock: on MySQL,
+// transactions creating the counter of the same new aggregate while one of
+// them rolls back can deadlock (each waits for the other's shared lock on
+// the key), and the server rolls one back; the application retries it, as
+// any deadlock.
+func retryDeadlock(f func() error) error {
+	for {
+		err := f()
+		var me *mysql.MySQLError
+		var pe *pgconn.PgError
+		if errors.As(err, &me) && me.Number == 1213 || errors.As(err, &pe) && pe.Code == "40P01" {
+			continue
+		}
+		return err
+	}
 }
 
 // TestLogicalMessagesNoTable: with MessagePrefix the events are
