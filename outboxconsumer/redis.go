@@ -22,7 +22,7 @@ type RedisClient interface {
 type RedisFilterConfig struct {
 	// Prefix of the keys; "" is "outbox:processed:<consumer>:".
 	Prefix string
-	// TTL of a key; "" is 24 hours. Keep it at most the dedupe table's
+	// TTL of a key; zero is 24 hours. Keep it at most the dedupe table's
 	// retention: a key outliving the table's row would still be right
 	// (the id did commit), but the table is the record.
 	TTL time.Duration
