@@ -163,7 +163,11 @@ func (m *Machine) Stats() MachineStats {
 // state column to To. For a creating transition (From Absent) effect must
 // insert the row; its state is then set to To. Repeated, backward and
 // conflicting events run nothing and return their Move with a nil error;
-// an early one returns ErrEarly.
+// an early one returns ErrEarly. On MySQL/MariaDB the locking read of an
+// aggregate that does not exist yet takes a gap lock, so creating
+// transitions of neighbouring aggregates applied at the same moment can
+// deadlock: the server rolls one back (error 1213), and the message is
+// retried as after any failure.
 func (m *Machine) Apply(ctx context.Context, tx Tx, aggregateID, eventType string, effect func(ctx context.Context) error) (Move, error) {
 	t, ok := m.byEv[eventType]
 	if !ok {
