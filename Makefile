@@ -4,12 +4,17 @@ BIN      ?= bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 
-.PHONY: build services demo test test-short vet fmt bench clean
+.PHONY: build services demo examples test test-short vet fmt bench clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/outbox-cdc ./cmd/outbox-cdc
 	$(GO) build -o $(BIN)/kfake-broker ./test/cmd/kfake-broker
 	$(GO) build -o $(BIN)/consume ./test/cmd/consume
+
+# The example service and consumers (examples/): bin/orders-service, bin/consume-<client>.
+EXAMPLES := orders-service consume-sarama consume-franz consume-amqp consume-nats consume-redis
+examples:
+	for e in $(EXAMPLES); do $(GO) build -o $(BIN)/$$e ./examples/$$e || exit 1; done
 
 # Make the local MariaDB and PostgreSQL CDC-ready (idempotent; needs root).
 services:
@@ -24,6 +29,15 @@ SINK ?= kafka
 demo: build
 	./scripts/prepare-services.sh demo
 	SINK=$(SINK) ./scripts/demo.sh
+
+# Both ends of the pattern with the kit: the order service writes orders and
+# outbox rows, outbox-cdc (killed with SIGKILL midway) delivers them, and a
+# consumer applies each event exactly once. One target per client:
+# example-sarama, example-franz (Kafka), example-amqp (RabbitMQ),
+# example-nats, example-redis; MODE=dedupe | redis | machine.
+MODE ?= dedupe
+example-%: build examples services
+	CLIENT=$* MODE=$(MODE) ./scripts/example.sh
 
 # Every test, against the real local services and an in-process Kafka-protocol broker.
 test: services
