@@ -487,3 +487,90 @@ func TestDerivedPublicationRenamedRefused(t *testing.T) {
 		t.Fatalf("publication %s created (%d, %v)", s.Publication(), n, err)
 	}
 }
+
+// TestSlotRecreatedWhileCutRefused: the path to the server is cut (silent
+// both ways) while rows are committed and the slot is dropped and created
+// again under its name; when the path heals, the reconnect finds a slot
+// whose confirmed position is past the last position the source
+// confirmed. Run stops with ErrSlotChanged naming both positions, the
+// runbook and the re-publish (source.start: pending), delivers none of
+// the rows, and `check` fails postgres.position. Before the proof ran on
+// every connect the reconnect streamed on from the new slot's creation,
+// and every row committed during the cut was lost without a word.
+func TestSlotRecreatedWhileCutRefused(t *testing.T) {
+	e := newPgEnv(t)
+	dsn, proxy := viaProxy(t, e)
+	cfg := e.config()
+	cfg.DSN = dsn
+	cfg.WalSenderTimeout = 2 * time.Second
+	cfg.ReceiveTimeout = 3 * time.Second
+	cfg.ConnectTimeout = 2 * time.Second
+	cfg.QueryTimeout = 3 * time.Second
+	src, m := e.source(cfg, seedCols)
+	r := start(t, src, "", 1024)
+	r.waitReady()
+	e.insertTx("c0")
+	tx := r.next(10 * time.Second)
+	src.Ack(tx.End)
+	testenv.Eventually(t, 10*time.Second, "the slot to confirm c0", func() bool { return e.confirmedFlush() >= lsnOf(t, tx.End) })
+	acked := e.confirmedFlush()
+
+	proxy.Silence()
+	testenv.Eventually(t, 20*time.Second, "the source to notice the cut", func() bool { return counter(m.Connected) == 0 })
+	const rows = 100
+	for i := 1; i <= rows; i++ {
+		e.insertTx(fmt.Sprintf("c%d", i))
+	}
+	// The walsender of the cut connection holds the slot until
+	// wal_sender_timeout; an operator (or a failover script) ends it.
+	testenv.Eventually(t, 20*time.Second, "the old walsender gone", func() bool {
+		if pid := e.activePID(); pid != 0 {
+			_, _ = e.db.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid)
+			return false
+		}
+		return true
+	})
+	e.exec(`SELECT pg_drop_replication_slot($1)`, e.slot)
+	e.exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot)
+	created := e.confirmedFlush()
+	proxy.Heal()
+
+	var err error
+	deadline := time.After(60 * time.Second)
+wait:
+	for {
+		select {
+		case err = <-r.done:
+			r.once.Do(func() {})
+			break wait
+		case tx := <-r.out:
+			if len(tx.Events) > 0 {
+				t.Fatalf("delivered %s from the recreated slot", ids(tx))
+			}
+		case <-deadline:
+			t.Fatalf("Run did not stop after the path healed: the rows committed during the cut were skipped (ready: %v)", src.Ready())
+		}
+	}
+	if !errors.Is(err, ErrSlotChanged) || !isPermanent(err) {
+		t.Fatalf("want a permanent ErrSlotChanged, got %v", err)
+	}
+	for _, want := range []string{created.String(), acked.String(), "dropped and created again", "source.start: pending", `source.pending.where: "1 = 1"`, "Failover runbook"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	t.Logf("error: %v", err)
+
+	var found bool
+	for _, c := range Check(context.Background(), e.config(), "test", seedCols, tx.End) {
+		if c.Name == "postgres.position" {
+			found = true
+			if c.OK {
+				t.Errorf("check passes the checkpoint against the recreated slot: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Error("check reported no postgres.position")
+	}
+}
