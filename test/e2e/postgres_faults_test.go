@@ -20,6 +20,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
 // TestFaultPostgresSilentPeer: the connector reaches PostgreSQL through a
@@ -189,7 +190,11 @@ func TestPostgresBackwardPosition(t *testing.T) {
 		insert(id)
 	}
 	cons.waitFor(t, 4, 20*time.Second)
-	earlyLSN := strings.TrimPrefix(string(early), "postgres:")
+	lsn, err := wal.ParsePosition(early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlyLSN := lsn.String()
 	testenv.Eventually(t, 20*time.Second, "the slot to confirm past "+earlyLSN, func() bool {
 		var past bool
 		err := b.db.QueryRow("SELECT confirmed_flush_lsn > $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", earlyLSN, srcSlot(t)).Scan(&past)
