@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -65,7 +66,40 @@ func Check(ctx context.Context, cfg Config, name string, cols outboxcdc.Columns,
 	}
 	out = append(out, s.checkPublication(ctx, db))
 	out = append(out, s.checkSlot(ctx, db, from)...)
+	if s.cfg.FailoverSlot {
+		out = append(out, s.checkFailover(ctx, db))
+	}
 	return out
+}
+
+// checkFailover reports on source.failover_slot: refused before
+// PostgreSQL 17; from 17 on, whether the slot is a failover slot and the
+// primary holds changes back for its standbys (synchronized_standby_slots).
+func (s *Source) checkFailover(ctx context.Context, db *pgx.Conn) outboxcdc.CheckResult {
+	const name = "postgres.failover_slot"
+	var versionText string
+	var version int
+	if err := db.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int`).Scan(&versionText, &version); err != nil {
+		return outboxcdc.Fail(name, err.Error(), "check the connection")
+	}
+	if err := checkFailoverVersion(true, version, versionText); err != nil {
+		return outboxcdc.Fail(name, "PostgreSQL "+versionText+" has no failover slots (17 and later)",
+			`set source.failover_slot: false; before 17 use Patroni permanent slots (docs/operations.md, "Failover runbook")`)
+	}
+	var failover sql.NullBool
+	var standbys string
+	err := db.QueryRow(ctx, `SELECT (SELECT failover FROM pg_replication_slots WHERE slot_name = $1), coalesce(current_setting('synchronized_standby_slots', true), '')`, s.cfg.Slot).
+		Scan(&failover, &standbys)
+	switch {
+	case err != nil:
+		return outboxcdc.Fail(name, err.Error(), "check the connection")
+	case failover.Valid && !failover.Bool:
+		return outboxcdc.Pass(name, fmt.Sprintf("replication slot %q is not a failover slot yet; the connector makes it one at its next start (ALTER_REPLICATION_SLOT)", s.cfg.Slot))
+	case standbys == "":
+		return outboxcdc.Fail(name, "synchronized_standby_slots is empty: the connector may publish changes no standby has received, and after a promotion its checkpoint then lies past the fork point",
+			"list the standbys' physical slots in synchronized_standby_slots on the primary (docs/operations.md, \"Failover runbook\")")
+	}
+	return outboxcdc.Pass(name, "failover slot; the primary holds changes back for the standbys of synchronized_standby_slots = "+standbys)
 }
 
 func (s *Source) checkTable(ctx context.Context, db *pgx.Conn) []outboxcdc.CheckResult {

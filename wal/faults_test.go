@@ -574,3 +574,47 @@ wait:
 		t.Error("check reported no postgres.position")
 	}
 }
+
+// TestFailoverSlotRefusedBefore17: source.failover_slot on a server
+// without failover slots (the PostgreSQL 15 here) stops the source with
+// a permanent error naming the version and the alternative, creates no
+// slot, and `check` fails postgres.failover_slot: an ordinary slot created
+// silently would leave the operator believing it survives a promotion.
+func TestFailoverSlotRefusedBefore17(t *testing.T) {
+	e := newPgEnv(t)
+	var version int
+	if err := e.db.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version >= failoverVersion {
+		t.Skipf("the server is %d: it has failover slots", version)
+	}
+	cfg := e.config()
+	cfg.FailoverSlot = true
+	src, _ := e.source(cfg, seedCols)
+	r := start(t, src, "", 16)
+	select {
+	case err := <-r.done:
+		r.once.Do(func() {})
+		if !isPermanent(err) || !strings.Contains(err.Error(), "failover slots need PostgreSQL 17") || !strings.Contains(err.Error(), "Patroni permanent slots") {
+			t.Fatalf("want a permanent refusal naming PostgreSQL 17 and Patroni, got %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	if e.slotExists() {
+		t.Fatal("a slot was created")
+	}
+	var found bool
+	for _, c := range Check(context.Background(), cfg, "test", seedCols, "") {
+		if c.Name == "postgres.failover_slot" {
+			found = true
+			if c.OK || !strings.Contains(c.Detail, "no failover slots") {
+				t.Errorf("check: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Error("check reported no postgres.failover_slot")
+	}
+}
