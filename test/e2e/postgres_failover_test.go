@@ -289,17 +289,34 @@ func (r *failoverRig) failOver(t *testing.T) {
 // TestPostgresFailoverRecreatedSlot: the issue's failover. The standby is
 // cut off from the primary while rows keep being committed, so the
 // connector's checkpoint lies past the point the standby received; the
-// primary is killed, the standby promoted, the connector's slot created on
-// it (as Patroni does for a permanent slot missing on a new primary, or an
-// operator), the address moved. The connector refuses the new primary on
-// its reconnect (exit 1): its checkpoint is past the fork point of the
-// server's timeline history. After a restart it refuses again; `check`
-// fails postgres.position. The re-publish the message names (no
-// checkpoint, source.start: pending, pending.where "1 = 1") delivers every
-// row the new primary holds. Before the proof, the reconnect streamed from
-// the checkpoint on the new timeline and silently skipped the rows
-// committed there up to it.
+// primary is killed, the standby promoted, the address moved.
+//
+//   - slot created: the connector's slot is created on the new primary (as
+//     Patroni does for a permanent slot missing on a new primary, or an
+//     operator). The connector refuses the new primary on its reconnect
+//     (exit 1): its checkpoint is past the fork point of the server's
+//     timeline history. Before the proof, the reconnect streamed from the
+//     checkpoint on the new timeline and silently skipped the rows
+//     committed there up to it.
+//   - no slot: the new primary has no slot; the connector says so, that
+//     the server was promoted, and names the re-publish (before: "the slot
+//     was dropped", "delete the checkpoint", which loses every row since
+//     the promotion).
+//
+// Either way it refuses again after a restart, `check` fails, and the
+// re-publish the message names (no checkpoint, source.start: pending,
+// pending.where "1 = 1") delivers every row the new primary holds.
 func TestPostgresFailoverRecreatedSlot(t *testing.T) {
+	for _, create := range []bool{true, false} {
+		name := "slot-created"
+		if !create {
+			name = "no-slot"
+		}
+		t.Run(name, func(t *testing.T) { testFailoverWithoutCarriedSlot(t, create) })
+	}
+}
+
+func testFailoverWithoutCarriedSlot(t *testing.T, create bool) {
 	r := newFailoverRig(t)
 	c := testenv.Start(t, r.cfg, r.env...)
 	cons := newConsumer(t, r.brokers, `outbox\.event\..*`)
@@ -315,7 +332,9 @@ func TestPostgresFailoverRecreatedSlot(t *testing.T) {
 		return ck != "" && pastBy(t, r.primary, ck, received, behindBy)
 	})
 	r.failOver(t)
-	lsnOn(t, r.standby, fmt.Sprintf("SELECT lsn::text FROM pg_create_logical_replication_slot('%s', 'pgoutput')", failoverSlot))
+	if create {
+		lsnOn(t, r.standby, fmt.Sprintf("SELECT lsn::text FROM pg_create_logical_replication_slot('%s', 'pgoutput')", failoverSlot))
+	}
 	time.Sleep(2 * time.Second) // rows committed on the new primary
 	w.halt()
 
@@ -330,12 +349,19 @@ func TestPostgresFailoverRecreatedSlot(t *testing.T) {
 	if code := c.WaitExit(10 * time.Second); code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, c.Log())
 	}
-	mustContain(t, c.Log(), "not the one the checkpoint came from", "past the point", "source.start: pending", `source.pending.where: \"1 = 1\"`, "Failover runbook")
-	if out := runCheck(t, r.cfg); !regexp.MustCompile(`FAIL\s+postgres\.position\s+the checkpoint \(LSN [0-9A-F/]+ on timeline 1`).MatchString(out) {
-		t.Fatalf("check does not fail postgres.position:\n%s", out)
+	refusal, check := "past the point", `FAIL\s+postgres\.position\s+the checkpoint \(LSN [0-9A-F/]+ on timeline 1`
+	if !create {
+		refusal, check = "was promoted since", `FAIL\s+postgres\.slot\s+replication slot "`+failoverSlot+`" does not exist on this server`
+	}
+	mustContain(t, c.Log(), "not the one the checkpoint came from", refusal, "source.start: pending", `source.pending.where: \"1 = 1\"`, "Failover runbook")
+	if strings.Contains(c.Log(), "delete the checkpoint") {
+		t.Fatalf("the refusal advises deleting the checkpoint:\n%s", c.Log())
+	}
+	if out := runCheck(t, r.cfg); !regexp.MustCompile(check).MatchString(out) {
+		t.Fatalf("check does not fail as %s:\n%s", check, out)
 	}
 	c = testenv.Launch(t, r.cfg, r.env...)
-	if code := c.WaitExit(60 * time.Second); code != 1 || !strings.Contains(c.Log(), "past the point") {
+	if code := c.WaitExit(60 * time.Second); code != 1 || !strings.Contains(c.Log(), refusal) {
 		t.Fatalf("restarted: exit %d, want 1 refusing the checkpoint:\n%s", code, c.Log())
 	}
 	before, _ := judge(cons.quiet(t, time.Second), idsOn(t, r.standby))
@@ -346,9 +372,9 @@ func TestPostgresFailoverRecreatedSlot(t *testing.T) {
 	}
 	c = testenv.Start(t, r.cfg, append(r.env, "OUTBOX_CDC_SOURCE_START=pending", "OUTBOX_CDC_SOURCE_PENDING_WHERE=1 = 1")...)
 	got, phantoms := waitDelivered(t, cons, r.standby, 60*time.Second, "after the re-publish")
-	t.Logf("failover to a standby behind (received up to %s), slot created on the new primary: the connector stopped with %d of %d rows undelivered; "+
+	t.Logf("failover to a standby behind (received up to %s), slot created on the new primary %v: the connector stopped with %d of %d rows undelivered; "+
 		"after the re-publish 0 lost, %d records for %d rows, %d phantoms (delivered from the old primary after the fork; not on the new one)",
-		received, len(before), len(idsOn(t, r.standby)), len(got), len(idsOn(t, r.standby)), len(phantoms))
+		received, create, len(before), len(idsOn(t, r.standby)), len(got), len(idsOn(t, r.standby)), len(phantoms))
 	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}
