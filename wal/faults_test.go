@@ -35,13 +35,9 @@ func viaProxy(t *testing.T, e *pgEnv) (string, *testenv.Proxy) {
 	return u.String(), p
 }
 
-// TestSilentPeerReconnects: the path to the server goes silent both ways
-// (no FIN, no RST) for longer than the receive timeout while rows are
-// committed. The source notices within the bound (not ready, connected 0),
-// keeps retrying without returning, and once the path heals delivers every
-// row committed meanwhile, once and in order.
-func TestSilentPeerReconnects(t *testing.T) {
-	e := newPgEnv(t)
+// cuttableConfig is e's configuration through a proxy, with timeouts
+// short enough for a test of a silent path (receive timeout 3s).
+func cuttableConfig(t *testing.T, e *pgEnv) (Config, *testenv.Proxy) {
 	dsn, proxy := viaProxy(t, e)
 	cfg := e.config()
 	cfg.DSN = dsn
@@ -49,6 +45,17 @@ func TestSilentPeerReconnects(t *testing.T) {
 	cfg.ReceiveTimeout = 3 * time.Second
 	cfg.ConnectTimeout = 2 * time.Second
 	cfg.QueryTimeout = 3 * time.Second
+	return cfg, proxy
+}
+
+// TestSilentPeerReconnects: the path to the server goes silent both ways
+// (no FIN, no RST) for longer than the receive timeout while rows are
+// committed. The source notices within the bound (not ready, connected 0),
+// keeps retrying without returning, and once the path heals delivers every
+// row committed meanwhile, once and in order.
+func TestSilentPeerReconnects(t *testing.T) {
+	e := newPgEnv(t)
+	cfg, proxy := cuttableConfig(t, e)
 	src, m := e.source(cfg, seedCols)
 	r := start(t, src, "", 1024)
 	r.waitReady()
@@ -499,13 +506,7 @@ func TestDerivedPublicationRenamedRefused(t *testing.T) {
 // and every row committed during the cut was lost without a word.
 func TestSlotRecreatedWhileCutRefused(t *testing.T) {
 	e := newPgEnv(t)
-	dsn, proxy := viaProxy(t, e)
-	cfg := e.config()
-	cfg.DSN = dsn
-	cfg.WalSenderTimeout = 2 * time.Second
-	cfg.ReceiveTimeout = 3 * time.Second
-	cfg.ConnectTimeout = 2 * time.Second
-	cfg.QueryTimeout = 3 * time.Second
+	cfg, proxy := cuttableConfig(t, e)
 	src, m := e.source(cfg, seedCols)
 	r := start(t, src, "", 1024)
 	r.waitReady()

@@ -83,8 +83,8 @@ func (r *failoverRig) viaVIP() string {
 	return fmt.Sprintf("postgres://postgres@%s/test?sslmode=disable&connect_timeout=3", r.vip.Addr())
 }
 
-// lsn runs a query returning one pg_lsn on s.
-func lsnOn(t *testing.T, s *testenv.PGServer, q string) string {
+// queryOn runs q on s and returns its rows' first column as text.
+func queryOn(t *testing.T, s *testenv.PGServer, q string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -93,11 +93,25 @@ func lsnOn(t *testing.T, s *testenv.PGServer, q string) string {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var v string
-	if err := conn.QueryRow(ctx, q).Scan(&v); err != nil {
+	rows, err := conn.Query(ctx, q)
+	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
-	return v
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return out
+}
+
+// lsnOn runs a query returning one value (a pg_lsn as text) on s.
+func lsnOn(t *testing.T, s *testenv.PGServer, q string) string {
+	t.Helper()
+	v := queryOn(t, s, q)
+	if len(v) != 1 {
+		t.Fatalf("%s: %d rows", q, len(v))
+	}
+	return v[0]
 }
 
 // lsnLE compares two LSNs on a server: a <= b.
@@ -116,27 +130,12 @@ func pastBy(t *testing.T, s *testenv.PGServer, a, b string, n int) bool {
 	return lsnOn(t, s, fmt.Sprintf("SELECT (('%s'::pg_lsn) - ('%s'::pg_lsn) > %d)::text", a, b, n)) == "true"
 }
 
-// ids returns the message ids in the outbox table of s: what the server
+// idsOn returns the message ids in the outbox table of s: what the server
 // holds is the truth the delivery is judged by.
 func idsOn(t *testing.T, s *testenv.PGServer) map[string]bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT message_id FROM outbox_message")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]bool{}
-	for _, id := range ids {
+	for _, id := range queryOn(t, s, "SELECT message_id FROM outbox_message") {
 		out[id] = true
 	}
 	return out
@@ -276,6 +275,24 @@ func waitDelivered(t *testing.T, cons *consumer, s *testenv.PGServer, timeout ti
 	}
 }
 
+// waitRefusal waits for the connector to stop (exit 1) after the
+// failover, and fails with what it lost if it streams on instead.
+func (r *failoverRig) waitRefusal(t *testing.T, c *testenv.Connector, cons *consumer) {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(60 * time.Second):
+		got := cons.quiet(t, 2*time.Second)
+		truth := idsOn(t, r.standby)
+		lost, phantoms := judge(got, truth)
+		t.Fatalf("the connector streamed on after the failover: %d of the %d rows on the new primary lost, %d phantoms from the old timeline; `check` would say:\n%s",
+			len(lost), len(truth), len(phantoms), runCheck(t, r.cfg))
+	}
+	if code := c.WaitExit(10 * time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, c.Log())
+	}
+}
+
 // failOver kills the primary, promotes the standby and moves the virtual
 // IP to it (closing what went through it).
 func (r *failoverRig) failOver(t *testing.T) {
@@ -338,17 +355,7 @@ func testFailoverWithoutCarriedSlot(t *testing.T, create bool) {
 	time.Sleep(2 * time.Second) // rows committed on the new primary
 	w.halt()
 
-	select {
-	case <-c.Done():
-	case <-time.After(60 * time.Second):
-		got := cons.quiet(t, 2*time.Second)
-		lost, phantoms := judge(got, idsOn(t, r.standby))
-		t.Fatalf("the connector streamed on after the failover: %d of the %d rows on the new primary lost, %d phantoms from the old timeline; `check` would say:\n%s",
-			len(lost), len(idsOn(t, r.standby)), len(phantoms), runCheck(t, r.cfg))
-	}
-	if code := c.WaitExit(10 * time.Second); code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", code, c.Log())
-	}
+	r.waitRefusal(t, c, cons)
 	refusal, check := "past the point", `FAIL\s+postgres\.position\s+the checkpoint \(LSN [0-9A-F/]+ on timeline 1`
 	if !create {
 		refusal, check = "was promoted since", `FAIL\s+postgres\.slot\s+replication slot "`+failoverSlot+`" does not exist on this server`
@@ -457,17 +464,7 @@ func TestPostgresFailoverCarriedSlot(t *testing.T) {
 				}
 				return
 			}
-			select {
-			case <-c.Done():
-			case <-time.After(60 * time.Second):
-				got := cons.quiet(t, 2*time.Second)
-				lost, phantoms := judge(got, idsOn(t, r.standby))
-				t.Fatalf("the connector streamed on after the failover: %d of the %d rows on the new primary lost, %d phantoms; `check` would say:\n%s",
-					len(lost), len(idsOn(t, r.standby)), len(phantoms), runCheck(t, r.cfg))
-			}
-			if code := c.WaitExit(10 * time.Second); code != 1 {
-				t.Fatalf("exit %d, want 1:\n%s", code, c.Log())
-			}
+			r.waitRefusal(t, c, cons)
 			m := rewindTo.FindStringSubmatch(c.Log())
 			if m == nil || !strings.Contains(c.Log(), "lossless: the slot still holds everything after") {
 				t.Fatalf("the refusal does not name the fork point to go back to:\n%s", c.Log())

@@ -23,6 +23,18 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
+// postgresViaProxy is the PostgreSQL DSN pointed at a testenv.Proxy in
+// front of the server.
+func postgresViaProxy(t *testing.T) (string, *testenv.Proxy) {
+	u, err := url.Parse(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	return u.String(), proxy
+}
+
 // TestFaultPostgresSilentPeer: the connector reaches PostgreSQL through a
 // proxy that goes silent in both directions (no FIN, no RST) for longer
 // than the detection bound, with the defaults (wal_sender_timeout 20s on
@@ -34,14 +46,9 @@ import (
 func TestFaultPostgresSilentPeer(t *testing.T) {
 	b := postgresBackend(t)
 	_, brokers := testenv.Kafka(t)
-	u, err := url.Parse(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
+	dsn, proxy := postgresViaProxy(t)
 	cfg := b.config(t, connName(t, "e2e-silent-pg"), brokers)
-	c := testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+u.String(), "OUTBOX_CDC_SOURCE_RECONNECT_MAX=2s")
+	c := testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+dsn, "OUTBOX_CDC_SOURCE_RECONNECT_MAX=2s")
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sil-0", "ORDER", "agg-0", "E", `{"seq": 0}`}}, true)
 	cons.waitFor(t, 1, 20*time.Second)
@@ -280,19 +287,14 @@ func TestPostgresBackwardPosition(t *testing.T) {
 func TestPostgresSlotRecreatedWhileCut(t *testing.T) {
 	b := postgresBackend(t)
 	_, brokers := testenv.Kafka(t)
-	u, err := url.Parse(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
+	dsn, proxy := postgresViaProxy(t)
 	cfg := b.config(t, connName(t, "e2e-recreated-pg"), brokers)
 	raw, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cp := checkpointPath.FindStringSubmatch(string(raw))[1]
-	env := []string{"OUTBOX_CDC_SOURCE_DSN=" + u.String(), "OUTBOX_CDC_SOURCE_RECONNECT_MAX=1s",
+	env := []string{"OUTBOX_CDC_SOURCE_DSN=" + dsn, "OUTBOX_CDC_SOURCE_RECONNECT_MAX=1s",
 		"OUTBOX_CDC_SOURCE_WAL_SENDER_TIMEOUT=6s", "OUTBOX_CDC_SOURCE_RECEIVE_TIMEOUT=6s"}
 	c := testenv.Start(t, cfg, env...)
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
