@@ -619,3 +619,77 @@ func TestFailoverSlotRefusedBefore17(t *testing.T) {
 		t.Error("check reported no postgres.failover_slot")
 	}
 }
+
+// TestShortFormCheckpointAdopted: a checkpoint in the short form (earlier
+// versions, `position set --to 0/...`, a Debezium import) resumes; the
+// next position carries the server's identity, and `check` says what it
+// could not prove.
+func TestShortFormCheckpointAdopted(t *testing.T) {
+	e := newPgEnv(t)
+	src, _ := e.source(e.config(), seedCols)
+	r := start(t, src, "", 16)
+	r.waitReady()
+	e.insertTx("s1")
+	tx := r.next(10 * time.Second)
+	if _, id, err := ParsePositionIdentity(tx.End); err != nil || !id.Known() {
+		t.Fatalf("position %q carries no identity (%v)", tx.End, err)
+	}
+	src.Ack(tx.End)
+	_ = r.stop()
+	testenv.Eventually(t, 10*time.Second, "slot released", func() bool { return e.activePID() == 0 })
+
+	short := MakePosition(lsnOf(t, tx.End))
+	for _, c := range Check(context.Background(), e.config(), "test", seedCols, short) {
+		if c.Name == "postgres.position" && (!c.OK || !strings.Contains(c.Detail, "carries no server identity")) {
+			t.Errorf("check of a short-form checkpoint: %+v", c)
+		}
+	}
+	src2, _ := e.source(e.config(), seedCols)
+	r2 := start(t, src2, short, 16)
+	r2.waitReady()
+	e.insertTx("s2")
+	tx2 := r2.next(10 * time.Second)
+	_, id, err := ParsePositionIdentity(tx2.End)
+	_, want, _ := ParsePositionIdentity(tx.End)
+	if ids(tx2) != "s2" || err != nil || id != want {
+		t.Fatalf("after a short-form checkpoint: %s at %q, want s2 with the identity %+v", ids(tx2), tx2.End, want)
+	}
+}
+
+// TestCheckpointOfAnotherSystemRefused: a checkpoint that names another
+// system identifier (source.dsn reaches another cluster) is refused by
+// Run with ErrSlotChanged naming both systems, by `position set` (the
+// resume check) and by `check`; nothing is streamed.
+func TestCheckpointOfAnotherSystemRefused(t *testing.T) {
+	e := newPgEnv(t)
+	src, _ := e.source(e.config(), seedCols)
+	r := start(t, src, "", 16)
+	r.waitReady()
+	e.insertTx("o1")
+	tx := r.next(10 * time.Second)
+	_ = r.stop()
+	testenv.Eventually(t, 10*time.Second, "slot released", func() bool { return e.activePID() == 0 })
+	foreign := Identity{System: 42, Timeline: 1}.Position(lsnOf(t, tx.End))
+
+	src2, _ := e.source(e.config(), seedCols)
+	r2 := start(t, src2, foreign, 16)
+	select {
+	case err := <-r2.done:
+		r2.once.Do(func() {})
+		if !errors.Is(err, ErrSlotChanged) || !isPermanent(err) || !strings.Contains(err.Error(), "system 42, this server is system") {
+			t.Fatalf("want ErrSlotChanged naming both systems, got %v", err)
+		}
+	case tx := <-r2.out:
+		t.Fatalf("streamed %q from another system's checkpoint", ids(tx))
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	if err := CheckResume(context.Background(), e.config(), "test", foreign); !errors.Is(err, ErrSlotChanged) {
+		t.Fatalf("CheckResume: %v, want ErrSlotChanged", err)
+	}
+	for _, c := range Check(context.Background(), e.config(), "test", seedCols, foreign) {
+		if c.Name == "postgres.position" && c.OK {
+			t.Errorf("check passes another system's checkpoint: %+v", c)
+		}
+	}
+}
