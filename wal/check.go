@@ -15,11 +15,14 @@ import (
 )
 
 // Check is the preflight for `outbox-cdc check`: it connects with cfg's DSN
-// (a normal connection, never a replication one, so a running connector is
-// not disturbed) and reports wal_level, the role's REPLICATION attribute,
-// the outbox table with its role columns and the SELECT privilege, the
-// publication, the slot (existence, plugin, database, invalidation, lag)
-// and whether from (the checkpoint, may be zero) fits the slot. name is the
+// (a normal connection, and a replication connection that runs
+// IDENTIFY_SYSTEM and TIMELINE_HISTORY only and never touches the slot, so
+// a running connector is not disturbed) and reports wal_level, the role's
+// REPLICATION attribute, the outbox table with its role columns and the
+// SELECT privilege, the publication, the server's identity, the slot
+// (existence, plugin, database, invalidation, lag) and whether from (the
+// checkpoint, may be zero) is on the server's history and fits the slot,
+// as every connect of Run proves it (identity.go). name is the
 // connector name from which unset slot and publication names derive. It
 // changes nothing: a missing slot or publication that Run would create is
 // reported as passing with what Run will do.

@@ -53,6 +53,12 @@ import (
 // system identifier and the server's timeline: Identity), so the file, the
 // table and the exactly-once progress record store it without knowing.
 //
+// The slot has no identity of its own to compare (no creation time or
+// OID in pg_replication_slots); restart_lsn and catalog_xmin move with its
+// progress, and a new slot's values cannot be told from an advanced old
+// one's. What is provable is 3: the connector's own confirmations bound
+// the slot it streamed.
+//
 // What cannot be proven. A checkpoint in the short form (written by an
 // earlier version, typed by hand, imported from Debezium) has no identity:
 // only 2 at the same timeline (not ahead of the server's WAL) and 3 are
