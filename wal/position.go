@@ -51,7 +51,8 @@ func (id Identity) String() string {
 // Position returns the position for lsn read on id (the short form when id
 // is unknown).
 func (id Identity) Position(lsn pglogrepl.LSN) outboxcdc.Position {
-	return outboxcdc.MakePosition(Kind, string(id.appendBody(make([]byte, 0, 64), lsn)))
+	b := append(make([]byte, 0, 64), Kind+":"...) // once per transaction: no fmt
+	return outboxcdc.Position(id.appendBody(b, lsn))
 }
 
 func (id Identity) appendBody(dst []byte, lsn pglogrepl.LSN) []byte {
