@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,11 +15,14 @@ import (
 )
 
 // Check is the preflight for `outbox-cdc check`: it connects with cfg's DSN
-// (a normal connection, never a replication one, so a running connector is
-// not disturbed) and reports wal_level, the role's REPLICATION attribute,
-// the outbox table with its role columns and the SELECT privilege, the
-// publication, the slot (existence, plugin, database, invalidation, lag)
-// and whether from (the checkpoint, may be zero) fits the slot. name is the
+// (a normal connection, and a replication connection that runs
+// IDENTIFY_SYSTEM and TIMELINE_HISTORY only and never touches the slot, so
+// a running connector is not disturbed) and reports wal_level, the role's
+// REPLICATION attribute, the outbox table with its role columns and the
+// SELECT privilege, the publication, the server's identity, the slot
+// (existence, plugin, database, invalidation, lag) and whether from (the
+// checkpoint, may be zero) is on the server's history and fits the slot,
+// as every connect of Run proves it (identity.go). name is the
 // connector name from which unset slot and publication names derive. It
 // changes nothing: a missing slot or publication that Run would create is
 // reported as passing with what Run will do.
@@ -65,7 +69,40 @@ func Check(ctx context.Context, cfg Config, name string, cols outboxcdc.Columns,
 	}
 	out = append(out, s.checkPublication(ctx, db))
 	out = append(out, s.checkSlot(ctx, db, from)...)
+	if s.cfg.FailoverSlot {
+		out = append(out, s.checkFailover(ctx, db))
+	}
 	return out
+}
+
+// checkFailover reports on source.failover_slot: refused before
+// PostgreSQL 17; from 17 on, whether the slot is a failover slot and the
+// primary holds changes back for its standbys (synchronized_standby_slots).
+func (s *Source) checkFailover(ctx context.Context, db *pgx.Conn) outboxcdc.CheckResult {
+	const name = "postgres.failover_slot"
+	var versionText string
+	var version int
+	if err := db.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int`).Scan(&versionText, &version); err != nil {
+		return outboxcdc.Fail(name, err.Error(), "check the connection")
+	}
+	if err := checkFailoverVersion(true, version, versionText); err != nil {
+		return outboxcdc.Fail(name, "PostgreSQL "+versionText+" has no failover slots (17 and later)",
+			`set source.failover_slot: false; before 17 use Patroni permanent slots (docs/operations.md, "Failover runbook")`)
+	}
+	var failover sql.NullBool
+	var standbys string
+	err := db.QueryRow(ctx, `SELECT (SELECT failover FROM pg_replication_slots WHERE slot_name = $1), coalesce(current_setting('synchronized_standby_slots', true), '')`, s.cfg.Slot).
+		Scan(&failover, &standbys)
+	switch {
+	case err != nil:
+		return outboxcdc.Fail(name, err.Error(), "check the connection")
+	case failover.Valid && !failover.Bool:
+		return outboxcdc.Pass(name, fmt.Sprintf("replication slot %q is not a failover slot yet; the connector makes it one at its next start (ALTER_REPLICATION_SLOT)", s.cfg.Slot))
+	case standbys == "":
+		return outboxcdc.Fail(name, "synchronized_standby_slots is empty: the connector may publish changes no standby has received, and after a promotion its checkpoint then lies past the fork point",
+			"list the standbys' physical slots in synchronized_standby_slots on the primary (docs/operations.md, \"Failover runbook\")")
+	}
+	return outboxcdc.Pass(name, "failover slot; the primary holds changes back for the standbys of synchronized_standby_slots = "+standbys)
 }
 
 func (s *Source) checkTable(ctx context.Context, db *pgx.Conn) []outboxcdc.CheckResult {
@@ -158,50 +195,75 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 	const name = "postgres.slot"
 	slot := s.cfg.Slot
 	var ckpt pglogrepl.LSN
+	var claimed Identity
 	if !from.IsZero() {
-		lsn, err := ackLSN(from) // a mid-backfill checkpoint: its stream position (pending.go)
+		lsn, id, err := ackPosition(from) // a mid-backfill checkpoint: its stream position (pending.go)
 		if err != nil {
 			return []outboxcdc.CheckResult{outboxcdc.Fail("postgres.position", err.Error(), "point checkpoint.path at this connector's own checkpoint")}
 		}
-		ckpt = lsn
+		ckpt, claimed = lsn, id
+	}
+	// The server's identity and timeline history come from a replication
+	// connection that runs IDENTIFY_SYSTEM and TIMELINE_HISTORY only: it
+	// touches no slot, so a running connector is not disturbed.
+	var out []outboxcdc.CheckResult
+	var srv *serverInfo
+	var pl placement
+	if conn, err := s.connectReplication(ctx); err != nil {
+		out = append(out, outboxcdc.Fail("postgres.server", err.Error(), "the role needs the REPLICATION attribute, and max_wal_senders a free walsender"))
+	} else {
+		srv, err = s.identify(ctx, conn)
+		if err == nil && ckpt != 0 {
+			pl, err = s.placeOn(ctx, conn, srv, ckpt, claimed)
+		}
+		closeRepl(conn)
+		if err != nil {
+			out = append(out, outboxcdc.Fail("postgres.server", err.Error(), "check the connection and the REPLICATION attribute"))
+			srv = nil
+		} else {
+			out = append(out, outboxcdc.Pass("postgres.server", fmt.Sprintf("%s, WAL flushed to %s", srv.id, srv.flushed)))
+		}
 	}
 	si, err := querySlot(ctx, db, slot)
 	if err != nil {
-		return []outboxcdc.CheckResult{outboxcdc.Fail(name, err.Error(), "check the connection")}
+		return append(out, outboxcdc.Fail(name, err.Error(), "check the connection"))
 	}
 	if si == nil {
 		switch {
 		case ckpt != 0:
 			if err := s.nameChanged(ctx, db, true, ckpt); err != nil {
-				return []outboxcdc.CheckResult{outboxcdc.Fail(name, errors.Unwrap(err).Error(), "pin source.slot (and source.publication) to the old names if that slot is this connector's")}
+				return append(out, outboxcdc.Fail(name, errors.Unwrap(err).Error(), "pin source.slot (and source.publication) to the old names if that slot is this connector's"))
 			}
-			return []outboxcdc.CheckResult{outboxcdc.Fail(name, fmt.Sprintf("replication slot %q does not exist, but the checkpoint (LSN %s) says the connector streamed from it: the changes after the checkpoint are gone", slot, ckpt),
-				"the connector will not recreate it: delete the checkpoint deliberately and restart (streaming starts at the new slot's creation), and republish the rows committed in between")}
+			if srv == nil {
+				return append(out, outboxcdc.Fail(name, fmt.Sprintf("replication slot %q does not exist, but the checkpoint (LSN %s) says the connector streamed from it", slot, ckpt),
+					`the connector will not create it again; see docs/operations.md, "Failover runbook"`))
+			}
+			cause, hint, _ := s.slotMissingCause(&runState{checkpoint: true, resume: ckpt, ident: claimed}, srv, pl)
+			return append(out, outboxcdc.Fail(name, cause.Error(), hint))
 		case !s.cfg.Create:
-			return []outboxcdc.CheckResult{outboxcdc.Fail(name, fmt.Sprintf("replication slot %q does not exist and source.create is false", slot),
-				fmt.Sprintf("run SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.create: true", slot))}
+			return append(out, outboxcdc.Fail(name, fmt.Sprintf("replication slot %q does not exist and source.create is false", slot),
+				fmt.Sprintf("run SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.create: true", slot)))
 		}
-		return []outboxcdc.CheckResult{outboxcdc.Pass(name, fmt.Sprintf("replication slot %q does not exist yet; the connector creates it at its first start (source.create: true)", slot))}
+		return append(out, outboxcdc.Pass(name, fmt.Sprintf("replication slot %q does not exist yet; the connector creates it at its first start (source.create: true)", slot)))
 	}
 	var dbName string
 	_ = db.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName)
 	switch {
 	case si.slotType != "logical" || si.plugin != "pgoutput":
-		return []outboxcdc.CheckResult{outboxcdc.Fail(name, fmt.Sprintf("replication slot %q is a %s slot with plugin %q", slot, si.slotType, si.plugin),
-			"choose another source.slot, or drop the slot if it is unused")}
+		return append(out, outboxcdc.Fail(name, fmt.Sprintf("replication slot %q is a %s slot with plugin %q", slot, si.slotType, si.plugin),
+			"choose another source.slot, or drop the slot if it is unused"))
 	case si.database != dbName:
-		return []outboxcdc.CheckResult{outboxcdc.Fail(name, fmt.Sprintf("replication slot %q belongs to database %q, source.dsn connects to %q", slot, si.database, dbName),
-			"choose another source.slot or fix source.dsn")}
+		return append(out, outboxcdc.Fail(name, fmt.Sprintf("replication slot %q belongs to database %q, source.dsn connects to %q", slot, si.database, dbName),
+			"choose another source.slot or fix source.dsn"))
 	case si.walStatus == "lost":
-		return []outboxcdc.CheckResult{outboxcdc.Fail(name, fmt.Sprintf("replication slot %q is invalidated (wal_status = lost): WAL it needed was removed", slot),
-			"drop the slot, delete the checkpoint, restart, and republish what was missed; raise max_slot_wal_keep_size")}
+		return append(out, outboxcdc.Fail(name, fmt.Sprintf("replication slot %q is invalidated (wal_status = lost): WAL it needed was removed", slot),
+			"drop the slot, delete the checkpoint, restart, and republish what was missed; raise max_slot_wal_keep_size"))
 	}
 	var lag int64
-	var currentText string
-	_ = db.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0)
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&currentText, &lag)
+	_ = db.QueryRow(ctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0)
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lag)
 	detail := fmt.Sprintf("replication slot %q (pgoutput, wal_status %s, active %v) confirmed %s", slot, orNone(si.walStatus), si.active, si.confirmed)
-	out := []outboxcdc.CheckResult{outboxcdc.Pass(name, detail)}
+	out = append(out, outboxcdc.Pass(name, detail))
 	lagDetail := fmt.Sprintf("%d bytes of WAL retained behind the slot's confirmed position", lag)
 	if si.walStatus == "unreserved" {
 		out = append(out, outboxcdc.Fail("postgres.slot_lag", lagDetail+"; wal_status is unreserved: the server is about to remove WAL the slot needs",
@@ -210,18 +272,41 @@ func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Pos
 		out = append(out, outboxcdc.Pass("postgres.slot_lag", lagDetail))
 	}
 	if ckpt != 0 {
-		current, _ := pglogrepl.ParseLSN(currentText)
-		if current != 0 && ckpt > current {
-			out = append(out, outboxcdc.Fail("postgres.position", fmt.Sprintf("the checkpoint (LSN %s) is ahead of this server's WAL (%s): written against another server", ckpt, current),
-				"point source.dsn at the right server, or delete the checkpoint deliberately"))
-		} else if ckpt < si.confirmed {
-			out = append(out, outboxcdc.Fail("postgres.position", behindSlotCause(slot, ckpt, si.confirmed).Error()+
-				": the connector refuses to start, the transactions in between cannot be streamed again", behindSlotHint(si.confirmed)))
-		} else {
-			out = append(out, outboxcdc.Pass("postgres.position", fmt.Sprintf("the checkpoint (LSN %s) can be resumed from the slot (confirmed %s)", ckpt, si.confirmed)))
-		}
+		out = append(out, s.checkPosition(ckpt, claimed, srv, pl, si))
 	}
 	return out
+}
+
+// checkPosition judges the checkpoint ckpt (read on claimed) against the
+// server srv (nil: not identified) and its slot si, as every connect of
+// `run` does (proveSlot).
+func (s *Source) checkPosition(ckpt pglogrepl.LSN, claimed Identity, srv *serverInfo, pl placement, si *slotInfo) outboxcdc.CheckResult {
+	const name = "postgres.position"
+	if srv == nil {
+		return outboxcdc.Fail(name, fmt.Sprintf("the checkpoint (LSN %s) cannot be proven to be on this server's history: the server could not be identified (see postgres.server)", ckpt),
+			"fix postgres.server first")
+	}
+	if pl.problem != "" {
+		return outboxcdc.Fail(name, pl.problem+": the connector refuses to start", s.recovery(srv, pl.common, si))
+	}
+	if ckpt < si.confirmed {
+		cause := behindSlotCause(s.cfg.Slot, ckpt, si.confirmed).Error()
+		if claimed.Known() && claimed != srv.id {
+			cause = fmt.Sprintf("replication slot %q has confirmed_flush_lsn %s, past the checkpoint (LSN %s on %s): after the promotion to this server (%s) the slot was created again or advanced",
+				s.cfg.Slot, si.confirmed, ckpt, claimed, srv.id)
+		}
+		return outboxcdc.Fail(name, cause+": the connector refuses to start, the transactions in between cannot be streamed again",
+			behindSlotHint(s.recovery(srv, pl.common, si)))
+	}
+	switch {
+	case !claimed.Known():
+		return outboxcdc.Pass(name, fmt.Sprintf("the checkpoint (LSN %s) can be resumed from the slot (confirmed %s); it carries no server identity (written by an earlier version, or set by hand), "+
+			"so only that it is not ahead of this server's WAL is proven, not its system and timeline; the connector records this server's at its next checkpoint", ckpt, si.confirmed))
+	case claimed != srv.id:
+		return outboxcdc.Pass(name, fmt.Sprintf("the checkpoint (LSN %s on %s) lies on this server's history, before its fork at %s, and the slot (confirmed %s) has not passed it",
+			ckpt, claimed, pl.fork, si.confirmed))
+	}
+	return outboxcdc.Pass(name, fmt.Sprintf("the checkpoint (LSN %s on %s) is this server's and can be resumed from the slot (confirmed %s)", ckpt, claimed, si.confirmed))
 }
 
 func orNone(s string) string {
@@ -235,11 +320,13 @@ func orNone(s string) string {
 // slot, for the commands that write a checkpoint by hand (`position set`,
 // `position import-debezium`). It returns an error wrapping ErrBehindSlot
 // when pos is behind the slot's confirmed_flush_lsn (Run would refuse it:
-// a logical slot cannot be rewound), another error when the slot could not
-// be looked up, and nil otherwise, also when the slot does not exist (Run
-// reports that itself). name is the connector name, as for New.
+// a logical slot cannot be rewound), one wrapping ErrSlotChanged when pos
+// names another system or a timeline it is not on (identity.go), another
+// error when the server or the slot could not be looked up, and nil
+// otherwise, also when the slot does not exist (Run reports that itself).
+// name is the connector name, as for New.
 func CheckResume(ctx context.Context, cfg Config, name string, pos outboxcdc.Position) error {
-	lsn, err := ackLSN(pos)
+	lsn, claimed, err := ackPosition(pos)
 	if err != nil {
 		return err
 	}
@@ -247,19 +334,28 @@ func CheckResume(ctx context.Context, cfg Config, name string, pos outboxcdc.Pos
 	if err != nil {
 		return err
 	}
-	db, err := s.connectMeta(ctx)
+	conn, err := s.connectReplication(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeMeta(db)
-	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-	defer cancel()
-	si, err := querySlot(qctx, db, s.cfg.Slot)
-	if err != nil || si == nil {
+	defer closeRepl(conn)
+	srv, err := s.identify(ctx, conn)
+	if err != nil {
 		return err
 	}
-	if lsn < si.confirmed {
-		return behindSlot(s.cfg.Slot, lsn, si.confirmed)
+	pl, err := s.placeOn(ctx, conn, srv, lsn, claimed)
+	if err != nil {
+		return err
+	}
+	si, err := s.replSlot(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if pl.problem != "" {
+		return s.slotChanged(pl.problem, srv, pl, si)
+	}
+	if si != nil && lsn < si.confirmed {
+		return behindSlot(s.cfg.Slot, lsn, si.confirmed, s.recovery(srv, pl.common, si))
 	}
 	return nil
 }

@@ -111,6 +111,18 @@ type Config struct {
 	Reconnect BackoffConfig `yaml:"reconnect"`
 	// LagInterval is how often the slot lag metric is refreshed.
 	LagInterval time.Duration `yaml:"lag_interval"`
+	// FailoverSlot creates the slot as a failover slot (PostgreSQL 17 and
+	// later: failover = true, synchronized to standbys that run the slot
+	// sync worker, so a promoted standby has it), and makes an existing
+	// slot one. A server before 17 is refused. The slot is checked against
+	// the checkpoint on every connect like any other (see
+	// docs/operations.md, "Failover runbook").
+	FailoverSlot bool `yaml:"failover_slot"`
+	// RepublishWhere is the source.pending.where the recovery advice gives
+	// for re-publishing the rows not known to be delivered; empty: every
+	// row ("1 = 1"). Not a configuration key: the command derives it from
+	// lifecycle.mark_sent.
+	RepublishWhere string `yaml:"-"`
 	// TakeOverSlot lets the source end a walsender that still holds the
 	// slot (takeover.go). Not a configuration key: the command sets it
 	// when ha.enabled, whose lock makes this instance the slot's only

@@ -127,17 +127,17 @@ func withHint(sentinel, cause error, hint string) error {
 }
 
 // behindSlot is the error for a checkpoint at from while the slot has
-// confirmed everything before confirmed.
-func behindSlot(slot string, from, confirmed pglogrepl.LSN) error {
-	return withHint(ErrBehindSlot, behindSlotCause(slot, from, confirmed), behindSlotHint(confirmed))
+// confirmed everything before confirmed; recovery is the way back
+// (Source.recovery).
+func behindSlot(slot string, from, confirmed pglogrepl.LSN, recovery string) error {
+	return withHint(ErrBehindSlot, behindSlotCause(slot, from, confirmed), behindSlotHint(recovery))
 }
 
 func behindSlotCause(slot string, from, confirmed pglogrepl.LSN) error {
-	return fmt.Errorf("the checkpoint (LSN %s) is behind replication slot %q's confirmed_flush_lsn %s", from, slot, confirmed)
+	return fmt.Errorf("the checkpoint (LSN %s) is behind replication slot %q's confirmed_flush_lsn %s: the checkpoint is older than what the slot confirmed "+
+		"(restored from a backup, moved back by hand), or the slot was dropped and created again, or advanced by something else", from, slot, confirmed)
 }
 
-func behindSlotHint(confirmed pglogrepl.LSN) string {
-	return fmt.Sprintf("PostgreSQL streams a slot only from its confirmed position, so the transactions in between cannot be read "+
-		"from it again and starting would skip them; to re-publish rows, read them from the outbox table (README: Positions and replay); "+
-		"to accept the skip, run: outbox-cdc position set --to %s --force", MakePosition(confirmed))
+func behindSlotHint(recovery string) string {
+	return "PostgreSQL streams a slot only from its confirmed position, so the transactions in between cannot be read from it again and starting would skip them; " + recovery
 }

@@ -35,13 +35,9 @@ func viaProxy(t *testing.T, e *pgEnv) (string, *testenv.Proxy) {
 	return u.String(), p
 }
 
-// TestSilentPeerReconnects: the path to the server goes silent both ways
-// (no FIN, no RST) for longer than the receive timeout while rows are
-// committed. The source notices within the bound (not ready, connected 0),
-// keeps retrying without returning, and once the path heals delivers every
-// row committed meanwhile, once and in order.
-func TestSilentPeerReconnects(t *testing.T) {
-	e := newPgEnv(t)
+// cuttableConfig is e's configuration through a proxy, with timeouts
+// short enough for a test of a silent path (receive timeout 3s).
+func cuttableConfig(t *testing.T, e *pgEnv) (Config, *testenv.Proxy) {
 	dsn, proxy := viaProxy(t, e)
 	cfg := e.config()
 	cfg.DSN = dsn
@@ -49,6 +45,17 @@ func TestSilentPeerReconnects(t *testing.T) {
 	cfg.ReceiveTimeout = 3 * time.Second
 	cfg.ConnectTimeout = 2 * time.Second
 	cfg.QueryTimeout = 3 * time.Second
+	return cfg, proxy
+}
+
+// TestSilentPeerReconnects: the path to the server goes silent both ways
+// (no FIN, no RST) for longer than the receive timeout while rows are
+// committed. The source notices within the bound (not ready, connected 0),
+// keeps retrying without returning, and once the path heals delivers every
+// row committed meanwhile, once and in order.
+func TestSilentPeerReconnects(t *testing.T) {
+	e := newPgEnv(t)
+	cfg, proxy := cuttableConfig(t, e)
 	src, m := e.source(cfg, seedCols)
 	r := start(t, src, "", 1024)
 	r.waitReady()
@@ -485,5 +492,204 @@ func TestDerivedPublicationRenamedRefused(t *testing.T) {
 	var n int
 	if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM pg_publication WHERE pubname = $1`, s.Publication()).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("publication %s created (%d, %v)", s.Publication(), n, err)
+	}
+}
+
+// TestSlotRecreatedWhileCutRefused: the path to the server is cut (silent
+// both ways) while rows are committed and the slot is dropped and created
+// again under its name; when the path heals, the reconnect finds a slot
+// whose confirmed position is past the last position the source
+// confirmed. Run stops with ErrSlotChanged naming both positions, the
+// runbook and the re-publish (source.start: pending), delivers none of
+// the rows, and `check` fails postgres.position. Before the proof ran on
+// every connect the reconnect streamed on from the new slot's creation,
+// and every row committed during the cut was lost without a word.
+func TestSlotRecreatedWhileCutRefused(t *testing.T) {
+	e := newPgEnv(t)
+	cfg, proxy := cuttableConfig(t, e)
+	src, m := e.source(cfg, seedCols)
+	r := start(t, src, "", 1024)
+	r.waitReady()
+	e.insertTx("c0")
+	tx := r.next(10 * time.Second)
+	src.Ack(tx.End)
+	testenv.Eventually(t, 10*time.Second, "the slot to confirm c0", func() bool { return e.confirmedFlush() >= lsnOf(t, tx.End) })
+	acked := e.confirmedFlush()
+
+	proxy.Silence()
+	testenv.Eventually(t, 20*time.Second, "the source to notice the cut", func() bool { return counter(m.Connected) == 0 })
+	const rows = 100
+	for i := 1; i <= rows; i++ {
+		e.insertTx(fmt.Sprintf("c%d", i))
+	}
+	// The walsender of the cut connection holds the slot until
+	// wal_sender_timeout; an operator (or a failover script) ends it.
+	testenv.Eventually(t, 20*time.Second, "the old walsender gone", func() bool {
+		if pid := e.activePID(); pid != 0 {
+			_, _ = e.db.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid)
+			return false
+		}
+		return true
+	})
+	e.exec(`SELECT pg_drop_replication_slot($1)`, e.slot)
+	e.exec(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot)
+	created := e.confirmedFlush()
+	proxy.Heal()
+
+	var err error
+	deadline := time.After(60 * time.Second)
+wait:
+	for {
+		select {
+		case err = <-r.done:
+			r.once.Do(func() {})
+			break wait
+		case tx := <-r.out:
+			if len(tx.Events) > 0 {
+				t.Fatalf("delivered %s from the recreated slot", ids(tx))
+			}
+		case <-deadline:
+			t.Fatalf("Run did not stop after the path healed: the rows committed during the cut were skipped (ready: %v)", src.Ready())
+		}
+	}
+	if !errors.Is(err, ErrSlotChanged) || !isPermanent(err) {
+		t.Fatalf("want a permanent ErrSlotChanged, got %v", err)
+	}
+	for _, want := range []string{created.String(), acked.String(), "dropped and created again", "source.start: pending", `source.pending.where: "1 = 1"`, "Failover runbook"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	t.Logf("error: %v", err)
+
+	var found bool
+	for _, c := range Check(context.Background(), e.config(), "test", seedCols, tx.End) {
+		if c.Name == "postgres.position" {
+			found = true
+			if c.OK {
+				t.Errorf("check passes the checkpoint against the recreated slot: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Error("check reported no postgres.position")
+	}
+}
+
+// TestFailoverSlotRefusedBefore17: source.failover_slot on a server
+// without failover slots (the PostgreSQL 15 here) stops the source with
+// a permanent error naming the version and the alternative, creates no
+// slot, and `check` fails postgres.failover_slot: an ordinary slot created
+// silently would leave the operator believing it survives a promotion.
+func TestFailoverSlotRefusedBefore17(t *testing.T) {
+	e := newPgEnv(t)
+	var version int
+	if err := e.db.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version >= failoverVersion {
+		t.Skipf("the server is %d: it has failover slots", version)
+	}
+	cfg := e.config()
+	cfg.FailoverSlot = true
+	src, _ := e.source(cfg, seedCols)
+	r := start(t, src, "", 16)
+	select {
+	case err := <-r.done:
+		r.once.Do(func() {})
+		if !isPermanent(err) || !strings.Contains(err.Error(), "failover slots need PostgreSQL 17") || !strings.Contains(err.Error(), "Patroni permanent slots") {
+			t.Fatalf("want a permanent refusal naming PostgreSQL 17 and Patroni, got %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	if e.slotExists() {
+		t.Fatal("a slot was created")
+	}
+	var found bool
+	for _, c := range Check(context.Background(), cfg, "test", seedCols, "") {
+		if c.Name == "postgres.failover_slot" {
+			found = true
+			if c.OK || !strings.Contains(c.Detail, "no failover slots") {
+				t.Errorf("check: %+v", c)
+			}
+		}
+	}
+	if !found {
+		t.Error("check reported no postgres.failover_slot")
+	}
+}
+
+// TestShortFormCheckpointAdopted: a checkpoint in the short form (earlier
+// versions, `position set --to 0/...`, a Debezium import) resumes; the
+// next position carries the server's identity, and `check` says what it
+// could not prove.
+func TestShortFormCheckpointAdopted(t *testing.T) {
+	e := newPgEnv(t)
+	src, _ := e.source(e.config(), seedCols)
+	r := start(t, src, "", 16)
+	r.waitReady()
+	e.insertTx("s1")
+	tx := r.next(10 * time.Second)
+	if _, id, err := ParsePositionIdentity(tx.End); err != nil || !id.Known() {
+		t.Fatalf("position %q carries no identity (%v)", tx.End, err)
+	}
+	src.Ack(tx.End)
+	_ = r.stop()
+	testenv.Eventually(t, 10*time.Second, "slot released", func() bool { return e.activePID() == 0 })
+
+	short := MakePosition(lsnOf(t, tx.End))
+	for _, c := range Check(context.Background(), e.config(), "test", seedCols, short) {
+		if c.Name == "postgres.position" && (!c.OK || !strings.Contains(c.Detail, "carries no server identity")) {
+			t.Errorf("check of a short-form checkpoint: %+v", c)
+		}
+	}
+	src2, _ := e.source(e.config(), seedCols)
+	r2 := start(t, src2, short, 16)
+	r2.waitReady()
+	e.insertTx("s2")
+	tx2 := r2.next(10 * time.Second)
+	_, id, err := ParsePositionIdentity(tx2.End)
+	_, want, _ := ParsePositionIdentity(tx.End)
+	if ids(tx2) != "s2" || err != nil || id != want {
+		t.Fatalf("after a short-form checkpoint: %s at %q, want s2 with the identity %+v", ids(tx2), tx2.End, want)
+	}
+}
+
+// TestCheckpointOfAnotherSystemRefused: a checkpoint that names another
+// system identifier (source.dsn reaches another cluster) is refused by
+// Run with ErrSlotChanged naming both systems, by `position set` (the
+// resume check) and by `check`; nothing is streamed.
+func TestCheckpointOfAnotherSystemRefused(t *testing.T) {
+	e := newPgEnv(t)
+	src, _ := e.source(e.config(), seedCols)
+	r := start(t, src, "", 16)
+	r.waitReady()
+	e.insertTx("o1")
+	tx := r.next(10 * time.Second)
+	_ = r.stop()
+	testenv.Eventually(t, 10*time.Second, "slot released", func() bool { return e.activePID() == 0 })
+	foreign := Identity{System: 42, Timeline: 1}.Position(lsnOf(t, tx.End))
+
+	src2, _ := e.source(e.config(), seedCols)
+	r2 := start(t, src2, foreign, 16)
+	select {
+	case err := <-r2.done:
+		r2.once.Do(func() {})
+		if !errors.Is(err, ErrSlotChanged) || !isPermanent(err) || !strings.Contains(err.Error(), "system 42, this server is system") {
+			t.Fatalf("want ErrSlotChanged naming both systems, got %v", err)
+		}
+	case tx := <-r2.out:
+		t.Fatalf("streamed %q from another system's checkpoint", ids(tx))
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+	if err := CheckResume(context.Background(), e.config(), "test", foreign); !errors.Is(err, ErrSlotChanged) {
+		t.Fatalf("CheckResume: %v, want ErrSlotChanged", err)
+	}
+	for _, c := range Check(context.Background(), e.config(), "test", seedCols, foreign) {
+		if c.Name == "postgres.position" && c.OK {
+			t.Errorf("check passes another system's checkpoint: %+v", c)
+		}
 	}
 }

@@ -58,3 +58,38 @@ func TestDescribeFormCompare(t *testing.T) {
 		t.Error("Compare ordered a foreign position")
 	}
 }
+
+func TestParseInputIdentity(t *testing.T) {
+	const full = "postgres:0/16B3748,timeline=2,system=7345678901234567890"
+	for in, want := range map[string]outboxcdc.Position{
+		full: full,
+		"0/16b3748,timeline=2,system=7345678901234567890": full,
+		" " + full + " ": full,
+	} {
+		got, err := ParseInput(in)
+		if err != nil || got != want {
+			t.Errorf("ParseInput(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if got := Describe(full); got != "LSN 0/16B3748 on timeline 2 of system 7345678901234567890" {
+		t.Errorf("Describe = %q", got)
+	}
+	if got := Form(full); got != FormLSN {
+		t.Errorf("Form = %q", got)
+	}
+	for _, tt := range []struct {
+		a, b outboxcdc.Position
+		want int
+	}{
+		{full, "postgres:0/16B3748", 0},                                    // the short form: the same LSN
+		{full, "postgres:0/1000,timeline=1,system=7345678901234567890", 1}, // an earlier timeline of the system
+		{full, "postgres:1/0,timeline=2,system=7345678901234567890", -1},
+	} {
+		if got, err := Compare(tt.a, tt.b); err != nil || got != tt.want {
+			t.Errorf("Compare(%q, %q) = %d, %v; want %d", tt.a, tt.b, got, err, tt.want)
+		}
+	}
+	if _, err := Compare(full, "postgres:0/1,timeline=1,system=1"); err == nil || !strings.Contains(err.Error(), "two different PostgreSQL systems") {
+		t.Errorf("Compare ordered positions of two systems: %v", err)
+	}
+}

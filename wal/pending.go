@@ -88,8 +88,8 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 		s.log.Error().Err(err).Msg("pending backfill failed")
 		return permanent(fmt.Errorf("pending backfill: %w", err))
 	}
-	lsn, _ := ParsePosition(pos)
-	st.checkpoint, st.resume = true, lsn
+	lsn, id, _ := ParsePositionIdentity(pos)
+	st.checkpoint, st.resume, st.ident = true, lsn, id
 	s.ack.Store(uint64(lsn))
 	return nil
 }
@@ -157,7 +157,8 @@ func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.St
 	defer closeMeta(meta)
 	setup, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
-	if _, err := s.preflight(setup, meta); err != nil {
+	version, err := s.preflight(setup, meta)
+	if err != nil {
 		return nil, s.timedOut(setup, "read the server settings", err)
 	}
 	if err := s.ensurePublication(setup, meta, *rs != nil); err != nil {
@@ -201,6 +202,12 @@ func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.St
 		}
 		return res, nil
 	}
+	// The stream position of a first start carries the server's identity,
+	// as every position does (identity.go).
+	srv, err := s.identify(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return nil, err
 	}
@@ -211,17 +218,25 @@ func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.St
 		if !s.cfg.Create {
 			return nil, permanent(mark(ErrSlot, fmt.Errorf("replication slot %q does not exist and source.create is false; source.start: pending creates it to read the pending rows at its consistent point", s.cfg.Slot)))
 		}
+		create, err := createSlotCommand(s.cfg.Slot, version, s.cfg.FailoverSlot)
+		if err != nil {
+			return nil, permanent(err)
+		}
 		cctx, ccancel := context.WithTimeout(ctx, slotCreateTimeout)
-		res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(cctx, "CREATE_REPLICATION_SLOT "+pgx.Identifier{s.cfg.Slot}.Sanitize()+" LOGICAL pgoutput USE_SNAPSHOT"))
+		res, err := pglogrepl.ParseCreateReplicationSlot(conn.Exec(cctx, create))
 		ccancel()
 		if err != nil {
 			return nil, classify(fmt.Errorf("create replication slot %q with a snapshot: %w", s.cfg.Slot, err))
 		}
-		fresh = &backfill.State{Last: -1 << 63, Stream: res.ConsistentPoint}
+		cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+		if err != nil {
+			return nil, fmt.Errorf("create replication slot %q: consistent point %q: %w", s.cfg.Slot, res.ConsistentPoint, err)
+		}
+		fresh = &backfill.State{Last: -1 << 63, Stream: string(srv.id.appendBody(nil, cp))}
 		s.log.Info().Str("consistent_lsn", res.ConsistentPoint).Msg("created replication slot (pgoutput); reading the pending rows in its snapshot")
 	default:
 		if *rs == nil {
-			fresh = &backfill.State{Last: -1 << 63, Stream: string(appendLSN(nil, si.confirmed))}
+			fresh = &backfill.State{Last: -1 << 63, Stream: string(srv.id.appendBody(nil, si.confirmed))}
 			s.log.Info().Str("confirmed_flush_lsn", si.confirmed.String()).
 				Msg("pending backfill: the slot exists, so the rows are read in a fresh snapshot and rows the stream repeats are skipped")
 		}
@@ -372,12 +387,18 @@ func (d *dedupe) filter(tx outboxcdc.Tx, final pglogrepl.LSN) outboxcdc.Tx {
 // ackLSN is the LSN a position confirms: a pending position confirms its
 // stream position (the slot holds everything after it).
 func ackLSN(pos outboxcdc.Position) (pglogrepl.LSN, error) {
+	lsn, _, err := ackPosition(pos)
+	return lsn, err
+}
+
+// ackPosition is ackLSN with the identity the position names.
+func ackPosition(pos outboxcdc.Position) (pglogrepl.LSN, Identity, error) {
 	if backfill.IsPending(pos) {
 		st, err := backfill.Parse(pos, Kind)
 		if err != nil {
-			return 0, err
+			return 0, Identity{}, err
 		}
 		pos = st.StreamPosition(Kind)
 	}
-	return ParsePosition(pos)
+	return ParsePositionIdentity(pos)
 }

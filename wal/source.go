@@ -217,6 +217,11 @@ type runState struct {
 	checkpoint bool          // Run was given a position
 	haveSlot   bool          // the slot was found or created during this Run
 	resume     pglogrepl.LSN // end of the last whole Tx queued, else the start position
+	// ident is the server history resume and the last Ack were read on
+	// (zero: unknown, a short-form checkpoint); proven says a connect of
+	// this Run proved them (identity.go). Positions issued carry ident.
+	ident  Identity
+	proven bool
 	// partialFinal and partialSent: the transaction (by commit LSN) of
 	// which partialSent events were queued as fragments, but not its end.
 	partialFinal pglogrepl.LSN
@@ -234,12 +239,13 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	}
 	st := &runState{q: newQueue(s.cfg.BufferBytes)}
 	if !from.IsZero() && !backfill.IsPending(from) {
-		lsn, err := ParsePosition(from)
+		lsn, id, err := ParsePositionIdentity(from)
 		if err != nil {
 			return err
 		}
 		st.checkpoint = true
 		st.resume = lsn
+		st.ident = id
 		s.ack.Store(uint64(lsn))
 	}
 
@@ -330,18 +336,42 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 		return false, s.timedOut(setup, "check the publication", err)
 	}
 	cancel()
-	if err := s.ensureSlot(ctx, meta, st); err != nil {
-		return false, err
-	}
 
-	s.readServerWAL(ctx, meta)
+	// The server is identified, and the positions held are proven, on the
+	// replication connection that will stream (identity.go).
 	conn, err := s.connectReplication(ctx)
 	if err != nil {
 		return false, err
 	}
+	streaming := false
+	defer func() {
+		if !streaming {
+			closeRepl(conn)
+		}
+	}()
+	srv, err := s.identify(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	srv.version = version
+	var pl placement
+	if st.checkpoint || st.proven {
+		if pl, err = s.placeOn(ctx, conn, srv, st.resume, st.ident); err != nil {
+			return false, err
+		}
+	}
+	if err := s.ensureSlot(ctx, meta, st, srv, pl); err != nil {
+		return false, err
+	}
+	if err := s.ensureFailover(ctx, meta, conn, srv); err != nil {
+		return false, err
+	}
+	s.readServerWAL(ctx, meta)
 	wst, err := s.walSenderTimeout(ctx, conn)
 	if err != nil {
-		closeRepl(conn)
+		return false, err
+	}
+	if err := s.proveSlot(ctx, conn, st, srv, pl); err != nil {
 		return false, err
 	}
 	rt := s.cfg.receiveTimeout(wst)
@@ -363,7 +393,6 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 	err = pglogrepl.StartReplication(sctx, conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	cancel()
 	if err != nil {
-		closeRepl(conn)
 		if pgCode(err) == codeObjectInUse {
 			return false, s.slotBusy(ctx, meta, err)
 		}
@@ -374,8 +403,9 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 	}
 	closeMeta(meta)
 	meta = nil
+	streaming = true // stream closes it
 
-	ev := s.log.Info().Str("start_lsn", start.String()).Str("publication", s.cfg.Publication).Int("server_version", version).
+	ev := s.log.Info().Str("start_lsn", start.String()).Str("server", srv.id.String()).Str("publication", s.cfg.Publication).Int("server_version", version).
 		Dur("wal_sender_timeout", wst).Dur("receive_timeout", rt)
 	if st.partialFinal != 0 {
 		ev = ev.Str("partial_commit_lsn", st.partialFinal.String()).Int("partial_events_sent", st.partialSent)
@@ -562,7 +592,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 				if !dec.inTx && st.partialFinal == 0 && pkm.ServerWALEnd > st.resume {
 					if now := time.Now(); now.Sub(lastEmpty) >= time.Second && st.q.empty() {
 						lastEmpty = now
-						st.q.push(queued{tx: outboxcdc.Tx{End: MakePosition(pkm.ServerWALEnd)}, bytes: txOverhead})
+						st.q.push(queued{tx: outboxcdc.Tx{End: st.ident.Position(pkm.ServerWALEnd)}, bytes: txOverhead})
 						st.resume = pkm.ServerWALEnd
 					}
 				}
@@ -627,7 +657,7 @@ func (s *Source) queueTx(st *runState, c *txOut, lastEmpty *time.Time) {
 		}
 		*lastEmpty = now
 	}
-	st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, End: MakePosition(c.end), CommitTime: c.commitTime, Pool: s.pool}, bytes: c.bytes + txOverhead, final: c.final})
+	st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, End: st.ident.Position(c.end), CommitTime: c.commitTime, Pool: s.pool}, bytes: c.bytes + txOverhead, final: c.final})
 	st.resume = c.end
 	st.partialFinal, st.partialSent = 0, 0
 }
@@ -726,6 +756,9 @@ func (s *Source) preflight(ctx context.Context, db *pgx.Conn) (int, error) {
 	if len(s.cfg.Messages.all()) > 0 && version < 140000 {
 		return 0, permanent(fmt.Errorf("source.messages.prefix needs PostgreSQL 14 or later (pgoutput's messages option); this server is %s", versionText))
 	}
+	if err := checkFailoverVersion(s.cfg.FailoverSlot, version, versionText); err != nil {
+		return 0, err
+	}
 	if recovery && version < 160000 {
 		return 0, permanent(errors.New("the server is a standby (in recovery): logical decoding needs the primary before PostgreSQL 16; point source.dsn at the primary"))
 	}
@@ -820,16 +853,16 @@ type slotInfo struct {
 	plugin, slotType, database, walStatus string
 	active                                bool
 	activePID                             int32
-	confirmed                             pglogrepl.LSN
+	confirmed, restart                    pglogrepl.LSN
 }
 
 func querySlot(ctx context.Context, db *pgx.Conn, name string) (*slotInfo, error) {
 	var si slotInfo
-	var confirmed string
+	var confirmed, restart string
 	err := db.QueryRow(ctx, `SELECT coalesce(plugin::text, ''), slot_type::text, coalesce(database::text, ''), active,
-		coalesce(active_pid, 0), coalesce(confirmed_flush_lsn::text, ''), coalesce(wal_status, '')
+		coalesce(active_pid, 0), coalesce(confirmed_flush_lsn::text, ''), coalesce(restart_lsn::text, ''), coalesce(wal_status, '')
 		FROM pg_replication_slots WHERE slot_name = $1`, name).
-		Scan(&si.plugin, &si.slotType, &si.database, &si.active, &si.activePID, &confirmed, &si.walStatus)
+		Scan(&si.plugin, &si.slotType, &si.database, &si.active, &si.activePID, &confirmed, &restart, &si.walStatus)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -841,6 +874,11 @@ func querySlot(ctx context.Context, db *pgx.Conn, name string) (*slotInfo, error
 			return nil, fmt.Errorf("slot %q confirmed_flush_lsn %q: %w", name, confirmed, err)
 		}
 	}
+	if restart != "" {
+		if si.restart, err = pglogrepl.ParseLSN(restart); err != nil {
+			return nil, fmt.Errorf("slot %q restart_lsn %q: %w", name, restart, err)
+		}
+	}
 	return &si, nil
 }
 
@@ -848,9 +886,12 @@ func querySlot(ctx context.Context, db *pgx.Conn, name string) (*slotInfo, error
 // transactions open at that moment to end before the slot is consistent.
 const slotCreateTimeout = 5 * time.Minute
 
-// ensureSlot verifies (or creates) the slot and fixes the start position.
-// Every query is bounded by QueryTimeout, the creation by slotCreateTimeout.
-func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) error {
+// ensureSlot verifies (or creates) the slot and, on a fresh start, fixes
+// the start position; srv is the server the replication connection
+// reached, pl where the positions held lie on its history (both for the
+// messages; proveSlot judges them). Every query is bounded by
+// QueryTimeout, the creation by slotCreateTimeout.
+func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState, srv *serverInfo, pl placement) error {
 	slot := s.cfg.Slot
 	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
@@ -860,16 +901,13 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 	}
 	if si == nil {
 		switch {
-		case st.checkpoint:
-			if err := s.nameChanged(qctx, db, true, st.resume); err != nil {
-				return err
+		case st.checkpoint || st.haveSlot:
+			if !st.haveSlot {
+				if err := s.nameChanged(qctx, db, true, st.resume); err != nil {
+					return err
+				}
 			}
-			return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed from it: "+
-				"the slot was dropped and the changes after the checkpoint are gone from the server. It was NOT recreated. "+
-				"To start over knowingly, delete the checkpoint and restart (the slot is then created and streaming starts at its creation point); "+
-				"rows committed in between must be republished by other means", slot, st.resume)))
-		case st.haveSlot:
-			return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q was dropped while streaming (last position %s); the changes after it are gone. It was NOT recreated; restart after deciding how to recover", slot, st.resume)))
+			return s.slotMissing(st, srv, pl)
 		case !s.cfg.Create:
 			return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q does not exist and source.create is false: run SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.create: true", slot, slot)))
 		}
@@ -879,9 +917,13 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 					Msg("a slot exists under the name earlier versions derived from this connector name; this connector now uses its own (hash-suffixed) slot. If the old slot is this connector's, stop, pin source.slot/source.publication to the old names and move the checkpoint back; otherwise drop it when unused, it pins WAL")
 			}
 		}
+		create, err := createSlotSQL(srv.version, s.cfg.FailoverSlot)
+		if err != nil {
+			return err
+		}
 		cctx, ccancel := context.WithTimeout(ctx, slotCreateTimeout)
 		var lsn string
-		err := db.QueryRow(cctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, slot).Scan(&lsn)
+		err = db.QueryRow(cctx, create, slot).Scan(&lsn)
 		ccancel()
 		if err != nil && pgCode(err) != codeDuplicateObject {
 			if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
@@ -891,7 +933,7 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 			return classify(fmt.Errorf("create replication slot %q: %w (the role needs the REPLICATION attribute)", slot, err))
 		}
 		if err == nil {
-			s.log.Info().Str("consistent_lsn", lsn).Msg("created replication slot (pgoutput)")
+			s.log.Info().Str("consistent_lsn", lsn).Bool("failover", s.cfg.FailoverSlot).Msg("created replication slot (pgoutput)")
 		}
 		// A fresh bound for the rest: the creation may have taken long.
 		after, cancelAfter := context.WithTimeout(ctx, s.cfg.QueryTimeout)
@@ -926,40 +968,60 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState) err
 	}
 
 	if !st.haveSlot {
-		var current pglogrepl.LSN
-		var currentText string
-		if err := db.QueryRow(qctx, `SELECT pg_current_wal_lsn()::text`).Scan(&currentText); err == nil {
-			current, _ = pglogrepl.ParseLSN(currentText)
-		}
-		switch {
-		case st.checkpoint:
-			if current != 0 && st.resume > current {
-				return permanent(fmt.Errorf("the checkpoint (LSN %s) is ahead of this server's WAL (%s): it was written against another server or cluster; point source.dsn at the right server or delete the checkpoint knowingly", st.resume, current))
-			}
-			if st.resume < si.confirmed {
-				// The server would start at the slot's position, skipping
-				// whatever committed in between: never do that silently.
-				return permanent(behindSlot(slot, st.resume, si.confirmed))
-			}
-		case s.cfg.Start == StartLatest && current > si.confirmed:
-			st.resume = current
-		default:
-			st.resume = si.confirmed
-		}
 		if !st.checkpoint {
+			st.resume = si.confirmed
+			if s.cfg.Start == StartLatest && srv.flushed > si.confirmed {
+				st.resume = srv.flushed
+			}
+			s.ack.Store(uint64(st.resume))
 			s.log.Info().Str("start", s.cfg.Start).Str("start_lsn", st.resume.String()).
 				Str("confirmed_flush_lsn", si.confirmed.String()).Msg("no checkpoint: first run")
 			// Saved before anything is read: with start: latest a restart
 			// would otherwise jump to the WAL end of then, past what the
-			// slot holds.
-			if err := s.saveStart(ctx, MakePosition(st.resume)); err != nil {
+			// slot holds. It carries this server's identity, as every
+			// position issued from here on does.
+			if err := s.saveStart(ctx, srv.id.Position(st.resume)); err != nil {
 				return err
 			}
-			s.ack.Store(uint64(st.resume))
 		}
 		st.haveSlot = true
 	}
 	return nil
+}
+
+// slotMissing is the error for a slot that does not exist although the
+// checkpoint, or this Run, streamed from it. The slot is never created
+// again then: a new slot starts at its creation, after everything
+// committed since the checkpoint.
+func (s *Source) slotMissing(st *runState, srv *serverInfo, pl placement) error {
+	cause, hint, promoted := s.slotMissingCause(st, srv, pl)
+	if promoted {
+		return mark(ErrSlot, withHint(ErrSlotChanged, cause, hint))
+	}
+	return withHint(ErrSlot, cause, hint)
+}
+
+// slotMissingCause is slotMissing's message and remedy; promoted says the
+// server was promoted since the positions held were read.
+func (s *Source) slotMissingCause(st *runState, srv *serverInfo, pl placement) (cause error, hint string, promoted bool) {
+	slot := s.cfg.Slot
+	what := fmt.Sprintf("the checkpoint (LSN %s) says this connector streamed from it", st.resume)
+	if st.haveSlot {
+		what = fmt.Sprintf("this connector streamed from it until %s", st.resume)
+	}
+	hint = s.recovery(srv, pl.common, nil)
+	if st.ident.Known() && st.ident.System == srv.id.System && st.ident.Timeline < srv.id.Timeline {
+		fork := ""
+		if pl.fork != 0 {
+			fork = fmt.Sprintf(", which left the checkpoint's timeline at %s", pl.fork)
+		}
+		return fmt.Errorf("replication slot %q does not exist on this server, but %s on timeline %d: this server (%s%s) was promoted since, "+
+			"and the slot stayed on the old primary (it was neither a failover slot synchronized to this standby nor a Patroni permanent slot). "+
+			"It was NOT created here: a slot created now would start at its creation and skip what this server committed before it",
+			slot, what, st.ident.Timeline, srv.id, fork), hint, true
+	}
+	return fmt.Errorf("replication slot %q does not exist, but %s: the slot was dropped, and the transactions committed since can no longer be streamed. "+
+		"It was NOT created again: a new slot would start at its creation and skip them", slot, what), hint, false
 }
 
 // nameChanged returns ErrNameChanged when the derived slot (slot true)

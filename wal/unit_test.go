@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 )
 
 func TestValidate(t *testing.T) {
@@ -124,6 +125,155 @@ func TestPosition(t *testing.T) {
 	}
 	if _, err := ParsePosition("postgres:zz"); err == nil {
 		t.Error("bad LSN accepted")
+	}
+}
+
+// TestPositionIdentity: positions carry the system identifier and the
+// timeline; the short form of earlier versions still loads (identity
+// unknown), and a pending position carries the identity in its stream
+// body without knowing it.
+func TestPositionIdentity(t *testing.T) {
+	id := Identity{System: 7345678901234567890, Timeline: 3}
+	p := id.Position(0x16B3748)
+	if p != "postgres:0/16B3748,timeline=3,system=7345678901234567890" {
+		t.Fatalf("Position = %q", p)
+	}
+	lsn, got, err := ParsePositionIdentity(p)
+	if err != nil || lsn != 0x16B3748 || got != id {
+		t.Fatalf("ParsePositionIdentity(%q) = %s, %+v, %v", p, lsn, got, err)
+	}
+	if lsn, err := ParsePosition(p); err != nil || lsn != 0x16B3748 {
+		t.Fatalf("ParsePosition(%q) = %s, %v", p, lsn, err)
+	}
+	// The short form: what earlier versions wrote.
+	lsn, got, err = ParsePositionIdentity("postgres:0/16B3748")
+	if err != nil || lsn != 0x16B3748 || got.Known() {
+		t.Fatalf("short form: %s, %+v, %v", lsn, got, err)
+	}
+	if (Identity{}).Position(5) != MakePosition(5) {
+		t.Fatal("the unknown identity does not give the short form")
+	}
+	// A pending position: the stream body is the whole position body.
+	pend := backfill.State{Last: 4, High: 9, Stream: p.Body()}.Encode(Kind)
+	if lsn, got, err := ackPosition(pend); err != nil || lsn != 0x16B3748 || got != id {
+		t.Fatalf("ackPosition(%q) = %s, %+v, %v", pend, lsn, got, err)
+	}
+	for _, bad := range []outboxcdc.Position{
+		"postgres:0/1,timeline=3",                             // half an identity
+		"postgres:0/1,system=5",                               // the other half
+		"postgres:0/1,timeline=0,system=5",                    // timeline 0
+		"postgres:0/1,timeline=x,system=5",                    // not a number
+		"postgres:0/1,timeline=1,system=0",                    // system 0
+		"postgres:0/1,timeline=1,system=5,timeline=2",         // twice
+		"postgres:0/1,timeline=1,system=5,slot=a",             // unknown field
+		"postgres:0/1,",                                       // empty field
+		"postgres:0/1,timeline=1,system=99999999999999999999", // beyond 64 bits
+	} {
+		if _, _, err := ParsePositionIdentity(bad); err == nil {
+			t.Errorf("ParsePositionIdentity(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseTimelineHistory(t *testing.T) {
+	h, err := parseTimelineHistory([]byte("1\t0/3000060\tno recovery target specified\n\n# a comment\n2\t0/5A00028\tno recovery target specified\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []timelineSwitch{{1, 0x3000060}, {2, 0x5A00028}}
+	if fmt.Sprint(h) != fmt.Sprint(want) {
+		t.Fatalf("history %v, want %v", h, want)
+	}
+	// A history that skips timelines (a promotion of a standby of a
+	// standby whose timeline 2 was abandoned) is fine.
+	if h, err := parseTimelineHistory([]byte("1\t0/3000060\treason\n4\t0/6000000\treason\n")); err != nil || len(h) != 2 {
+		t.Fatalf("gapped history: %v, %v", h, err)
+	}
+	for _, bad := range []string{"1\n", "x\t0/1\tr\n", "1\tzz\tr\n", "2\t0/5\tr\n1\t0/6\tr\n", "1\t0/6\tr\n2\t0/5\tr\n"} {
+		if _, err := parseTimelineHistory([]byte(bad)); err == nil {
+			t.Errorf("history %q accepted", bad)
+		}
+	}
+}
+
+// TestPlace: the judgement of every connect, on the histories a failover
+// makes.
+func TestPlace(t *testing.T) {
+	const sys = 7345678901234567890
+	tl := func(n int32) Identity { return Identity{System: sys, Timeline: n} }
+	// Timeline 1 ended at 0/5000000 (timeline 2 began there), timeline 2
+	// at 0/9000000; the server is on timeline 3, flushed to 0/C000000.
+	hist := []timelineSwitch{{1, 0x5000000}, {2, 0x9000000}}
+	srv, flushed := tl(3), pglogrepl.LSN(0xC000000)
+	for _, tt := range []struct {
+		name     string
+		lsn      pglogrepl.LSN
+		claimed  Identity
+		problem  string // "" on the history
+		common   pglogrepl.LSN
+		fork     pglogrepl.LSN
+		hist     []timelineSwitch
+		srvTL    Identity
+		flushed_ pglogrepl.LSN
+	}{
+		{name: "same timeline", lsn: 0xB000000, claimed: tl(3), common: 0xB000000},
+		{name: "same timeline at the flush position", lsn: flushed, claimed: tl(3), common: flushed},
+		{name: "same timeline, ahead of the WAL", lsn: 0xD000000, claimed: tl(3), problem: "ahead of this server's WAL", common: flushed},
+		{name: "earlier timeline before its fork", lsn: 0x4FFFFFF, claimed: tl(1), common: 0x4FFFFFF, fork: 0x5000000},
+		{name: "earlier timeline at its fork", lsn: 0x5000000, claimed: tl(1), common: 0x5000000, fork: 0x5000000},
+		{name: "earlier timeline past its fork", lsn: 0x5000001, claimed: tl(1), problem: "past the point 0/5000000", common: 0x5000000, fork: 0x5000000},
+		{name: "parent timeline past its fork", lsn: 0x9100000, claimed: tl(2), problem: "past the point 0/9000000", common: 0x9000000, fork: 0x9000000},
+		{name: "parent timeline before its fork", lsn: 0x8000000, claimed: tl(2), common: 0x8000000, fork: 0x9000000},
+		{name: "later timeline", lsn: 0x1000, claimed: tl(4), problem: "later than this server's timeline 3"},
+		{name: "a timeline not in the history", lsn: 0x1000, claimed: tl(2), hist: []timelineSwitch{{1, 0x5000000}}, problem: "not in this server's history (timelines 1, 3)"},
+		{name: "another system", lsn: 0x1000, claimed: Identity{System: 42, Timeline: 3}, problem: "system 42, this server is system 7345678901234567890"},
+		{name: "short form", lsn: 0xB000000, common: 0xB000000},
+		{name: "short form, ahead of the WAL", lsn: 0xD000000, problem: "ahead of this server's WAL", common: flushed},
+		{name: "timeline 1 server", lsn: 0x100, claimed: tl(1), srvTL: tl(1), flushed_: 0x200, common: 0x100},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, s, f := hist, srv, flushed
+			if tt.hist != nil {
+				h = tt.hist
+			}
+			if tt.srvTL.Known() {
+				s, f, h = tt.srvTL, tt.flushed_, nil
+			}
+			got := place(tt.lsn, tt.claimed, s, f, h)
+			if (tt.problem == "") != (got.problem == "") || !strings.Contains(got.problem, tt.problem) {
+				t.Errorf("problem %q, want one containing %q", got.problem, tt.problem)
+			}
+			if got.common != tt.common || got.fork != tt.fork {
+				t.Errorf("common %s fork %s, want %s and %s", got.common, got.fork, tt.common, tt.fork)
+			}
+		})
+	}
+}
+
+// TestFailoverSlotVersionGate: failover slots are created only where the
+// server has them (PostgreSQL 17); before 17 the key is refused, never
+// silently ignored.
+func TestFailoverSlotVersionGate(t *testing.T) {
+	for _, tt := range []struct {
+		version  int
+		failover bool
+		sql, cmd string
+	}{
+		{150020, false, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, `CREATE_REPLICATION_SLOT "s" LOGICAL pgoutput USE_SNAPSHOT`},
+		{170000, false, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, `CREATE_REPLICATION_SLOT "s" LOGICAL pgoutput USE_SNAPSHOT`},
+		{170000, true, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`, `CREATE_REPLICATION_SLOT "s" LOGICAL pgoutput (SNAPSHOT 'use', FAILOVER true)`},
+		{180001, true, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`, `CREATE_REPLICATION_SLOT "s" LOGICAL pgoutput (SNAPSHOT 'use', FAILOVER true)`},
+		{160004, true, "", ""},
+	} {
+		sql, err1 := createSlotSQL(tt.version, tt.failover)
+		cmd, err2 := createSlotCommand("s", tt.version, tt.failover)
+		if sql != tt.sql || cmd != tt.cmd || (tt.sql == "") != (err1 != nil) || (tt.cmd == "") != (err2 != nil) {
+			t.Errorf("version %d failover %v: %q, %v; %q, %v", tt.version, tt.failover, sql, err1, cmd, err2)
+		}
+		err := checkFailoverVersion(tt.failover, tt.version, "x")
+		if want := tt.failover && tt.version < 170000; (err != nil) != want || (err != nil && (!isPermanent(err) || !strings.Contains(err.Error(), "PostgreSQL 17"))) {
+			t.Errorf("version %d failover %v: checkFailoverVersion = %v", tt.version, tt.failover, err)
+		}
 	}
 }
 

@@ -138,7 +138,7 @@ var sourceKinds = map[string]sourceKind{
 		// A Postgres DSN carries its own sslmode.
 		dsn: func(c Config) (string, error) { return c.Source.Postgres.DSN, nil },
 		build: func(cfg Config, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics, reg prometheus.Registerer) (outboxcdc.Source, error) {
-			pc := cfg.Source.Postgres
+			pc := postgresConfig(cfg)
 			// The HA lock makes this instance the only rightful reader of the
 			// slot: a walsender still holding it served a previous active
 			// instance that is gone or cut off (wal/takeover.go).
@@ -146,7 +146,7 @@ var sourceKinds = map[string]sourceKind{
 			return wal.New(pc, cfg.Name, cols, log, m, reg)
 		},
 		check: func(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult {
-			return wal.Check(ctx, cfg.Source.Postgres, cfg.Name, cols, from)
+			return wal.Check(ctx, postgresConfig(cfg), cfg.Name, cols, from)
 		},
 		tables: func(c Config) []string { return c.Source.Postgres.Tables },
 		derived: func(c Config) []derivedKey {
@@ -181,10 +181,13 @@ var sourceKinds = map[string]sourceKind{
 			// A logical slot is never rewound: the server would silently
 			// start at its confirmed position, so run refuses a position
 			// behind it.
-			pc := cfg.Source.Postgres
-			ctx, cancel := context.WithTimeout(ctx, pc.ConnectTimeout+pc.QueryTimeout)
+			pc := postgresConfig(cfg)
+			ctx, cancel := context.WithTimeout(ctx, pc.ConnectTimeout+3*pc.QueryTimeout)
 			defer cancel()
 			err := wal.CheckResume(ctx, pc, cfg.Name, pos)
+			if errors.Is(err, wal.ErrSlotChanged) {
+				return err.Error(), nil
+			}
 			if errors.Is(err, wal.ErrBehindSlot) {
 				return err.Error() + "\nNothing between that position and the slot's can be published again from the slot. " +
 					"To re-publish rows that are still in the outbox table, see docs/operations.md \"Positions and replay\" (source.start: pending with a pending.where selecting them).", nil
@@ -193,6 +196,17 @@ var sourceKinds = map[string]sourceKind{
 		},
 		preferFileForm: func(Config) bool { return false },
 	},
+}
+
+// postgresConfig is the Postgres source configuration with what the
+// source takes from the rest of the configuration: the rows its recovery
+// advice re-publishes are those lifecycle.mark_sent has not marked.
+func postgresConfig(cfg Config) wal.Config {
+	pc := cfg.Source.Postgres
+	if cfg.Lifecycle.MarkSent {
+		pc.RepublishWhere = "(" + cfg.Lifecycle.Cleanup.Delivered + ") IS NOT TRUE"
+	}
+	return pc
 }
 
 // mysqlDSN is source.dsn with source.tls applied (it reads the certificate

@@ -64,3 +64,17 @@ func TestDescribeAndComparePositions(t *testing.T) {
 		t.Errorf("comparePositions = %d, %v", d, err)
 	}
 }
+
+// The Postgres source's recovery advice re-publishes every row, or with
+// lifecycle.mark_sent the rows not marked delivered.
+func TestPostgresConfigRepublishWhere(t *testing.T) {
+	cfg := defaultConfig()
+	if got := postgresConfig(cfg).RepublishWhere; got != "" {
+		t.Errorf("without mark_sent: %q, want empty (every row)", got)
+	}
+	cfg.Lifecycle.MarkSent = true
+	cfg.Lifecycle.Cleanup.Delivered = "state = 'sent'"
+	if got := postgresConfig(cfg).RepublishWhere; got != "(state = 'sent') IS NOT TRUE" {
+		t.Errorf("with mark_sent: %q", got)
+	}
+}

@@ -20,7 +20,20 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+	"github.com/outbox-cdc/outbox-cdc/wal"
 )
+
+// postgresViaProxy is the PostgreSQL DSN pointed at a testenv.Proxy in
+// front of the server.
+func postgresViaProxy(t *testing.T) (string, *testenv.Proxy) {
+	u, err := url.Parse(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	return u.String(), proxy
+}
 
 // TestFaultPostgresSilentPeer: the connector reaches PostgreSQL through a
 // proxy that goes silent in both directions (no FIN, no RST) for longer
@@ -33,14 +46,9 @@ import (
 func TestFaultPostgresSilentPeer(t *testing.T) {
 	b := postgresBackend(t)
 	_, brokers := testenv.Kafka(t)
-	u, err := url.Parse(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.NewProxy(t, u.Host)
-	u.Host = proxy.Addr()
+	dsn, proxy := postgresViaProxy(t)
 	cfg := b.config(t, connName(t, "e2e-silent-pg"), brokers)
-	c := testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+u.String(), "OUTBOX_CDC_SOURCE_RECONNECT_MAX=2s")
+	c := testenv.Start(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+dsn, "OUTBOX_CDC_SOURCE_RECONNECT_MAX=2s")
 	cons := newConsumer(t, brokers, `outbox\.event\..*`)
 	b.insertTx(t, []row{{"sil-0", "ORDER", "agg-0", "E", `{"seq": 0}`}}, true)
 	cons.waitFor(t, 1, 20*time.Second)
@@ -189,7 +197,11 @@ func TestPostgresBackwardPosition(t *testing.T) {
 		insert(id)
 	}
 	cons.waitFor(t, 4, 20*time.Second)
-	earlyLSN := strings.TrimPrefix(string(early), "postgres:")
+	lsn, err := wal.ParsePosition(early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlyLSN := lsn.String()
 	testenv.Eventually(t, 20*time.Second, "the slot to confirm past "+earlyLSN, func() bool {
 		var past bool
 		err := b.db.QueryRow("SELECT confirmed_flush_lsn > $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", earlyLSN, srcSlot(t)).Scan(&past)
@@ -255,6 +267,99 @@ func TestPostgresBackwardPosition(t *testing.T) {
 	if counts["bw-1"] != 1 || counts["bw-2"] != 2 || counts["bw-3"] != 2 || counts["bw-4"] != 2 || counts["bw-5"] != 1 {
 		t.Fatalf("deliveries per row %v: want bw-2..bw-4 twice (the replay), the others once", counts)
 	}
+	if err := c.Stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM exit: %v", err)
+	}
+}
+
+// TestPostgresSlotRecreatedWhileCut: the issue's reproduction through the
+// binary. The connector's path to PostgreSQL is cut (silent both ways),
+// 100 outbox rows are committed, the slot is dropped and created again
+// under its name, the path heals. The reconnect finds a slot that
+// confirmed past the connector's checkpoint: the connector exits 1 with
+// the slot's and the checkpoint's positions, the re-publish and the
+// runbook, delivers none of the 100 rows from the new slot, and `check`
+// fails postgres.position. The re-publish the message gives (no
+// checkpoint, source.start: pending, source.pending.where "1 = 1")
+// delivers all of them. Before the proof ran on every connect, the
+// reconnect streamed on from the new slot's creation: all 100 lost, the
+// only log line "streaming resumed after reconnect".
+func TestPostgresSlotRecreatedWhileCut(t *testing.T) {
+	b := postgresBackend(t)
+	_, brokers := testenv.Kafka(t)
+	dsn, proxy := postgresViaProxy(t)
+	cfg := b.config(t, connName(t, "e2e-recreated-pg"), brokers)
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := checkpointPath.FindStringSubmatch(string(raw))[1]
+	env := []string{"OUTBOX_CDC_SOURCE_DSN=" + dsn, "OUTBOX_CDC_SOURCE_RECONNECT_MAX=1s",
+		"OUTBOX_CDC_SOURCE_WAL_SENDER_TIMEOUT=6s", "OUTBOX_CDC_SOURCE_RECEIVE_TIMEOUT=6s"}
+	c := testenv.Start(t, cfg, env...)
+	cons := newConsumer(t, brokers, `outbox\.event\..*`)
+	b.insertTx(t, []row{{"rc-0", "ORDER", "agg-0", "E", `{}`}}, true)
+	cons.waitFor(t, 1, 20*time.Second)
+	testenv.Eventually(t, 20*time.Second, "a checkpoint after rc-0", func() bool {
+		_, err := checkpoint.ReadFile(cp)
+		return err == nil
+	})
+
+	proxy.Silence()
+	testenv.Eventually(t, 30*time.Second, "the connector to notice the cut", func() bool { return c.Metric("outbox_cdc_source_connected") == 0 })
+	var want []string
+	for i := 1; i <= 100; i++ {
+		id := fmt.Sprintf("rc-%d", i)
+		b.insertTx(t, []row{{id, "ORDER", fmt.Sprintf("agg-%d", i%7), "E", `{}`}}, true)
+		want = append(want, id)
+	}
+	slot := srcSlot(t)
+	testenv.Eventually(t, 30*time.Second, "the cut walsender to be gone", func() bool {
+		var pid int
+		_ = b.db.QueryRow("SELECT coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&pid)
+		if pid != 0 {
+			_, _ = b.db.Exec("SELECT pg_terminate_backend($1)", pid)
+		}
+		return pid == 0
+	})
+	if _, err := b.db.Exec("SELECT pg_drop_replication_slot($1)", slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Heal()
+
+	select {
+	case <-c.Done():
+	case <-time.After(90 * time.Second):
+		got := cons.quiet(t, 2*time.Second)
+		t.Fatalf("the connector streamed on from the recreated slot: %d of the %d rows committed during the cut delivered; log:\n%s",
+			len(got)-1, len(want), c.Log())
+	}
+	if code := c.WaitExit(10 * time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s", code, c.Log())
+	}
+	mustContain(t, c.Log(), "not the one the checkpoint came from", "dropped and created again", "source.start: pending",
+		`source.pending.where: \"1 = 1\"`, "Failover runbook")
+	if got := cons.quiet(t, time.Second); len(got) != 1 {
+		t.Fatalf("%d records, want only rc-0", len(got))
+	}
+	code, out := testenv.Run(t, 60*time.Second, nil, "check", "--config", cfg)
+	if code != 1 || !regexp.MustCompile(`FAIL\s+postgres\.position`).MatchString(out) {
+		t.Fatalf("check: exit %d, want FAIL postgres.position:\n%s", code, out)
+	}
+
+	// The re-publish the message names.
+	if err := os.Remove(cp); err != nil {
+		t.Fatal(err)
+	}
+	c = testenv.Start(t, cfg, append(env, "OUTBOX_CDC_SOURCE_START=pending", "OUTBOX_CDC_SOURCE_PENDING_WHERE=1 = 1")...)
+	got := cons.waitFor(t, 1+1+len(want), 60*time.Second)
+	got = append(got, cons.quiet(t, time.Second)[len(got):]...)
+	checkDelivery(t, got, append([]string{"rc-0"}, want...), 3, false)
+	t.Logf("slot recreated during a cut: the connector stopped (exit 1) with none of the %d rows delivered from the new slot; the re-publish delivered all %d (%d records with rc-0's first copy)",
+		len(want), len(want), len(got))
 	if err := c.Stop(15 * time.Second); err != nil {
 		t.Fatalf("SIGTERM exit: %v", err)
 	}

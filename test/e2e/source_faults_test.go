@@ -259,8 +259,10 @@ func TestSourceServerIDConflict(t *testing.T) {
 
 // TestSourcePostgresSlotDropped: the slot is dropped while the connector
 // is down and its checkpoint exists. The restart exits 1 saying the slot is
-// gone, was not recreated, and what to do; no slot is created, the
-// checkpoint is untouched, and `check` fails postgres.slot the same way.
+// gone, was not created again, and the lossless way first (the re-publish
+// from the table); no slot is created, the checkpoint is untouched, and
+// `check` fails postgres.slot the same way. Following the re-publish
+// delivers the row committed while the slot was gone.
 func TestSourcePostgresSlotDropped(t *testing.T) {
 	b := postgresBackend(t)
 	_, brokers := testenv.Kafka(t)
@@ -289,7 +291,8 @@ func TestSourcePostgresSlotDropped(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1:\n%s", code, out)
 	}
-	mustContain(t, out, "replication slot \\\""+slot+"\\\" does not exist, but the checkpoint", "NOT recreated", "delete the checkpoint")
+	mustContain(t, out, "replication slot \\\""+slot+"\\\" does not exist, but the checkpoint", "NOT created again",
+		`to re-publish the rows still in the outbox table`, `source.pending.where: \"1 = 1\"`, "Failover runbook")
 	if srcSlotExists(t, b.db, slot) {
 		t.Fatal("the slot was recreated")
 	}
@@ -305,6 +308,19 @@ func TestSourcePostgresSlotDropped(t *testing.T) {
 	}
 	got := cons.quiet(t, 500*time.Millisecond)
 	checkDelivery(t, got, []string{"sd-1"}, 3, true)
+
+	// The re-publish the message names: the slot is created in the
+	// snapshot the rows are read in.
+	if err := os.Remove(cpPath); err != nil {
+		t.Fatal(err)
+	}
+	c = testenv.Start(t, cfg, append(env, "OUTBOX_CDC_SOURCE_START=pending", "OUTBOX_CDC_SOURCE_PENDING_WHERE=1 = 1")...)
+	got = cons.waitFor(t, 3, 30*time.Second)
+	got = append(got, cons.quiet(t, 500*time.Millisecond)[len(got):]...)
+	checkDelivery(t, got, []string{"sd-1", "sd-lost"}, 3, false)
+	if err := c.Stop(15 * time.Second); err != nil {
+		t.Fatalf("SIGTERM exit: %v", err)
+	}
 }
 
 // TestSourceAlterTable: while the connector streams, a column is added to

@@ -88,6 +88,15 @@ func (p *Proxy) Silence() {
 	p.mu.Unlock()
 }
 
+// SetTarget sends the connections accepted from now on to target, as a
+// virtual IP or a DNS name moved to a new primary looks; existing
+// connections stay where they are (Cut them to move everyone).
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
 // Heal delivers bytes again. Connections made while silent stay dead (their
 // handshake never reached the target); clients must reconnect. A
 // partitioned connection gets, each way, what its sender sent meanwhile,
@@ -239,7 +248,10 @@ func (p *Proxy) serve() {
 			p.mu.Unlock()
 			continue
 		}
-		server, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		server, err := net.Dial("tcp", target)
 		if err != nil {
 			client.Close()
 			continue
