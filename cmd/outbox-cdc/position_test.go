@@ -354,7 +354,7 @@ func TestPositionSetTableFencesEarlierOwnerWithHA(t *testing.T) {
 	if err := zombie.Save(ctx, "mysql:mariadb-gtid:0-1-10"); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := runCmd(t, "position", "set", "--config", cfg, "--to", "0-1-5", "--force")
+	code, out, errs := runCmd(t, "position", "set", "--config", cfg, "--to", "0-1-5", "--force", "--log-level", "info")
 	if code != 0 {
 		t.Fatalf("position set: code %d out %q err %q", code, out, errs)
 	}
