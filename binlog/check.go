@@ -491,10 +491,8 @@ func checkMySQLGTID(ctx context.Context, db *sql.DB, ckpt *mysql.MysqlGTIDSet) e
 // executed beyond it.
 func judgeMySQLGTID(ckpt, executed, purged *mysql.MysqlGTIDSet) error {
 	if !executed.Contain(ckpt) {
-		missing := ckpt.Clone().(*mysql.MysqlGTIDSet)
-		_ = missing.Minus(*executed)
-		rec := ckpt.Clone().(*mysql.MysqlGTIDSet)
-		_ = rec.Minus(*missing)
+		missing := gtidMinus(ckpt, executed)
+		rec := gtidMinus(ckpt, missing)
 		e := gone(failoverChoices, "the checkpoint's GTID set contains %s, which this server never executed (gtid_executed %s): "+
 			"the server lacks the checkpoint's last transactions (a failover to a replica that was behind, or another server)", missing, executed)
 		switch {
@@ -510,12 +508,55 @@ func judgeMySQLGTID(ckpt, executed, purged *mysql.MysqlGTIDSet) error {
 		return e
 	}
 	if !ckpt.Contain(purged) {
-		gone := purged.Clone().(*mysql.MysqlGTIDSet)
-		_ = gone.Minus(*ckpt)
+		gone := gtidMinus(purged, ckpt)
 		return &goneError{detail: fmt.Sprintf("the server purged %s, which comes after the checkpoint and was never delivered (gtid_purged %s)", gone, purged),
 			choices: positionGoneChoices}
 	}
 	return nil
+}
+
+// gtidMinus returns the transactions of a that are not in b, as a new
+// set without empty entries (go-mysql's MySQL GTID set has no difference
+// since v1.15).
+func gtidMinus(a, b *mysql.MysqlGTIDSet) *mysql.MysqlGTIDSet {
+	out := mysql.NewMysqlGTIDSet()
+	for sid, tags := range *a {
+		for tag, have := range tags {
+			rest := intervalsMinus(have, (*b)[sid][tag])
+			if len(rest) == 0 {
+				continue
+			}
+			if out[sid] == nil {
+				out[sid] = map[mysql.Tag]mysql.IntervalSlice{}
+			}
+			out[sid][tag] = rest
+		}
+	}
+	return &out
+}
+
+// intervalsMinus returns the numbers of a that are not in b. Intervals are
+// [Start, Stop); both inputs are normalized first (sorted, disjoint).
+func intervalsMinus(a, b mysql.IntervalSlice) mysql.IntervalSlice {
+	a, b = slices.Clone(a).Normalize(), slices.Clone(b).Normalize()
+	var out mysql.IntervalSlice
+	j := 0
+	for _, iv := range a {
+		start := iv.Start
+		for j < len(b) && b[j].Stop <= start {
+			j++
+		}
+		for k := j; k < len(b) && b[k].Start < iv.Stop; k++ {
+			if b[k].Start > start {
+				out = append(out, mysql.Interval{Start: start, Stop: b[k].Start})
+			}
+			start = max(start, b[k].Stop)
+		}
+		if start < iv.Stop {
+			out = append(out, mysql.Interval{Start: start, Stop: iv.Stop})
+		}
+	}
+	return out
 }
 
 // Check is the preflight for `outbox-cdc check`: it connects with cfg's DSN

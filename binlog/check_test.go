@@ -234,6 +234,38 @@ func TestJudgeMySQLGTID(t *testing.T) {
 	}
 }
 
+// TestGTIDMinus: the difference of two MySQL GTID sets, per server uuid
+// and tag, interval by interval, with nothing left for a server whose
+// transactions are all taken away.
+func TestGTIDMinus(t *testing.T) {
+	const u = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+	const v = "4e11fa47-71ca-11e1-9e33-c80aa9429562"
+	for _, tc := range []struct{ a, b, want string }{
+		{u + ":1-100", u + ":1-100", ""},
+		{u + ":1-100", "", u + ":1-100"},
+		{u + ":1-100", u + ":1-20", u + ":21-100"},
+		{u + ":1-100", u + ":90-200", u + ":1-89"},
+		{u + ":1-100", u + ":5:10-20:30-40:100", u + ":1-4:6-9:21-29:41-99"},
+		{u + ":1-10:20-30:40-50", u + ":5-45", u + ":1-4:46-50"},
+		{u + ":1-10:20-30", u + ":11-19:31-39", u + ":1-10:20-30"},
+		{u + ":1-100," + v + ":1-3", u + ":1-100", v + ":1-3"},
+		{u + ":1-10:blue:1-5", u + ":blue:1-5", u + ":1-10"},
+		{u + ":1-10:blue:1-5", u + ":1-10", u + ":blue:1-5"},
+		{v + ":1-3", u + ":1-3", v + ":1-3"},
+	} {
+		a, err1 := mysql.ParseMysqlGTIDSet(tc.a)
+		b, err2 := mysql.ParseMysqlGTIDSet(tc.b)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		before := a.String()
+		got := gtidMinus(a.(*mysql.MysqlGTIDSet), b.(*mysql.MysqlGTIDSet))
+		if got.String() != tc.want || a.String() != before {
+			t.Errorf("%s minus %s = %q (first set now %s), want %q", tc.a, tc.b, got, a, tc.want)
+		}
+	}
+}
+
 func TestHasGlobalPrivilege(t *testing.T) {
 	for _, tc := range []struct {
 		grants []string

@@ -214,7 +214,7 @@ func formatDescription(fde *replication.FormatDescriptionEvent) []byte {
 	body = binary.LittleEndian.AppendUint32(body, fde.CreateTimestamp)
 	body = append(body, replication.EventHeaderSize)
 	body = append(body, fde.EventTypeHeaderLengths...)
-	body = append(body, replication.BINLOG_CHECKSUM_ALG_OFF, 0, 0, 0, 0)
+	body = append(body, byte(replication.BINLOG_CHECKSUM_ALG_OFF), 0, 0, 0, 0)
 	return eventBytes(replication.FORMAT_DESCRIPTION_EVENT, body)
 }
 

@@ -156,9 +156,10 @@ func ParsePosition(p outboxcdc.Position) (Pos, error) {
 
 // MariaDBGTIDs is a MariaDB GTID position: the last GTID applied in each
 // replication domain, sorted by domain, at most one per domain (what
-// @slave_connect_state accepts). go-mysql's MariadbGTIDSet keeps one entry
-// per (domain, server) pair, which the server refuses after a failover
-// changed the server id within a domain, so the source keeps its own.
+// @slave_connect_state accepts). go-mysql's MariadbGTIDSet kept one entry
+// per (domain, server) pair before v1.15, which the server refuses after a
+// failover changed the server id within a domain; the source keeps its
+// own, in the order it saves.
 type MariaDBGTIDs []mysql.MariadbGTID
 
 // ParseMariaDBGTIDs parses "0-1-42,1-7-9" (empty means no GTID yet).
