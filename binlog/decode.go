@@ -1,8 +1,6 @@
 package binlog
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -12,8 +10,9 @@ import (
 
 // rowDecoder decodes the rows events of one session. go-mysql calls decode
 // from its reader goroutine (BinlogSyncerConfig.RowsEventDecodeFunc) for
-// every rows event; only the outbox tables' rows are decoded, which is
-// most of the work on a busy server.
+// every rows event, those inside a compressed transaction too (go-mysql
+// v1.16 gives their parser the session's settings); only the outbox
+// tables' rows are decoded, which is most of the work on a busy server.
 //
 // UPDATE and DELETE rows are decoded there by go-mysql (the stream only
 // counts them). INSERT rows are decoded by decodeInsert, or, when the
@@ -151,77 +150,4 @@ func (d *rowDecoder) decodeInsert(e *replication.RowsEvent, pos int, data []byte
 		}
 	}
 	return nil
-}
-
-// payloadParser returns a parser that decodes the events inside a MySQL
-// compressed transaction (binlog_transaction_compression) as the session's
-// syncer decodes the others: go-mysql decodes them with a parser of its own
-// that has none of the session's settings (DATETIME and TIMESTAMP come out
-// as text in the process's time zone, JSON through go-mysql's decoder,
-// every table's rows decoded). It is built once per format description.
-func (st *stream) payloadParser() (*replication.BinlogParser, error) {
-	if st.payload != nil {
-		return st.payload, nil
-	}
-	if st.fde == nil {
-		return nil, fmt.Errorf("%w: a compressed transaction before any format description event", ErrUnsupported)
-	}
-	p := replication.NewBinlogParser()
-	p.SetFlavor(mysql.MySQLFlavor)
-	p.SetParseTime(true)
-	p.SetUseDecimal(false)
-	p.SetVerifyChecksum(false)
-	// A decoder of its own: the session's runs in go-mysql's goroutine.
-	p.SetRowsEventDecodeFunc((&rowDecoder{match: st.match}).decode)
-	if _, err := p.Parse(formatDescription(st.fde)); err != nil {
-		return nil, fmt.Errorf("%w: format description for compressed transactions: %v", ErrUnsupported, err)
-	}
-	st.payload = p
-	return p, nil
-}
-
-// payloadEvents re-parses the events of a compressed transaction (see
-// payloadParser).
-func (st *stream) payloadEvents(e *replication.TransactionPayloadEvent) ([]*replication.BinlogEvent, error) {
-	p, err := st.payloadParser()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*replication.BinlogEvent, 0, len(e.Events))
-	for _, inner := range e.Events {
-		ev, err := p.Parse(inner.RawData)
-		if err != nil {
-			var ee *replication.EventError
-			if errors.As(err, &ee) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: event in a compressed transaction: %v", ErrUnsupported, err)
-		}
-		out = append(out, ev)
-	}
-	return out, nil
-}
-
-// formatDescription encodes fde as a format description event whose
-// events carry no checksum, as the events inside a compressed transaction
-// do.
-func formatDescription(fde *replication.FormatDescriptionEvent) []byte {
-	body := make([]byte, 0, 2+50+4+1+len(fde.EventTypeHeaderLengths)+5)
-	body = binary.LittleEndian.AppendUint16(body, fde.Version)
-	var version [50]byte
-	copy(version[:], fde.ServerVersion)
-	body = append(body, version[:]...)
-	body = binary.LittleEndian.AppendUint32(body, fde.CreateTimestamp)
-	body = append(body, replication.EventHeaderSize)
-	body = append(body, fde.EventTypeHeaderLengths...)
-	body = append(body, byte(replication.BINLOG_CHECKSUM_ALG_OFF), 0, 0, 0, 0)
-	return eventBytes(replication.FORMAT_DESCRIPTION_EVENT, body)
-}
-
-// eventBytes prefixes body with a binlog event header.
-func eventBytes(t replication.EventType, body []byte) []byte {
-	b := make([]byte, replication.EventHeaderSize, replication.EventHeaderSize+len(body))
-	b[4] = byte(t)
-	binary.LittleEndian.PutUint32(b[9:], uint32(replication.EventHeaderSize+len(body)))
-	return append(b, body...)
 }

@@ -55,8 +55,6 @@ type stream struct {
 	scope    *binlogPoint // where the stream really starts (markScope)
 	ddlScope *binlogPoint // just past the last statement that may have changed an outbox table
 	lastDDL  *ddlEvent    // that statement
-	fde      *replication.FormatDescriptionEvent
-	payload  *replication.BinlogParser // for compressed transactions (decode.go)
 
 	// INSERT rows events read by the stream itself and left to go-mysql
 	// (rowimage.go); for tests.
@@ -146,8 +144,6 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 		}
 	case *replication.XIDEvent:
 		return st.end(ev, endPos, endCommit, "")
-	case *replication.FormatDescriptionEvent:
-		st.fde, st.payload = e, nil
 	case *replication.RowsEvent:
 		if e.Table == nil || !st.match.matches(e.Table.Schema, e.Table.Table) {
 			return nil
@@ -156,13 +152,11 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 	case *replication.TransactionPayloadEvent:
 		// MySQL binlog_transaction_compression: a whole transaction inside
 		// one event. Its inner events carry no usable offsets; the
-		// transaction ends where the payload event ends. They are decoded
-		// again with the session's settings (decode.go).
-		events, err := st.payloadEvents(e)
-		if err != nil {
-			return err
-		}
-		for _, inner := range events {
+		// transaction ends where the payload event ends. go-mysql parsed
+		// them with the session's settings and row decoder (since v1.16),
+		// so their INSERT rows wait in the decoder like any others and are
+		// taken here, once.
+		for _, inner := range e.Events {
 			if err := st.handle(inner, endPos); err != nil {
 				return err
 			}
