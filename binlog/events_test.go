@@ -578,3 +578,21 @@ func TestRowImageWithoutColumn(t *testing.T) {
 		t.Fatalf("got %v, want ErrUnsupported naming created_at and binlog_row_image=FULL", err)
 	}
 }
+
+// TestHeartbeatMeansNoLag: a heartbeat between transactions says the
+// server has nothing newer, so the lag is 0 (go-mysql decodes heartbeats
+// into their own event type since v1.14).
+func TestHeartbeatMeansNoLag(t *testing.T) {
+	es := newEventStream(t, seedColumns)
+	for _, typ := range []replication.EventType{replication.HEARTBEAT_EVENT, replication.HEARTBEAT_LOG_EVENT_V2} {
+		es.st.src.m.LagSeconds.Set(42)
+		body := []byte("binlog.000001")
+		if typ == replication.HEARTBEAT_LOG_EVENT_V2 {
+			body = append(append([]byte{replication.OTW_HB_LOG_FILENAME_FIELD, byte(len(body))}, body...), replication.OTW_HB_HEADER_END_MARK)
+		}
+		es.feed(eventBytes(typ, body))
+		if lag := counter(t, es.st.src.m.LagSeconds); lag != 0 {
+			t.Errorf("%v: lag %v after a heartbeat, want 0", typ, lag)
+		}
+	}
+}

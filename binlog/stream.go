@@ -161,14 +161,13 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 				return err
 			}
 		}
+	case *replication.HeartbeatEvent:
+		if !st.inTx {
+			st.src.m.LagSeconds.Set(0) // the server has nothing newer
+		}
 	case *replication.GenericEvent:
-		switch ev.Header.EventType {
-		case replication.XA_PREPARE_LOG_EVENT:
+		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
 			return st.xaPrepare(ev, e.Data, endPos)
-		case replication.HEARTBEAT_EVENT, replication.HEARTBEAT_LOG_EVENT_V2:
-			if !st.inTx {
-				st.src.m.LagSeconds.Set(0) // the server has nothing newer
-			}
 		}
 	}
 	return nil
