@@ -25,7 +25,8 @@ import (
 // A MySQL binary JSON column of an INSERT is decoded by appendJSONText
 // (jsonb.go) into MySQL's own text form, not by go-mysql, whose JSON
 // decoder re-sorts keys, drops the spacing, turns decimals into strings or
-// floats and HTML-escapes.
+// floats and HTML-escapes (its RenderJSONAsMySQLText mode keeps keys and
+// decimals but not the rest: jsonb.go).
 type rowDecoder struct {
 	match *tableMatcher
 	// deferred holds the undecoded INSERT rows events of the outbox

@@ -29,6 +29,15 @@ import (
 //     "e";
 //   - DATETIME, TIMESTAMP, TIME with six fractional digits and DATE, quoted;
 //     other opaque values as "base64:typeNN:...".
+//
+// go-mysql's own MySQL-text mode (RenderJSONAsMySQLText, v1.16) is not
+// this text: no space after "," and ":", "<", ">", "&", U+2028 and U+2029
+// escaped as \u00xx/\u20xx, doubles that are whole numbers written out in
+// full with ".0" (1e21 as 1000000000000000000000.0) and others in Go's
+// %g form (-2.5e-07, 1e-05, -3.639739401573473e+09 where MySQL prints
+// -0.00000025, 0.00001, -3639739401.573473), zero TIME and DATETIME
+// without their fraction, base64 without line breaks
+// (TestGoMySQLJSONTextIsNotMySQLs).
 
 // Binary JSON value types.
 const (
