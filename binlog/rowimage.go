@@ -19,7 +19,11 @@ import (
 // finds every value's bounds without decoding it, and the layout takes
 // only the columns an Event carries, as they are: strings and bytes that
 // alias the event's buffer (go-mysql reads each packet into a buffer of
-// its own and never reuses it; layout.bytes relies on the same). go-mysql's
+// its own and never reuses it: packet.Conn.ReadPacket, which the syncer's
+// reader calls, copies a packet of up to 4 MiB out of its pooled buffer
+// and hands a larger one over with the buffer it then drops; a compressed
+// transaction is decompressed into a new buffer; checked for v1.16;
+// layout.bytes relies on the same). go-mysql's
 // decoder, by contrast, boxes every column of every row into []any (the
 // DATETIMEs parsed into time.Time), and most of those columns are never
 // read.
