@@ -674,3 +674,47 @@ func TestHeartbeatMeansNoLag(t *testing.T) {
 		}
 	}
 }
+
+// TestSignednessAfterYear: the table map's signedness bitmap has a bit for
+// YEAR on MySQL (which writes 0) as on MariaDB (1), so the integer columns
+// after a YEAR take their own bits: an INT UNSIGNED, an INT, a MEDIUMINT
+// and a TINYINT UNSIGNED holding all ones are 4294967295, -1, -1 and 255,
+// as the server's text protocol gives them.
+func TestSignednessAfterYear(t *testing.T) {
+	cols := []testCol{
+		{"message_id", mysql.MYSQL_TYPE_VARCHAR, []byte{64, 0}},
+		{"aggregate_type", mysql.MYSQL_TYPE_VARCHAR, []byte{64, 0}},
+		{"aggregate_id", mysql.MYSQL_TYPE_VARCHAR, []byte{64, 0}},
+		{"event_type", mysql.MYSQL_TYPE_VARCHAR, []byte{64, 0}},
+		{"payload", mysql.MYSQL_TYPE_VARCHAR, []byte{0, 1}},
+		{"y", mysql.MYSQL_TYPE_YEAR, nil},
+		{"u", mysql.MYSQL_TYPE_LONG, nil},
+		{"s", mysql.MYSQL_TYPE_LONG, nil},
+		{"m", mysql.MYSQL_TYPE_INT24, nil},
+		{"t", mysql.MYSQL_TYPE_TINY, nil},
+	}
+	roles := seedColumns
+	roles.Extra = []string{"y", "u", "s", "m", "t"}
+	want := []string{"2024", "4294967295", "-1", "-1", "255"}
+	// One bit each for y, u, s, m, t, most significant first.
+	for flavor, bitmap := range map[string]byte{"mysql": 0b01001000, "mariadb": 0b11001000} {
+		t.Run(flavor, func(t *testing.T) {
+			es := newEventStream(t, roles)
+			tm := tableMapBody(94, "shop", "outbox", cols)
+			tm = append(append(tm, replication.TABLE_MAP_OPT_META_SIGNEDNESS, 1), bitmap)
+			es.feed(eventBytes(replication.TABLE_MAP_EVENT, tm))
+			es.feed(eventBytes(replication.WRITE_ROWS_EVENTv2, writeRowsBody(94, [][]byte{
+				varcharValue("m1"), varcharValue("ORDER"), varcharValue("A-1"), varcharValue("CREATED"), {2, 0, '{', '}'},
+				{2024 - 1900}, {0xff, 0xff, 0xff, 0xff}, {0xff, 0xff, 0xff, 0xff}, {0xff, 0xff, 0xff}, {0xff}})))
+			tx := es.feed(eventBytes(replication.XID_EVENT, xidBody()))
+			if tx == nil || len(tx.Events) != 1 {
+				t.Fatalf("no transaction: %+v", tx)
+			}
+			for i, name := range roles.Extra {
+				if c, _ := tx.Events[0].Column(name); string(c.Value) != want[i] {
+					t.Errorf("%s = %q, want %q", name, c.Value, want[i])
+				}
+			}
+		})
+	}
+}

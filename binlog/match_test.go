@@ -193,7 +193,7 @@ func TestColumnsFromSchemaChecksTypes(t *testing.T) {
 			NullBitmap: []byte{nullable}, SignednessBitmap: signedness}
 	}
 	good := tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{0, 256, 10<<8 | 2}, 0b100, []byte{0b10000000})
-	if _, err := columnsFromSchema(good, info, true); err != nil {
+	if _, err := columnsFromSchema(good, info); err != nil {
 		t.Fatalf("a fitting table map: %v", err)
 	}
 	for name, bad := range map[string]*replication.TableMapEvent{
@@ -204,7 +204,7 @@ func TestColumnsFromSchemaChecksTypes(t *testing.T) {
 		"nullability": tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{0, 256, 10<<8 | 2}, 0b010, nil),
 		"signedness":  tm([]byte{mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_VARCHAR, mysql.MYSQL_TYPE_NEWDECIMAL}, []uint16{0, 256, 10<<8 | 2}, 0b100, []byte{0}),
 	} {
-		if _, err := columnsFromSchema(bad, info, true); err == nil {
+		if _, err := columnsFromSchema(bad, info); err == nil {
 			t.Errorf("%s: a table map that does not fit was accepted", name)
 		}
 	}

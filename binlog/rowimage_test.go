@@ -410,7 +410,7 @@ func newRawStream(t *testing.T, db, table string, cols outboxcdc.Columns, deferr
 	}
 	match := resolvedTable{db: db, table: table}.matcher()
 	dec := &rowDecoder{match: match}
-	env := streamEnv{ctx: context.Background(), match: match, mariadb: true}
+	env := streamEnv{ctx: context.Background(), match: match}
 	if deferring {
 		dec = newDeferringDecoder(match)
 		env.rowsDec = dec

@@ -537,7 +537,7 @@ func (st *stream) ensureLayout(ts *tableState, tm *replication.TableMapEvent, at
 		if len(tm.ColumnName) != int(tm.ColumnCount) {
 			return fmt.Errorf("%w: the table map at %s names %d of %d columns", ErrUnsupported, at, len(tm.ColumnName), tm.ColumnCount)
 		}
-		l, err := resolveLayout(tm, columnsFromBinlog(tm, st.mariadb), ts.cols, table, true)
+		l, err := resolveLayout(tm, columnsFromBinlog(tm), ts.cols, table, true)
 		if err != nil {
 			return fmt.Errorf("at %s: %w", at, err)
 		}
@@ -573,7 +573,7 @@ func (st *stream) ensureLayout(ts *tableState, tm *replication.TableMapEvent, at
 		return joinSentinel(ErrSchema, fmt.Errorf("rows of %s up to %s were written before %s, which may have changed the table, "+
 			"and the binlog has no column names (binlog_row_metadata is not FULL)", table, at, n), schemaHint)
 	}
-	cols, err := columnsFromSchema(tm, ts.schema.cols, st.mariadb)
+	cols, err := columnsFromSchema(tm, ts.schema.cols)
 	if err != nil {
 		since := "information_schema's columns"
 		if ts.lastDDL != nil {

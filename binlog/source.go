@@ -385,7 +385,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 			return ctx.Err()
 		}
 	}
-	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, mariadb: info.flavor == mysql.MariaDBFlavor, rowsDec: decoder}, send)
+	st := newStream(s, start, streamEnv{ctx: ctx, db: db, match: match, rowsDec: decoder}, send)
 	for {
 		ev, err := streamer.GetEvent(ctx)
 		if err != nil {

@@ -64,10 +64,9 @@ type stream struct {
 // streamEnv is what a stream needs of its session: the table matcher the
 // syncer's row decoder uses, and a connection for information_schema.
 type streamEnv struct {
-	ctx     context.Context
-	db      *sql.DB
-	match   *tableMatcher
-	mariadb bool // the server is MariaDB (its table maps count YEAR as numeric)
+	ctx   context.Context
+	db    *sql.DB
+	match *tableMatcher
 	// rowsDec is the syncer's row decoder when it leaves the outbox
 	// tables' INSERT rows to the stream (decode.go); nil: they arrive
 	// decoded.

@@ -75,10 +75,10 @@ func (l *layout) sameMap(tm *replication.TableMapEvent) bool {
 // columnsFromBinlog describes tm's columns from its own metadata: with
 // binlog_row_metadata=FULL the table map carries every column's name,
 // signedness, character set and ENUM/SET labels.
-func columnsFromBinlog(tm *replication.TableMapEvent, mariadb bool) []colInfo {
+func columnsFromBinlog(tm *replication.TableMapEvent) []colInfo {
 	n := int(tm.ColumnCount)
 	cols := make([]colInfo, n)
-	unsigned := unsignedFlags(tm, mariadb)
+	unsigned := unsignedFlags(tm)
 	collations := tm.CollationMap()
 	enums, sets := tm.EnumStrValueMap(), tm.SetStrValueMap()
 	for i := range cols {
@@ -102,12 +102,12 @@ func columnsFromBinlog(tm *replication.TableMapEvent, mariadb bool) []colInfo {
 // nullability the binlog row carries (and signedness, when the table map
 // has it). A list that does not fit is an error; one that fits is used only
 // where the stream has proven it describes these rows (schema.go).
-func columnsFromSchema(tm *replication.TableMapEvent, info []schemaColumn, mariadb bool) ([]colInfo, error) {
+func columnsFromSchema(tm *replication.TableMapEvent, info []schemaColumn) ([]colInfo, error) {
 	n := int(tm.ColumnCount)
 	if len(info) != n {
 		return nil, fmt.Errorf("the binlog row has %d columns, information_schema lists %d", n, len(info))
 	}
-	unsigned := unsignedFlags(tm, mariadb)
+	unsigned := unsignedFlags(tm)
 	cols := make([]colInfo, n)
 	for i := range cols {
 		sc := &info[i]
@@ -120,7 +120,7 @@ func columnsFromSchema(tm *replication.TableMapEvent, info []schemaColumn, maria
 		if ok, nullable := tm.Nullable(i); ok && nullable != sc.Nullable {
 			return nil, fmt.Errorf("column %d (%s) is %s in information_schema, but nullable=%v in the binlog row", i+1, sc.Name, sc.ColumnType, nullable)
 		}
-		if unsigned != nil && numericInBitmap(c.typ, false) && unsigned[i] != sc.Unsigned {
+		if unsigned != nil && isNumber(c.typ) && unsigned[i] != sc.Unsigned {
 			return nil, fmt.Errorf("column %d (%s) is %s in information_schema, but unsigned=%v in the binlog row", i+1, sc.Name, sc.ColumnType, unsigned[i])
 		}
 		c.unsigned = sc.Unsigned
@@ -131,10 +131,11 @@ func columnsFromSchema(tm *replication.TableMapEvent, info []schemaColumn, maria
 }
 
 // unsignedFlags reads the table map's signedness bitmap (MINIMAL and FULL
-// metadata), which has one bit per numeric column, most significant bit
-// first; nil when the table map has none. go-mysql's UnsignedMap counts
-// the numeric columns as MySQL does; MariaDB also counts YEAR.
-func unsignedFlags(tm *replication.TableMapEvent, mariadb bool) []bool {
+// metadata), which has one bit per column of a type with a sign, most
+// significant bit first; nil when the table map has none. MySQL
+// (has_signedess_information_type) and MariaDB both give YEAR and the old
+// DECIMAL a bit, as go-mysql's UnsignedMap does since v1.15.
+func unsignedFlags(tm *replication.TableMapEvent) []bool {
 	bitmap := tm.SignednessBitmap
 	if len(bitmap) == 0 {
 		return nil
@@ -142,7 +143,7 @@ func unsignedFlags(tm *replication.TableMapEvent, mariadb bool) []bool {
 	out := make([]bool, tm.ColumnCount)
 	bit := 0
 	for i, t := range tm.ColumnType {
-		if !numericInBitmap(t, mariadb) {
+		if !hasSignednessBit(t) {
 			continue
 		}
 		if bit/8 >= len(bitmap) {
@@ -154,13 +155,17 @@ func unsignedFlags(tm *replication.TableMapEvent, mariadb bool) []bool {
 	return out
 }
 
-func numericInBitmap(t byte, mariadb bool) bool {
+func hasSignednessBit(t byte) bool {
+	return isNumber(t) || t == mysql.MYSQL_TYPE_YEAR || t == mysql.MYSQL_TYPE_DECIMAL
+}
+
+// isNumber: the types information_schema calls signed or unsigned (YEAR's
+// bit means nothing: MySQL writes 0, MariaDB 1).
+func isNumber(t byte) bool {
 	switch t {
 	case mysql.MYSQL_TYPE_TINY, mysql.MYSQL_TYPE_SHORT, mysql.MYSQL_TYPE_INT24, mysql.MYSQL_TYPE_LONG,
 		mysql.MYSQL_TYPE_LONGLONG, mysql.MYSQL_TYPE_NEWDECIMAL, mysql.MYSQL_TYPE_FLOAT, mysql.MYSQL_TYPE_DOUBLE:
 		return true
-	case mysql.MYSQL_TYPE_YEAR:
-		return mariadb
 	}
 	return false
 }
@@ -297,8 +302,9 @@ func (l *layout) bytes(row []any, i int) []byte {
 // render turns a decoded value into the text the server's own client
 // protocol gives for it, so the stream and the start: pending backfill
 // (pending.go, renderText) produce the same bytes:
-//   - integers in decimal (unsigned columns corrected: go-mysql decodes
-//     them as signed); BIT as its unsigned decimal value; YEAR 0 as 0000;
+//   - integers in decimal, signed or unsigned as the column is, whichever
+//     go-mysql took them for; BIT as its unsigned decimal value; YEAR 0 as
+//     0000;
 //   - DECIMAL exactly, with the column's scale (go-mysql gives its text);
 //   - ENUM and SET as their labels (SET labels joined by commas, in
 //     definition order);
@@ -380,32 +386,23 @@ func render(v any, c *colInfo) []byte {
 	case string:
 		return []byte(x)
 	case int8:
-		if c.unsigned {
-			return strconv.AppendUint(nil, uint64(uint8(x)), 10)
-		}
-		return strconv.AppendInt(nil, int64(x), 10)
+		return appendInteger(uint64(x), 8, c.unsigned)
+	case uint8:
+		return appendInteger(uint64(x), 8, c.unsigned)
 	case int16:
-		if c.unsigned {
-			return strconv.AppendUint(nil, uint64(uint16(x)), 10)
-		}
-		return strconv.AppendInt(nil, int64(x), 10)
+		return appendInteger(uint64(x), 16, c.unsigned)
+	case uint16:
+		return appendInteger(uint64(x), 16, c.unsigned)
 	case int32:
-		if c.unsigned {
-			if c.typ == mysql.MYSQL_TYPE_INT24 {
-				return strconv.AppendUint(nil, uint64(uint32(x)&0xFFFFFF), 10)
-			}
-			return strconv.AppendUint(nil, uint64(uint32(x)), 10)
-		}
-		return strconv.AppendInt(nil, int64(x), 10)
+		return appendInteger(uint64(x), int32Bits(c.typ), c.unsigned)
+	case uint32:
+		return appendInteger(uint64(x), int32Bits(c.typ), c.unsigned)
 	case int64:
-		if c.unsigned {
-			return strconv.AppendUint(nil, uint64(x), 10)
-		}
-		return strconv.AppendInt(nil, x, 10)
+		return appendInteger(uint64(x), 64, c.unsigned)
+	case uint64:
+		return appendInteger(x, 64, c.unsigned)
 	case int:
 		return strconv.AppendInt(nil, int64(x), 10)
-	case uint64:
-		return strconv.AppendUint(nil, x, 10)
 	case float32:
 		return strconv.AppendFloat(nil, float64(x), 'g', -1, 32)
 	case float64:
@@ -417,6 +414,27 @@ func render(v any, c *colInfo) []byte {
 		return x.AppendFormat(nil, "2006-01-02T15:04:05.999999")
 	}
 	return fmt.Appendf(nil, "%v", v)
+}
+
+// appendInteger writes the low bits of v, an integer column's value as
+// go-mysql read it, signed or unsigned as the column is: the column's own
+// flag decides, not the Go type go-mysql chose (since v1.15 it reads the
+// table map's signedness itself).
+func appendInteger(v uint64, bits int, unsigned bool) []byte {
+	shift := 64 - bits
+	if unsigned {
+		return strconv.AppendUint(nil, v<<shift>>shift, 10)
+	}
+	return strconv.AppendInt(nil, int64(v<<shift)>>shift, 10)
+}
+
+// int32Bits is how many bits of an int32 or uint32 from go-mysql hold the
+// value: MEDIUMINT has 24.
+func int32Bits(t byte) int {
+	if t == mysql.MYSQL_TYPE_INT24 {
+		return 24
+	}
+	return 32
 }
 
 // normDatetime rewrites the server's text form of a DATETIME or TIMESTAMP
