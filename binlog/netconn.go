@@ -167,12 +167,24 @@ func (c *idleConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.explicit = t
 	c.mu.Unlock()
-	return c.Conn.SetReadDeadline(t)
+	return ignoreClosed(c.Conn.SetReadDeadline(t))
 }
 
 func (c *idleConn) SetDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.explicit = t
 	c.mu.Unlock()
-	return c.Conn.SetDeadline(t)
+	return ignoreClosed(c.Conn.SetDeadline(t))
+}
+
+// ignoreClosed drops the error of a deadline set on a connection already
+// closed (by dumpDialer.abort): no read is left to stop. go-mysql's Close
+// sets one to stop its reader, and since v1.15 answers a failure by
+// closing the connection while that reader may still run (a data race)
+// and logging two warnings on every clean stop.
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
 }

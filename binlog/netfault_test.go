@@ -7,14 +7,20 @@ package binlog
 // read_timeout.
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	gomysql "github.com/go-mysql-org/go-mysql/mysql"
+	"github.com/go-mysql-org/go-mysql/replication"
 	mysqldriver "github.com/go-sql-driver/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
@@ -346,4 +352,79 @@ func isDump(t *testing.T, db *sql.DB, id uint32) bool {
 	var cmd string
 	err := db.QueryRow("SELECT COMMAND FROM information_schema.PROCESSLIST WHERE ID = ?", id).Scan(&cmd)
 	return err == nil && (cmd == "Binlog Dump" || cmd == "Binlog Dump GTID")
+}
+
+// lockedBuffer is a log sink safe for go-mysql's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestCloseAfterAbort: a stop closes the dump connection under go-mysql
+// first (dumpDialer.abort, when the source's context ends); go-mysql's
+// Close then sets a short read deadline on it to stop its reader, which
+// must not fail: since go-mysql v1.15 a failure makes it close the
+// connection while its reader goroutine may still run (a data race under
+// -race) and log a warning on every clean stop.
+func TestCloseAfterAbort(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	dc, err := mysqldriver.ParseDSN(f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dc.Net != "tcp" {
+		t.Skipf("the test DSN is not TCP (%s)", dc.Net)
+	}
+	host, p, err := net.SplitHostPort(dc.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(p)
+	var version string
+	if err := f.db.QueryRow("SELECT VERSION()").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	flavor := gomysql.MySQLFlavor
+	if strings.Contains(version, "MariaDB") {
+		flavor = gomysql.MariaDBFlavor
+	}
+	file, pos, err := binlogStatus(t.Context(), f.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs lockedBuffer
+	dial := newDumpDialer(10 * time.Second)
+	syncer := replication.NewBinlogSyncer(replication.BinlogSyncerConfig{
+		ServerID: 3_000_000_000 + uint32(time.Now().UnixNano()%1_000_000_000), Flavor: flavor,
+		Host: host, Port: uint16(port), User: dc.User, Password: dc.Passwd,
+		Dialer: dial.DialContext, DisableRetrySync: true,
+		Logger: replicationLogger(zerolog.New(&logs).Level(zerolog.WarnLevel)),
+	})
+	streamer, err := syncer.StartSync(gomysql.Position{Name: file, Pos: pos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := streamer.GetEvent(ctx); err != nil { // the reader runs
+		t.Fatal(err)
+	}
+	dial.abort()
+	syncer.Close()
+	if l := logs.String(); strings.Contains(l, "read deadline") {
+		t.Errorf("closing after abort logged:\n%s", l)
+	}
 }
