@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -482,7 +483,13 @@ func startLiveConnector(ctx context.Context, o *options, be *backend, tag, topic
 		undo = append(undo, func() { be.dropSlot(ctx, slot) })
 	}
 	name := fmt.Sprintf("bench-%s-%s-%s", be.kind, strings.ReplaceAll(tag, "_", "-"), o.runID)
-	c, err := startConnector(o, connSpec{name: name, sourceYAML: be.sourceYAML(slot, slot), topic: topic, br: br, exactly: exactly})
+	spec := connSpec{name: name, sourceYAML: be.sourceYAML(slot, slot), topic: topic, br: br, exactly: exactly}
+	// A fresh start: no checkpoint or exactly-once witness of an earlier
+	// run of the same name.
+	if err := os.RemoveAll(spec.dir(o)); err != nil {
+		return nil, stop, err
+	}
+	c, err := startConnector(o, spec)
 	if err != nil {
 		return nil, stop, err
 	}
