@@ -48,10 +48,11 @@ test-short:
 	$(GO) test -race -count=1 -short ./...
 
 # Benchmarks against the local databases and a broker process (bench/README.md):
-# several minutes per database; writes bench/RESULTS.md, bench/latency.svg,
-# bench/drain.svg and bench/results.json. BENCH_FLAGS="-rows 100000 -dbs mysql"
-# for a quick run, "-bigtx" adds the 1,000,000-row transaction (~1 GB per
-# database), "-baseline old.json" a before/after table.
+# 30-40 minutes per database at the defaults (the time of each scenario is in
+# bench/README.md); writes bench/RESULTS.md, bench/*.svg and bench/results.json.
+# BENCH_FLAGS="-rows 100000 -dbs mysql -scenarios drain" for a quick run,
+# "-bigtx" adds the 1,000,000-row transaction (~1 GB per database),
+# "-baseline old.json" a before/after table.
 BENCH_FLAGS ?=
 bench: build services
 	$(GO) run ./bench $(BENCH_FLAGS)

@@ -31,13 +31,6 @@ type backend struct {
 	ph func(i int) string
 }
 
-// The seed outbox table (DIGEST.md); PostgreSQL gets the same indexes so
-// the polling relay is not handicapped.
-var (
-	tableMySQL    = testenv.SeedTableMySQL("outbox_message")
-	tablePostgres = testenv.SeedTablePostgres("outbox_message")
-)
-
 func openBackend(ctx context.Context, o *options, kind string) (*backend, error) {
 	be := &backend{kind: kind, name: "outbox_bench_" + o.runID}
 	var err error
@@ -106,9 +99,16 @@ func replaceDBName(dsn, name string) string {
 
 // recreateTable drops and creates the outbox table.
 func (be *backend) recreateTable(ctx context.Context) error {
-	qs := append([]string{"DROP TABLE IF EXISTS outbox_message"}, tablePostgres...)
+	return be.recreateTableNamed(ctx, "outbox_message")
+}
+
+// recreateTableNamed drops and creates an outbox table of the seed's shape
+// (DIGEST.md); PostgreSQL gets the same indexes so the polling relay is not
+// handicapped.
+func (be *backend) recreateTableNamed(ctx context.Context, table string) error {
+	qs := append([]string{"DROP TABLE IF EXISTS " + table}, testenv.SeedTablePostgres(table)...)
 	if be.kind == "mysql" {
-		qs = []string{"DROP TABLE IF EXISTS outbox_message", tableMySQL}
+		qs = []string{"DROP TABLE IF EXISTS " + table, testenv.SeedTableMySQL(table)}
 	}
 	for _, q := range qs {
 		if _, err := be.db.ExecContext(ctx, q); err != nil {
@@ -204,10 +204,15 @@ func (be *backend) dropSlot(ctx context.Context, slot string) {
 
 // sourceYAML is the source: section of a connector configuration.
 func (be *backend) sourceYAML(slot, pub string) string {
+	return be.sourceYAMLTable("outbox_message", slot, pub)
+}
+
+// sourceYAMLTable is sourceYAML for another table of the bench database.
+func (be *backend) sourceYAMLTable(table, slot, pub string) string {
 	if be.kind == "mysql" {
-		return fmt.Sprintf("  type: mysql\n  dsn: %q\n  table: outbox_message\n  start: latest\n", be.dsn)
+		return fmt.Sprintf("  type: mysql\n  dsn: %q\n  table: %s\n  start: latest\n", be.dsn, table)
 	}
-	return fmt.Sprintf("  type: postgres\n  dsn: %q\n  table: public.outbox_message\n  slot: %s\n  publication: %s\n  start: earliest\n  create: false\n", be.dsn, slot, pub)
+	return fmt.Sprintf("  type: postgres\n  dsn: %q\n  table: public.%s\n  slot: %s\n  publication: %s\n  start: earliest\n  create: false\n", be.dsn, table, slot, pub)
 }
 
 // row is one outbox row as written.
@@ -258,9 +263,12 @@ func makeRowPad(seq int64, aggregates int, ts int64, pad string) row {
 }
 
 // insertSQL is a multi-row INSERT for n rows.
-func (be *backend) insertSQL(n int) string {
+func (be *backend) insertSQL(n int) string { return be.insertSQLInto("outbox_message", n) }
+
+// insertSQLInto is a multi-row INSERT of n rows into table.
+func (be *backend) insertSQLInto(table string, n int) string {
 	var b strings.Builder
-	b.WriteString("INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ")
+	b.WriteString("INSERT INTO " + table + " (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ")
 	for i := range n {
 		if i > 0 {
 			b.WriteByte(',')

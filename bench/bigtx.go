@@ -51,7 +51,7 @@ func runBigTx(ctx context.Context, o *options, be *backend) (*bigTxResult, error
 		if be.kind == "mysql" {
 			f, span = txSpans(be.name)
 		}
-		secs, rows, err := rawRead(ctx, o, be, bl, f)
+		secs, rows, err := rawRead(ctx, o, be, bl, f, nil)
 		switch {
 		case err != nil:
 			res.RawReadError = err.Error()

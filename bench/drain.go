@@ -42,6 +42,7 @@ type backlog struct {
 	// after the load.
 	tplSlot, pub     string
 	startLSN, endLSN string
+	walSpan          float64 // bytes from startLSN to endLSN
 	loadSeconds      float64
 }
 
@@ -150,7 +151,7 @@ func loadBacklog(ctx context.Context, be *backend, pl loadPlan) (*backlog, error
 			return nil, err
 		}
 	case "postgres":
-		if err := be.db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&bl.endLSN); err != nil {
+		if err := be.db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8", bl.startLSN).Scan(&bl.endLSN, &bl.walSpan); err != nil {
 			return nil, err
 		}
 	}
@@ -273,13 +274,13 @@ func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error
 	// written back now, not during the measurements.
 	syscall.Sync()
 
-	if d.RawReadSeconds, d.RawReadRows, err = rawRead(ctx, o, be, bl, nil); err != nil {
-		return nil, fmt.Errorf("raw read: %w", err)
+	raw, err := rawReadOnce(ctx, o, be, bl)
+	if err != nil {
+		return nil, err
 	}
-	logf("%s: raw read %.2fs (%d rows, %.0f rows/s); raw produce", be.kind, d.RawReadSeconds, d.RawReadRows, float64(d.RawReadRows)/d.RawReadSeconds)
-	if d.RawReadRows != o.rows {
-		return nil, fmt.Errorf("raw read saw %d rows of %d", d.RawReadRows, o.rows)
-	}
+	d.RawReadSeconds, d.RawReadRows = raw.Seconds, raw.Rows
+	d.Repeats = []drainPair{{Raw: raw}}
+	logf("%s: raw produce", be.kind)
 	franzTopic, saramaTopic := "bench.raw.franz."+be.kind, "bench.raw.sarama."+be.kind
 	br, err := startBroker(ctx, o, 1, franzTopic, saramaTopic)
 	if err != nil {
@@ -311,12 +312,49 @@ func runDrain(ctx context.Context, o *options, be *backend) (*drainResult, error
 		}
 		r := drainOnce(ctx, o, be, bl, m, "drain", 10*time.Minute)
 		d.Runs = append(d.Runs, r)
-		if r.Mode == modeALO.label && r.Error == "" {
+		if m != modeALO {
+			continue
+		}
+		if r.Error == "" {
 			// The fields older reports read.
 			d.DrainSeconds, d.CPUSeconds, d.PeakRSSMiB, d.Checkpoint = r.Seconds, r.CPUSeconds, r.PeakRSSMiB, r.Checkpoint
 		}
+		d.Repeats[0].Drain = r
+		// -repeat: more raw reads and drains of the same backlog, in turn.
+		for i := 1; i < o.repeat && ctx.Err() == nil; i++ {
+			logf("%s: repeat %d of %d: raw read, at-least-once drain", be.kind, i+1, o.repeat)
+			raw, err := rawReadOnce(ctx, o, be, bl)
+			if err != nil {
+				return d, err
+			}
+			d.Repeats = append(d.Repeats, drainPair{Raw: raw, Drain: drainOnce(ctx, o, be, bl, m, "drain", 10*time.Minute)})
+		}
 	}
 	return d, nil
+}
+
+// rawReadOnce is one raw source read of the backlog, timed whole and from
+// its first row to its last.
+func rawReadOnce(ctx context.Context, o *options, be *backend, bl *backlog) (rawReadRun, error) {
+	rr := rawReadRun{LoadAvgBefore: loadAvg()}
+	syscall.Sync()
+	prog := newProgress(time.Now())
+	var err error
+	if rr.Seconds, rr.Rows, err = rawRead(ctx, o, be, bl, nil, prog); err != nil {
+		return rr, fmt.Errorf("raw read: %w", err)
+	}
+	if rr.Rows != bl.rows {
+		return rr, fmt.Errorf("raw read saw %d rows of %d", rr.Rows, bl.rows)
+	}
+	total := float64(bl.rows)
+	if be.kind == "postgres" {
+		total = bl.walSpan
+	}
+	pr := prog.rates(total, bl.rows)
+	rr.FirstSeconds, rr.FirstToLast, rr.Middle = pr.FirstSeconds, pr.FirstToLast, pr.Middle
+	logf("%s: raw read %.2fs (%d rows, %.0f rows/s; from the first row to the last %.0f rows/s, 10-90 %% %.0f rows/s, first row after %.3fs)",
+		be.kind, rr.Seconds, rr.Rows, float64(rr.Rows)/rr.Seconds, rr.FirstToLast, rr.Middle, rr.FirstSeconds)
+	return rr, nil
 }
 
 // drainOnce drains bl once in mode m with a fresh broker and reports what it
@@ -330,8 +368,8 @@ func drainOnce(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 		logf("%s: %s (%s) failed: %v", be.kind, what, m.label, err)
 		return r
 	}
-	logf("%s: %s (%s): %d rows in %.2fs (%.0f rows/s), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct; load average %s before",
-		be.kind, what, m.label, bl.rows, r.Seconds, r.rate(), r.CPUSeconds, r.PeakRSSMiB, r.AllocBytesPerRow, r.MallocsPerRow, 100*r.GCShare, r.Consumed, r.Distinct, r.LoadAvgBefore)
+	logf("%s: %s (%s): %d rows in %.2fs (%.0f rows/s; from the first record to the last %.0f rows/s, 10-90 %% %.0f rows/s, first record after %.3fs), CPU %.2fs, peak RSS %.1f MiB, %.0f B and %.1f allocations per row, GC %.0f%% of CPU; consumer saw %d records, %d distinct; load average %s before",
+		be.kind, what, m.label, bl.rows, r.Seconds, r.rate(), r.FirstToLast, r.Middle, r.FirstSeconds, r.CPUSeconds, r.PeakRSSMiB, r.AllocBytesPerRow, r.MallocsPerRow, 100*r.GCShare, r.Consumed, r.Distinct, r.LoadAvgBefore)
 	return r
 }
 
@@ -339,6 +377,11 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 	suffix := strings.NewReplacer(" ", "", ",", "-").Replace(m.label)
 	name := fmt.Sprintf("bench-%s-%s-%s-%s", what, be.kind, suffix, o.runID)
 	topic := fmt.Sprintf("bench.%s.%s.%s", what, be.kind, suffix)
+	// A repeated drain starts afresh: no checkpoint or exactly-once
+	// witness of the previous one.
+	if err := os.RemoveAll(filepath.Join(o.work, name)); err != nil {
+		return err
+	}
 	br, err := startBroker(ctx, o, m.brokers, topic)
 	if err != nil {
 		return err
@@ -389,6 +432,7 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 	// Progress is rows read from the source or records delivered: a huge
 	// transaction is read for a long time before its first record.
 	last, lastAt := -1.0, time.Now()
+	prog := newProgress(c.started)
 	for i := 0; ; i++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -406,8 +450,11 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 		}
 		mm, _ := c.metrics("outbox_cdc_records_delivered_total", "outbox_cdc_source_events_total")
 		n := mm["outbox_cdc_records_delivered_total"]
+		prog.add(time.Now(), min(n, float64(bl.rows)))
 		if int(n) >= bl.rows {
 			r.Seconds = time.Since(c.started).Seconds()
+			pr := prog.rates(float64(bl.rows), bl.rows)
+			r.FirstSeconds, r.FirstToLast, r.Middle = pr.FirstSeconds, pr.FirstToLast, pr.Middle
 			break
 		}
 		if p := n + mm["outbox_cdc_source_events_total"]; p != last {
@@ -530,7 +577,11 @@ func countTopic(ctx context.Context, br *broker, topic string, committed bool, r
 // parsed), or pg_recvlogical with pgoutput to /dev/null on a copy of the
 // template slot.
 // MariaDB: f, when not nil, sees every event.
-func rawRead(ctx context.Context, o *options, be *backend, bl *backlog, f func(*replication.BinlogEvent)) (float64, int, error) {
+// prog, when not nil, gets the reader's progress, timed from its start:
+// MariaDB, the backlog's rows read; PostgreSQL, the WAL bytes past the
+// backlog's start that the walsender had sent (pg_stat_replication
+// sent_lsn, polled every 10 ms), out of bl.walSpan.
+func rawRead(ctx context.Context, o *options, be *backend, bl *backlog, f func(*replication.BinlogEvent), prog *progress) (float64, int, error) {
 	if be.kind == "postgres" {
 		slot := be.slotName("raw")
 		if err := be.copySlot(ctx, bl.tplSlot, slot); err != nil {
@@ -541,17 +592,57 @@ func rawRead(ctx context.Context, o *options, be *backend, bl *backlog, f func(*
 			"-o", "proto_version=1", "-o", "publication_names=" + bl.pub,
 			"-E", bl.endLSN, "-s", "1", "-f", "/dev/null"}
 		start := time.Now()
-		out, err := exec.CommandContext(ctx, "pg_recvlogical", args...).CombinedOutput()
-		if err != nil {
-			return 0, 0, fmt.Errorf("pg_recvlogical: %v: %s", err, out)
+		if prog != nil {
+			prog.start = start
 		}
-		return time.Since(start).Seconds(), bl.rows, nil // the slot is confirmed up to endLSN now
+		cmd := exec.CommandContext(ctx, "pg_recvlogical", args...)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			return 0, 0, fmt.Errorf("pg_recvlogical: %w", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+	poll:
+		for {
+			select {
+			case err = <-done:
+				break poll
+			case <-time.After(10 * time.Millisecond):
+			}
+			if prog != nil {
+				var sent float64
+				if be.db.QueryRowContext(ctx, `SELECT pg_wal_lsn_diff(r.sent_lsn, $2::pg_lsn)::float8 FROM pg_replication_slots s
+  JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1`, slot, bl.startLSN).Scan(&sent) == nil && sent > 0 {
+					prog.add(time.Now(), min(sent, bl.walSpan))
+				}
+			}
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("pg_recvlogical: %v: %s", err, out.String())
+		}
+		secs := time.Since(start).Seconds()
+		if prog != nil {
+			prog.add(time.Now(), bl.walSpan) // it stops at the end LSN
+		}
+		return secs, bl.rows, nil // the slot is confirmed up to endLSN now
 	}
-	if f == nil {
-		f = func(*replication.BinlogEvent) {}
+	var n float64
+	g := func(ev *replication.BinlogEvent) {
+		if f != nil {
+			f(ev)
+		}
+		if e, ok := ev.Event.(*replication.RowsEvent); ok && prog != nil && string(e.Table.Schema) == be.name {
+			n += float64(len(e.Rows))
+			prog.add(time.Now(), n)
+		}
 	}
 	start := time.Now()
-	rows, err := scanBinlog(ctx, o, bl.startFile, bl.startPos, bl.endFile, bl.endPos, f)
+	if prog != nil {
+		prog.start = start
+	}
+	rows, err := scanBinlog(ctx, o, bl.startFile, bl.startPos, bl.endFile, bl.endPos, g)
 	if err != nil {
 		return 0, 0, err
 	}

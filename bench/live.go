@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,54 +58,132 @@ func newSamples(capacity int) *samples {
 	return &samples{sent: make([]int64, capacity), commit: make([]int64, capacity), seen: make([]int64, capacity)}
 }
 
-// writers commits single-row transactions at rate rows/s (0: as fast as
+// runWriters commits single-row transactions at rate rows/s (0: as fast as
 // possible) from o.writers connections until d has passed.
 func runWriters(ctx context.Context, o *options, be *backend, s *samples, rate int, d time.Duration) error {
-	stmt := "INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES (" +
-		be.ph(1) + "," + be.ph(2) + "," + be.ph(3) + "," + be.ph(4) + "," + be.ph(5) + ")"
 	be.db.SetMaxOpenConns(o.writers + 4)
+	_, err := runLoad(ctx, be, liveLoad{db: be.db, table: "outbox_message", writers: o.writers, rate: rate, txRows: 1, d: d, aggregates: o.aggregates}, s)
+	return err
+}
+
+// liveLoad is what the writers commit: rate rows/s (0: as fast as they
+// go) in transactions of txRows rows, each one multi-row INSERT in
+// autocommit (a single-row INSERT when txRows is 1), from writers
+// connections, for d.
+type liveLoad struct {
+	db         *sql.DB
+	table      string
+	writers    int
+	rate       int
+	txRows     int
+	d          time.Duration
+	aggregates int
+	// stop, when closed, ends the load after the transactions under way
+	// (cancelling ctx instead may leave one committed but unrecorded).
+	stop <-chan struct{}
+}
+
+// loadStats is what the writers report about themselves.
+type loadStats struct {
+	// lags are, per transaction of a paced load, its scheduled time and
+	// how late its INSERT was sent against it (µs): a generator that
+	// cannot keep up shows here before its rate falls.
+	lags []txLag
+}
+
+type txLag struct{ at, lag int64 }
+
+// lagsMs are the lags (ms) of the transactions scheduled in [from, to) (µs).
+func (st loadStats) lagsMs(from, to int64) []float64 {
+	var out []float64
+	for _, l := range st.lags {
+		if l.at >= from && l.at < to {
+			out = append(out, float64(l.lag)/1000)
+		}
+	}
+	return out
+}
+
+// runLoad runs ld; rows are numbered from 0 in s, transaction k holding
+// rows k×txRows to (k+1)×txRows−1, scheduled at k×txRows/rate seconds
+// after the start. A row's clock is read just before its INSERT is sent
+// (the rows of one transaction share it). It stops at the end of ld.d,
+// when s is full, or, without an error, when ctx ends.
+func runLoad(ctx context.Context, be *backend, ld liveLoad, s *samples) (loadStats, error) {
+	txRows := max(1, ld.txRows)
+	stmt := be.insertSQLInto(ld.table, txRows)
 	start := time.Now()
-	end := start.Add(d)
+	end := start.Add(ld.d)
 	var wg sync.WaitGroup
-	errs := make(chan error, o.writers)
-	for range o.writers {
+	var mu sync.Mutex
+	var st loadStats
+	errs := make(chan error, ld.writers)
+	for range ld.writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := be.db.Conn(ctx)
+			var lags []txLag
+			defer func() {
+				mu.Lock()
+				st.lags = append(st.lags, lags...)
+				mu.Unlock()
+			}()
+			conn, err := ld.db.Conn(ctx)
 			if err != nil {
-				errs <- err
+				if ctx.Err() == nil {
+					errs <- err
+				}
 				return
 			}
 			defer conn.Close()
 			ps, err := conn.PrepareContext(ctx, stmt)
 			if err != nil {
-				errs <- err
+				if ctx.Err() == nil {
+					errs <- err
+				}
 				return
 			}
 			defer ps.Close()
+			rows := make([]row, txRows)
 			for ctx.Err() == nil {
-				seq := s.n.Add(1) - 1
-				if int(seq) >= len(s.sent) {
+				select {
+				case <-ld.stop:
+					return
+				default:
+				}
+				k := s.n.Add(1) - 1
+				first := k * int64(txRows)
+				if int(first)+txRows > len(s.sent) {
 					return
 				}
-				if rate > 0 {
-					at := start.Add(time.Duration(float64(seq) / float64(rate) * float64(time.Second)))
+				if ld.rate > 0 {
+					at := start.Add(time.Duration(float64(first) / float64(ld.rate) * float64(time.Second)))
 					if at.After(end) || time.Now().After(end) {
 						return // the database cannot keep this rate: achieved rate says so
 					}
 					if w := time.Until(at); w > 0 {
-						time.Sleep(w)
+						select {
+						case <-time.After(w):
+						case <-ld.stop:
+							return
+						}
 					}
+					lags = append(lags, txLag{at.UnixMicro(), max(0, time.Since(at).Microseconds())})
 				} else if time.Now().After(end) {
 					return
 				}
 				ts := time.Now().UnixMicro()
-				r := makeRow(seq, o.aggregates, ts)
+				for i := range rows {
+					rows[i] = makeRow(first+int64(i), ld.aggregates, ts)
+				}
+				args := rowArgs(rows)
 				for attempt := 1; ; attempt++ {
-					_, err := ps.ExecContext(ctx, r.messageID, r.aggType, r.aggID, r.evType, string(r.payload))
+					_, err := ps.ExecContext(ctx, args...)
 					if err == nil {
 						break
+					}
+					if ctx.Err() != nil {
+						return
 					}
 					// An application retries an INSERT the server chose as
 					// a deadlock victim (a relay's locking reads can cause
@@ -114,22 +194,32 @@ func runWriters(ctx context.Context, o *options, be *backend, s *samples, rate i
 					}
 					s.retries.Add(1)
 				}
-				atomic.StoreInt64(&s.commit[seq], time.Now().UnixMicro())
-				atomic.StoreInt64(&s.sent[seq], ts)
+				now := time.Now().UnixMicro()
+				for i := range rows {
+					seq := first + int64(i)
+					atomic.StoreInt64(&s.commit[seq], now)
+					atomic.StoreInt64(&s.sent[seq], ts)
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs
+	return st, <-errs
 }
 
-// consume reads topic from the start and stamps every record with the time
-// its poll returned. It stops when ctx is done.
-func consume(ctx context.Context, br *broker, topic string, s *samples, seen *atomic.Int64) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(br.addrs...), kgo.ConsumeTopics(topic), kgo.AllowAutoTopicCreation(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500*time.Millisecond),
-		kgo.MetadataMinAge(100*time.Millisecond))
+// consume reads topic from the start (read_committed when committed is
+// set) and stamps every record with the time its poll returned; onRecord,
+// when set, sees every record with that time (µs). It stops when ctx is
+// done.
+func consume(ctx context.Context, br *broker, topic string, s *samples, seen *atomic.Int64, committed bool, onRecord func(r *kgo.Record, now int64)) error {
+	opts := []kgo.Opt{kgo.SeedBrokers(br.addrs...), kgo.ConsumeTopics(topic), kgo.AllowAutoTopicCreation(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.MetadataMinAge(100 * time.Millisecond)}
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
@@ -139,6 +229,9 @@ func consume(ctx context.Context, br *broker, topic string, s *samples, seen *at
 			fs := cl.PollFetches(ctx)
 			now := time.Now().UnixMicro()
 			fs.EachRecord(func(r *kgo.Record) {
+				if onRecord != nil {
+					onRecord(r, now)
+				}
 				seq, ok := jsonInt(r.Value, `"seq"`)
 				if ok && seq >= 0 && int(seq) < len(s.seen) && atomic.LoadInt64(&s.seen[seq]) == 0 {
 					atomic.StoreInt64(&s.seen[seq], now)
@@ -148,6 +241,52 @@ func consume(ctx context.Context, br *broker, topic string, s *samples, seen *at
 		}
 	}()
 	return nil
+}
+
+// written counts the rows the writers committed.
+func (s *samples) written() int {
+	n := 0
+	for i := range s.sent {
+		if atomic.LoadInt64(&s.sent[i]) != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// missing lists the rows committed and never seen (up to limit) and
+// counts them.
+func (s *samples) missing(limit int) ([]int, int) {
+	var out []int
+	n := 0
+	for i := range s.sent {
+		if atomic.LoadInt64(&s.sent[i]) != 0 && atomic.LoadInt64(&s.seen[i]) == 0 {
+			if n++; len(out) < limit {
+				out = append(out, i)
+			}
+		}
+	}
+	return out, n
+}
+
+// latencies returns, for every row whose clock was read in [from, to) (µs),
+// its clock, its latency to the consumer (ms; +Inf if never seen) and its
+// INSERT+commit time (ms).
+func (s *samples) latencies(from, to int64) (sent []int64, lat, commit []float64) {
+	for i := range s.sent {
+		at := atomic.LoadInt64(&s.sent[i])
+		if at == 0 || at < from || at >= to {
+			continue
+		}
+		sent = append(sent, at)
+		commit = append(commit, float64(atomic.LoadInt64(&s.commit[i])-at)/1000)
+		if seenAt := atomic.LoadInt64(&s.seen[i]); seenAt != 0 {
+			lat = append(lat, float64(seenAt-at)/1000)
+		} else {
+			lat = append(lat, math.Inf(1))
+		}
+	}
+	return sent, lat, commit
 }
 
 // jsonInt finds "key": <int> in a flat JSON object (MySQL keeps the text,
@@ -209,7 +348,7 @@ func runLive(ctx context.Context, o *options, be *backend, rate int, system stri
 	cctx, stopConsumer := context.WithCancel(ctx)
 	defer stopConsumer()
 	var seen atomic.Int64
-	if err := consume(cctx, br, topic, s, &seen); err != nil {
+	if err := consume(cctx, br, topic, s, &seen, false, nil); err != nil {
 		return nil, err
 	}
 
@@ -228,21 +367,10 @@ func runLive(ctx context.Context, o *options, be *backend, rate int, system stri
 		}()
 		pid = rl.cmd.Process.Pid
 	} else {
-		var slot string
-		if be.kind == "postgres" {
-			slot = be.slotName(tag)
-			if err := be.createSlot(ctx, slot, slot); err != nil {
-				return nil, err
-			}
-			defer be.db.ExecContext(context.WithoutCancel(ctx), "DROP PUBLICATION IF EXISTS "+slot)
-			defer be.dropSlot(ctx, slot)
-		}
-		name := fmt.Sprintf("bench-%s-%s-%s", be.kind, strings.ReplaceAll(tag, "_", "-"), o.runID)
-		if c, err = startConnector(o, connSpec{name: name, sourceYAML: be.sourceYAML(slot, slot), topic: topic, br: br}); err != nil {
-			return nil, err
-		}
-		defer c.kill()
-		if err := c.waitReady(ctx, 30*time.Second); err != nil {
+		var stopCDC func()
+		c, stopCDC, err = startLiveConnector(ctx, o, be, tag, topic, br, false)
+		defer stopCDC()
+		if err != nil {
 			return nil, err
 		}
 		pid = c.cmd.Process.Pid
@@ -257,12 +385,7 @@ func runLive(ctx context.Context, o *options, be *backend, rate int, system stri
 		return nil, err
 	}
 	res.WriteSeconds = time.Since(wstart).Seconds()
-	written := 0
-	for i := range s.sent {
-		if atomic.LoadInt64(&s.sent[i]) != 0 {
-			written++
-		}
-	}
+	written := s.written()
 	res.Written = written
 	res.WriterRetries = s.retries.Load()
 	// Wait for the stragglers: up to 15 s for outbox-cdc and the tuned
@@ -305,20 +428,7 @@ func runLive(ctx context.Context, o *options, be *backend, rate int, system stri
 
 	// Percentiles over rows written after the warm-up; a row never seen
 	// counts as +Inf.
-	cut := wstart.Add(o.warmup).UnixMicro()
-	var lat, commit []float64
-	for i := range s.sent {
-		sent := atomic.LoadInt64(&s.sent[i])
-		if sent == 0 || sent < cut {
-			continue
-		}
-		commit = append(commit, float64(s.commit[i]-sent)/1000)
-		if seenAt := atomic.LoadInt64(&s.seen[i]); seenAt != 0 {
-			lat = append(lat, float64(seenAt-sent)/1000)
-		} else {
-			lat = append(lat, math.Inf(1))
-		}
-	}
+	_, lat, commit := s.latencies(wstart.Add(o.warmup).UnixMicro(), math.MaxInt64)
 	res.P50, res.P99, res.P999, res.Max = msec(pct(lat, 50)), msec(pct(lat, 99)), msec(pct(lat, 99.9)), msec(pct(lat, 100))
 	res.CommitP50, res.CommitP99 = msec(pct(commit, 50)), msec(pct(commit, 99))
 	res.Samples = len(lat)
@@ -350,4 +460,42 @@ func fmtMS(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// startLiveConnector starts the connector of a live or sustained run on
+// the bench table (PostgreSQL: with a slot and publication of its own,
+// dropped by stop) and waits until it is ready. stop kills it if it still
+// runs and drops what was made for it.
+func startLiveConnector(ctx context.Context, o *options, be *backend, tag, topic string, br *broker, exactly bool) (*connector, func(), error) {
+	var undo []func()
+	stop := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	var slot string
+	if be.kind == "postgres" {
+		slot = be.slotName(tag)
+		if err := be.createSlot(ctx, slot, slot); err != nil {
+			return nil, stop, err
+		}
+		undo = append(undo, func() { be.db.ExecContext(context.WithoutCancel(ctx), "DROP PUBLICATION IF EXISTS "+slot) })
+		undo = append(undo, func() { be.dropSlot(ctx, slot) })
+	}
+	name := fmt.Sprintf("bench-%s-%s-%s", be.kind, strings.ReplaceAll(tag, "_", "-"), o.runID)
+	spec := connSpec{name: name, sourceYAML: be.sourceYAML(slot, slot), topic: topic, br: br, exactly: exactly}
+	// A fresh start: no checkpoint or exactly-once witness of an earlier
+	// run of the same name.
+	if err := os.RemoveAll(spec.dir(o)); err != nil {
+		return nil, stop, err
+	}
+	c, err := startConnector(o, spec)
+	if err != nil {
+		return nil, stop, err
+	}
+	undo = append(undo, c.kill)
+	if err := c.waitReady(ctx, 60*time.Second); err != nil {
+		return nil, stop, err
+	}
+	return c, stop, nil
 }

@@ -58,12 +58,30 @@ type options struct {
 	verify      bool
 	baseline    string
 	env         []string
-	commandLine string
-	runID       string // suffix of every database, slot and connector name
+	// The sustained scenario (also the multi scenario's durations).
+	susRates      []int
+	susDeliveries []string
+	susWarmup     time.Duration
+	susFor        time.Duration
+	susTxRows     int
+	susWriters    int
+	susFallback   bool
+	// The multi scenario.
+	multiN, multiRate, multiWriters int
+	// The drain scenario: raw read and at-least-once drain pairs.
+	repeat int
+	// The ha scenario.
+	haTrials     int
+	haFaults     []string
+	haRate       int
+	haDeliveries []string
+	haTimeout    time.Duration
+	commandLine  string
+	runID        string // suffix of every database, slot and connector name
 }
 
 // allScenarios are the scenario names -scenarios takes.
-var allScenarios = []string{"drain", "eos", "cluster", "live", "relay", "tuned", "bigtx"}
+var allScenarios = []string{"drain", "eos", "cluster", "live", "relay", "tuned", "sustained", "multi", "ha", "bigtx"}
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "-relay-child" {
@@ -71,14 +89,14 @@ func main() {
 		return
 	}
 	var o options
-	var dbs, scen, rates, env string
+	var dbs, scen, rates, env, susRates, susDeliveries, haFaults, haDeliveries string
 	var bigtx bool
 	flag.IntVar(&o.rows, "rows", 1_000_000, "rows in the backlog-drain scenario (the reference load is 1,000,000)")
 	flag.IntVar(&o.txRows, "tx-rows", 1000, "rows per transaction in the backlog")
 	flag.IntVar(&o.aggregates, "aggregates", 10_000, "distinct aggregate ids")
 	flag.StringVar(&dbs, "dbs", "mysql,postgres", "databases to measure: mysql, postgres")
-	flag.StringVar(&scen, "scenarios", "drain,eos,cluster,live,relay,tuned",
-		"scenarios: drain (at-least-once, with the raw limits), eos (exactly-once drain), cluster (drains against 3 brokers), live (outbox-cdc latency), relay (seed polling relay), tuned (tuned polling relay), bigtx (one huge transaction; or -bigtx)")
+	flag.StringVar(&scen, "scenarios", "drain,eos,cluster,live,relay,tuned,sustained,multi,ha",
+		"scenarios: drain (at-least-once, with the raw limits), eos (exactly-once drain), cluster (drains against 3 brokers), live (outbox-cdc latency), relay (seed polling relay), tuned (tuned polling relay), sustained (latency at a fixed rate for a minute), multi (several connectors in one process), ha (takeover times), bigtx (one huge transaction; or -bigtx)")
 	flag.BoolVar(&bigtx, "bigtx", false, "add the huge-transaction scenario (heavy: ~1 GB per database in the table and again in the binlog/WAL; see bench/README.md)")
 	flag.IntVar(&o.bigRows, "bigtx-rows", 1_000_000, "rows of the huge transaction")
 	flag.IntVar(&o.bigRowBytes, "bigtx-row-bytes", 1024, "payload bytes per row of the huge transaction")
@@ -102,6 +120,22 @@ func main() {
 	flag.BoolVar(&o.merge, "merge", false, "keep the other databases' results from the previous results.json (to re-run one database)")
 	flag.BoolVar(&o.verify, "verify", true, "read every drain back with a consumer and check that no row is missing (exactly-once: none twice)")
 	flag.StringVar(&o.baseline, "baseline", "", "an earlier results.json: print and report a before/after table against it")
+	flag.IntVar(&o.repeat, "repeat", 1, "drain: repeat the raw source read and the at-least-once drain of the backlog this many times, alternating, and report min/median/max")
+	flag.StringVar(&susRates, "sustained-rates", "10000,50000", "sustained: the rates in rows/s")
+	flag.StringVar(&susDeliveries, "sustained-delivery", "at-least-once,exactly-once", "sustained: delivery modes")
+	flag.DurationVar(&o.susWarmup, "sustained-warmup", 10*time.Second, "sustained and multi: load before the measured window (discarded)")
+	flag.DurationVar(&o.susFor, "sustained-duration", 60*time.Second, "sustained and multi: the measured window")
+	flag.IntVar(&o.susTxRows, "sustained-tx-rows", 10, "sustained and multi: rows per transaction (one multi-row INSERT each)")
+	flag.IntVar(&o.susWriters, "sustained-writers", 8, "sustained: writer connections")
+	flag.BoolVar(&o.susFallback, "sustained-fallback", true, "sustained: after a rate that was not sustained, measure again at 90 % of what was achieved")
+	flag.IntVar(&o.multiN, "multi-connectors", 6, "multi: connectors in the one process, each with its own outbox table")
+	flag.IntVar(&o.multiRate, "multi-rate", 5000, "multi: rows/s per connector")
+	flag.IntVar(&o.multiWriters, "multi-writers", 2, "multi: writer connections per connector")
+	flag.IntVar(&o.haTrials, "ha-trials", 20, "ha: trials per fault")
+	flag.StringVar(&haFaults, "ha-faults", strings.Join(haFaultNames, ","), "ha: kill (kill -9 of the active instance of an HA pair), sigstop (the same frozen), move (placement: the owning replica stopped with SIGTERM), move-kill (placement: the owning replica killed)")
+	flag.IntVar(&o.haRate, "ha-rate", 200, "ha: rows/s written throughout (single-row transactions)")
+	flag.StringVar(&haDeliveries, "ha-delivery", "at-least-once", "ha: delivery modes (at-least-once keeps its checkpoint in a table of the source database; exactly-once in Kafka)")
+	flag.DurationVar(&o.haTimeout, "ha-trial-timeout", 2*time.Minute, "ha: a trial whose takeover takes longer fails")
 	flag.Parse()
 	if bigtx {
 		scen += ",bigtx"
@@ -137,6 +171,20 @@ func main() {
 			fatalf("-rates: %q is not a positive number or max", r)
 		}
 		o.rates = append(o.rates, n)
+	}
+	o.susRates = positiveInts("-sustained-rates", susRates)
+	o.multiN = max(1, o.multiN)
+	o.repeat = max(1, o.repeat)
+	o.susDeliveries = deliveries("-sustained-delivery", susDeliveries)
+	o.haDeliveries = deliveries("-ha-delivery", haDeliveries)
+	for _, f := range strings.Split(haFaults, ",") {
+		if !slices.Contains(haFaultNames, f) {
+			fatalf("-ha-faults: %q is not one of %s", f, strings.Join(haFaultNames, ", "))
+		}
+		o.haFaults = append(o.haFaults, f)
+	}
+	if o.susTxRows < 1 || o.susWriters < 1 || o.multiWriters < 1 || o.haTrials < 1 || o.haRate < 1 {
+		fatalf("-sustained-tx-rows, -sustained-writers, -multi-writers, -ha-trials and -ha-rate must be positive")
 	}
 	o.commandLine = strings.Join(os.Args[1:], " ")
 	var id [3]byte
@@ -207,11 +255,15 @@ func main() {
 		}
 		return
 	}
-	raw, _ := json.MarshalIndent(res, "", "  ")
+	raw, err := json.MarshalIndent(res, "", "  ")
+	must(err)
 	must(os.WriteFile(filepath.Join(o.out, "results.json"), raw, 0o644))
 	must(writePlots(o.out, res))
 	must(writeResults(filepath.Join(o.out, "RESULTS.md"), res))
 	fmt.Printf("wrote %s, %s, %s, %s\n", filepath.Join(o.out, "RESULTS.md"), filepath.Join(o.out, "latency.svg"), filepath.Join(o.out, "drain.svg"), filepath.Join(o.out, "results.json"))
+	if hasSustained(res) {
+		fmt.Printf("wrote %s, %s\n", filepath.Join(o.out, "sustained.svg"), filepath.Join(o.out, "cdf.svg"))
+	}
 	if failed {
 		exit(1)
 	}
@@ -255,6 +307,27 @@ func runDatabase(ctx context.Context, o *options, kind string) (*dbResult, error
 			dr.Live = append(dr.Live, *l)
 		}
 	}
+	if o.scenarios["sustained"] {
+		r, err := runSustainedAll(ctx, o, be)
+		dr.Sustained = r
+		if err != nil {
+			return dr, fmt.Errorf("sustained: %w", err)
+		}
+	}
+	if o.scenarios["multi"] && ctx.Err() == nil {
+		m := runMulti(ctx, o, be)
+		dr.Multi = &m
+	}
+	if o.scenarios["ha"] {
+		for _, f := range o.haFaults {
+			for _, d := range o.haDeliveries {
+				if ctx.Err() != nil {
+					return dr, ctx.Err()
+				}
+				dr.HA = append(dr.HA, runHA(ctx, o, be, f, d))
+			}
+		}
+	}
 	if o.scenarios["bigtx"] {
 		b, err := runBigTx(ctx, o, be)
 		dr.BigTx = b
@@ -263,6 +336,31 @@ func runDatabase(ctx context.Context, o *options, kind string) (*dbResult, error
 		}
 	}
 	return dr, nil
+}
+
+// positiveInts parses a comma-separated list of positive numbers.
+func positiveInts(flagName, list string) []int {
+	var out []int
+	for _, r := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(r)
+		if err != nil || n <= 0 {
+			fatalf("%s: %q is not a positive number", flagName, r)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// deliveries parses a comma-separated list of delivery modes.
+func deliveries(flagName, list string) []string {
+	var out []string
+	for _, d := range strings.Split(list, ",") {
+		if d != modeALO.label && d != modeEOS.label {
+			fatalf("%s: %q is not at-least-once or exactly-once", flagName, d)
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 func rateName(rate int) string {

@@ -125,9 +125,22 @@ type connSpec struct {
 	topic      string
 	br         *broker
 	exactly    bool     // delivery: exactly-once (progress in Kafka)
-	extraYAML  string   // appended to the configuration
+	extraYAML  string   // appended to the connector's keys (ha:, pipeline:)
 	gctrace    bool     // GODEBUG=gctrace=1, parsed from the log afterwards
 	env        []string // more environment, after -connector-env
+	// instance tells apart processes that run the same connector (an HA
+	// pair): each gets its own directory, configuration, log and port.
+	instance string
+	// checkpointYAML replaces the checkpoint: section's keys (a file in
+	// the run's directory by default).
+	checkpointYAML string
+}
+
+func (s connSpec) dir(o *options) string {
+	if s.instance != "" {
+		return filepath.Join(o.work, s.name+"-"+s.instance)
+	}
+	return filepath.Join(o.work, s.name)
 }
 
 // connector is one outbox-cdc process.
@@ -141,10 +154,87 @@ type connector struct {
 	err     error
 }
 
+// entryYAML is one connector's keys at the top level: name, source, route,
+// sink, delivery, checkpoint (in cpPath unless s.checkpointYAML says
+// otherwise) and s.extraYAML.
+func entryYAML(s connSpec, cpPath string) string {
+	brokers := make([]string, len(s.br.addrs))
+	for i, a := range s.br.addrs {
+		brokers[i] = strconv.Quote(a)
+	}
+	delivery, cp := "at-least-once", fmt.Sprintf("  type: file\n  path: %q\n", cpPath)
+	if s.exactly {
+		// The witness file of exactly-once mode lives in the run's own
+		// directory: the default (the working directory) would carry one
+		// drain's witness into the next database's drain.
+		delivery, cp = "exactly-once", fmt.Sprintf("  type: kafka\n  path: %q\n", cpPath)
+	}
+	if s.checkpointYAML != "" {
+		cp = s.checkpointYAML
+	}
+	return fmt.Sprintf(`name: %s
+source:
+%sroute:
+  preset: seed
+  topic: %q
+sink:
+  type: kafka
+  brokers: [%s]
+delivery: %s
+checkpoint:
+%s%s`, s.name, s.sourceYAML, s.topic, strings.Join(brokers, ", "), delivery, cp, s.extraYAML)
+}
+
+// processYAML is the process's own keys: the HTTP endpoint and JSON logs.
+func processYAML(c *connector) string {
+	return fmt.Sprintf("http:\n  listen: %s\nlog:\n  format: json\n", c.http)
+}
+
 // startConnector writes the configuration and starts the binary. It does
 // not wait for readiness: a drain is timed from process start.
 func startConnector(o *options, s connSpec) (*connector, error) {
-	dir := filepath.Join(o.work, s.name)
+	return startProcess(o, s.dir(o), append(append([]string(nil), s.env...), gcEnv(s.gctrace)...), func(c *connector) string {
+		return entryYAML(s, c.cpPath) + processYAML(c)
+	})
+}
+
+// startConnectors starts one process that runs every spec of specs in a
+// connectors: list (each with its checkpoint file in dir), with top (such
+// as a placement: section) beside the list.
+func startConnectors(o *options, dir, top string, specs []connSpec, env []string) (*connector, error) {
+	return startProcess(o, filepath.Join(o.work, dir), env, func(c *connector) string { return listYAML(c, top, specs) })
+}
+
+// listYAML is the configuration of a process c running specs.
+func listYAML(c *connector, top string, specs []connSpec) string {
+	var b strings.Builder
+	b.WriteString(processYAML(c))
+	b.WriteString(top)
+	b.WriteString("connectors:\n")
+	for _, s := range specs {
+		entry := entryYAML(s, filepath.Join(filepath.Dir(c.cpPath), s.name+".checkpoint"))
+		for i, l := range strings.Split(strings.TrimRight(entry, "\n"), "\n") {
+			if i == 0 {
+				b.WriteString("  - " + l + "\n")
+			} else {
+				b.WriteString("    " + l + "\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+func gcEnv(on bool) []string {
+	if on {
+		return []string{"GODEBUG=gctrace=1"}
+	}
+	return nil
+}
+
+// startProcess starts the connector binary in dir with the configuration
+// config returns (given the process's port and paths) and env added after
+// -connector-env.
+func startProcess(o *options, dir string, env []string, config func(c *connector) string) (*connector, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -161,34 +251,8 @@ func startConnector(o *options, s connSpec) (*connector, error) {
 		cpPath:  filepath.Join(dir, "checkpoint"),
 		done:    make(chan struct{}),
 	}
-	brokers := make([]string, len(s.br.addrs))
-	for i, a := range s.br.addrs {
-		brokers[i] = strconv.Quote(a)
-	}
-	delivery, cp := "at-least-once", fmt.Sprintf("  type: file\n  path: %q\n", c.cpPath)
-	if s.exactly {
-		// The witness file of exactly-once mode lives in the run's own
-		// directory: the default (the working directory) would carry one
-		// drain's witness into the next database's drain.
-		delivery, cp = "exactly-once", fmt.Sprintf("  type: kafka\n  path: %q\n", c.cpPath)
-	}
-	cfg := fmt.Sprintf(`name: %s
-source:
-%sroute:
-  preset: seed
-  topic: %q
-sink:
-  type: kafka
-  brokers: [%s]
-delivery: %s
-checkpoint:
-%shttp:
-  listen: %s
-log:
-  format: json
-%s`, s.name, s.sourceYAML, s.topic, strings.Join(brokers, ", "), delivery, cp, c.http, s.extraYAML)
 	cfgPath := filepath.Join(dir, "outbox-cdc.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(config(c)), 0o600); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(c.logPath)
@@ -198,10 +262,7 @@ log:
 	c.cmd = exec.Command(o.bin, "run", "--config", cfgPath)
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	c.cmd.Env = append(os.Environ(), o.env...)
-	c.cmd.Env = append(c.cmd.Env, s.env...)
-	if s.gctrace {
-		c.cmd.Env = append(c.cmd.Env, "GODEBUG=gctrace=1")
-	}
+	c.cmd.Env = append(c.cmd.Env, env...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	c.started = time.Now()
 	if err := c.cmd.Start(); err != nil {
@@ -212,8 +273,19 @@ log:
 	return c, nil
 }
 
-// waitReady polls /readyz.
-func (c *connector) waitReady(ctx context.Context, timeout time.Duration) error {
+// status is the HTTP status of a GET of path (0: no answer).
+func (c *connector) status(path string) int {
+	cl := http.Client{Timeout: 2 * time.Second}
+	resp, err := cl.Get("http://" + c.http + path)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// waitStatus polls path until it answers code.
+func (c *connector) waitStatus(ctx context.Context, path string, code int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
@@ -223,15 +295,17 @@ func (c *connector) waitReady(ctx context.Context, timeout time.Duration) error 
 			return ctx.Err()
 		default:
 		}
-		if resp, err := http.Get("http://" + c.http + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
+		if c.status(path) == code {
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("connector not ready within %s\n%s", timeout, c.tail())
+	return fmt.Errorf("%s did not answer %d within %s\n%s", path, code, timeout, c.tail())
+}
+
+// waitReady polls /readyz.
+func (c *connector) waitReady(ctx context.Context, timeout time.Duration) error {
+	return c.waitStatus(ctx, "/readyz", 200, timeout)
 }
 
 // metric returns the value of one unlabelled metric from /metrics.

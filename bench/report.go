@@ -32,6 +32,9 @@ type dbResult struct {
 	Drain         *drainResult
 	BigTx         *bigTxResult `json:",omitempty"`
 	Live          []liveResult
+	Sustained     []sustainedResult `json:",omitempty"`
+	Multi         *multiResult      `json:",omitempty"`
+	HA            []haResult        `json:",omitempty"`
 }
 
 // drainResult is one backlog, its physical limits and the connector's
@@ -50,6 +53,34 @@ type drainResult struct {
 	Checkpoint             string
 	LoadAvgBefore          string
 	Runs                   []drainRun `json:",omitempty"`
+	// Repeats are the raw read and the at-least-once drain of each
+	// repetition (-repeat), in turn on the same backlog; the first is the
+	// raw read above and the at-least-once run of Runs.
+	Repeats []drainPair `json:",omitempty"`
+}
+
+// drainPair is one raw read of a backlog and the drain after it.
+type drainPair struct {
+	Raw   rawReadRun
+	Drain drainRun
+}
+
+// rawReadRun is one raw source read.
+type rawReadRun struct {
+	Seconds float64
+	Rows    int
+	// FirstSeconds is from the start to the first row (PostgreSQL: the
+	// walsender's first WAL past the backlog's start); FirstToLast and
+	// Middle are rates in rows/s (progressRates).
+	FirstSeconds, FirstToLast, Middle float64
+	LoadAvgBefore                     string `json:",omitempty"`
+}
+
+func (r rawReadRun) rate() float64 {
+	if r.Seconds <= 0 {
+		return math.NaN()
+	}
+	return float64(r.Rows) / r.Seconds
 }
 
 // drainRun is one drain of a backlog by the connector.
@@ -60,8 +91,13 @@ type drainRun struct {
 	Rows        int
 	// Seconds is from the connector's exec to
 	// outbox_cdc_records_delivered_total reaching Rows.
-	Seconds                float64
-	CPUSeconds, PeakRSSMiB float64
+	Seconds float64
+	// FirstSeconds is from the exec to the first sample of /metrics with a
+	// record delivered; FirstToLast is the rate from that sample to the
+	// last, Middle between 10 % and 90 % of the rows (rows/s): the drain
+	// without its start-up.
+	FirstSeconds, FirstToLast, Middle float64
+	CPUSeconds, PeakRSSMiB            float64
 	// AllocBytes and Mallocs are the process's go_memstats_alloc_bytes_total
 	// and go_memstats_mallocs_total at the end of the drain (start-up
 	// included), and per row.
@@ -435,6 +471,7 @@ func keyFigures(res *results) []figure {
 			}
 			add(fmt.Sprintf("%s %s p99 at %s (ms)", name, l.System, rateName(l.Rate)), float64(l.P99), false)
 		}
+		loadFigures(db, add)
 	}
 	return fs
 }
@@ -509,6 +546,10 @@ func printSummary(w io.Writer, res *results) {
 	writeTables(w, res)
 	fmt.Fprintln(w)
 	writeTargets(w, res)
+	if hasLoad(res) {
+		fmt.Fprintln(w)
+		writeLoadTargets(w, res)
+	}
 	if res.Baseline != nil {
 		fmt.Fprintln(w)
 		writeComparison(w, res)
@@ -540,6 +581,7 @@ func writeTables(w io.Writer, res *results) {
 	if hasLive(res) {
 		writeLiveTables(w, res)
 	}
+	writeLoadTables(w, res)
 }
 
 func hasDrain(res *results) bool {
@@ -757,6 +799,10 @@ func writeResults(path string, res *results) error {
 	fmt.Fprintf(&b, "```\n$ nproc\n%s\n$ free -m\n%s\n$ lscpu (excerpt)\n%s\n```\n\n", res.Machine.Nproc, res.Machine.Free, res.Machine.LSCPU)
 	fmt.Fprintf(&b, "## Targets (issue 17)\n\n")
 	writeTargets(&b, res)
+	if hasLoad(res) {
+		fmt.Fprintf(&b, "\n## Targets under sustained load (issue 29)\n\n")
+		writeLoadTargets(&b, res)
+	}
 	if res.Baseline != nil {
 		fmt.Fprintf(&b, "\n## Before and after\n\n")
 		writeComparison(&b, res)
@@ -764,7 +810,13 @@ func writeResults(path string, res *results) error {
 	fmt.Fprintf(&b, "\n## Figures\n\n")
 	writeTables(&b, res)
 	fmt.Fprintf(&b, "\n![drain rates against the physical limits](drain.svg)\n\n![latency percentiles vs load](latency.svg)\n\n")
+	if hasSustained(res) {
+		fmt.Fprintf(&b, "![latency over time under sustained load](sustained.svg)\n\n![latency CDF under sustained load](cdf.svg)\n\n")
+	}
 	fmt.Fprintf(&b, "%s", notes)
+	if hasLoad(res) {
+		fmt.Fprintf(&b, "%s", loadNotes)
+	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -50,7 +51,7 @@ func sampleResults() *results {
 			AllocBytes: 3.5e9, Mallocs: 2e7, AllocBytesPerRow: 3500, MallocsPerRow: 20, GCCycles: 40, GCCPUSeconds: 0.8, GCShare: 0.2, GCPercent: 9,
 			Consumed: 1_000_000, Distinct: 1_000_000}
 	}
-	return &results{
+	res := &results{
 		Started: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), Finished: time.Date(2026, 12, 1, 10, 20, 0, 0, time.UTC),
 		Command: "go run ./bench", Rows: 1_000_000,
 		DBs: []dbResult{
@@ -72,6 +73,77 @@ func sampleResults() *results {
 				Live: []liveResult{{System: sysCDC, Rate: 1000, Written: 20000, Delivered: 20000, WriteSeconds: 20, P50: 1, P99: 6, P999: 8, Max: 9}}},
 		},
 	}
+	addLoadResults(res)
+	return res
+}
+
+// addLoadResults gives the sample the figures of issue 29's scenarios:
+// MariaDB sustained 10k/s both ways, 50k/s not sustained and measured
+// again lower, six connectors, three drain pairs, two HA series;
+// PostgreSQL one sustained run whose p99 misses and a failed multi run.
+func addLoadResults(res *results) {
+	tl := []timePoint{{Second: 0, Rows: 10000, P50: 1.2, P99: 9, P999: 12, Max: 15}, {Second: 1, Rows: 10000, P50: 1.1, P99: 4, P999: 6, Max: 8},
+		{Second: 2, Rows: 9990, P50: 1.1, P99: msec(math.Inf(1)), P999: msec(math.Inf(1)), Max: msec(math.Inf(1))}}
+	sorted := make([]float64, 1000)
+	for i := range sorted {
+		sorted[i] = 0.5 + float64(i)/50
+	}
+	cdf := quantiles(sorted)
+	cpu := &cpuWindow{Seconds: 60, MachineCores: 1.8, OtherCores: 0.1, Shares: []cpuShare{
+		{Name: "MariaDB server (mariadbd, all sessions)", Seconds: 36, Cores: 0.6}, {Name: "broker (kfake-broker)", Seconds: 12, Cores: 0.2},
+		{Name: "connector (outbox-cdc)", Seconds: 30, Cores: 0.5}, {Name: "bench process (load generator and consumer)", Seconds: 24, Cores: 0.4}}}
+	sus := func(rate int, delivery string, achieved float64, p99 msec, fallbackOf int) sustainedResult {
+		return sustainedResult{Rate: rate, Delivery: delivery, TxRows: 10, Writers: 8, WarmupSeconds: 10, Seconds: 60, FallbackOf: fallbackOf,
+			Achieved: achieved, Sustained: sustained(achieved, float64(rate), 2), Written: int(achieved * 70), Delivered: int(achieved * 70), Samples: int(achieved * 60),
+			P50: 1.1, P99: p99, P999: p99 * 2, Max: p99 * 3, CommitP50: 0.7, CommitP99: 2.5, LagP99Ms: 2, LagMaxMs: 6,
+			ConnectorCPUSeconds: 30, PeakRSSMiB: 45, CPU: cpu, Timeline: tl, CDF: cdf, LoadAvgBefore: "1.0", LoadAvgAfter: "1.5"}
+	}
+	my := &res.DBs[0]
+	my.Sustained = []sustainedResult{
+		sus(10_000, modeALO.label, 10_000, 4, 0),
+		sus(10_000, modeEOS.label, 9_990, 6, 0),
+		sus(50_000, modeALO.label, 21_000, 40, 0),
+		sus(17_000, modeALO.label, 17_000, 30, 50_000),
+	}
+	my.Multi = &multiResult{Connectors: 6, RatePerConnector: 5000, TxRows: 10, WritersPerConnector: 2, WarmupSeconds: 10, Seconds: 60,
+		Achieved: 30_000, Sustained: true, Written: 2_100_000, Delivered: 2_100_000, P50: 3, P99: 60, P999: 90, Max: 120,
+		PeakRSSMiB: 88, RSSMiB: 70, ConnectorCPUSeconds: 45, CPU: cpu, Timeline: tl, CDF: cdf, LoadAvgBefore: "2.0", LoadAvgAfter: "2.5"}
+	for i := range 6 {
+		my.Multi.Per = append(my.Multi.Per, multiConnResult{Name: fmt.Sprintf("bench-multi-mysql-%d", i), Achieved: 5000, LagP99Ms: 1.5,
+			Written: 350_000, Delivered: 350_000, P50: 3, P99: msec(40 + 5*i), P999: 80, Max: 110})
+	}
+	pair := func(rawSecs, rawF2L, rawMid, drainSecs, drainF2L, drainMid, cpu float64) drainPair {
+		return drainPair{Raw: rawReadRun{Seconds: rawSecs, Rows: 1_000_000, FirstSeconds: 0.01, FirstToLast: rawF2L, Middle: rawMid, LoadAvgBefore: "1.1"},
+			Drain: drainRun{Mode: modeALO.label, Brokers: 1, Rows: 1_000_000, Seconds: drainSecs, FirstSeconds: 0.2, FirstToLast: drainF2L, Middle: drainMid,
+				CPUSeconds: cpu, LoadAvgBefore: "1.2"}}
+	}
+	my.Drain.Repeats = []drainPair{pair(1, 1_020_000, 1_050_000, 2, 560_000, 600_000, 2.2),
+		pair(1.1, 930_000, 950_000, 1.8, 620_000, 640_000, 2.0), pair(0.9, 1_150_000, 1_180_000, 1.7, 650_000, 700_000, 1.9)}
+	trials := func(rec, act []float64) []haTrial {
+		var out []haTrial
+		for i := range rec {
+			out = append(out, haTrial{AtSeconds: float64(3 * i), ToRecordSeconds: rec[i], ToActiveSeconds: act[i]})
+		}
+		return out
+	}
+	k := haResult{Fault: "kill", Delivery: modeALO.label, Trials: trials([]float64{0.2, 0.3, 0.25}, []float64{0.01, 0.02, 0.01}), Written: 900, Delivered: 900, LoadAvgBefore: "1.0"}
+	st := haResult{Fault: "sigstop", Delivery: modeALO.label, Trials: append(trials([]float64{10.1, 10.3}, []float64{10, 10.1}), haTrial{Error: "no takeover within 2m0s"}),
+		Written: 5000, Delivered: 5000, LoadAvgBefore: "1.0"}
+	for _, h := range []*haResult{&k, &st} {
+		var rec, act []float64
+		for _, tr := range h.Trials {
+			if tr.Error != "" {
+				h.Failed++
+				continue
+			}
+			rec, act = append(rec, tr.ToRecordSeconds), append(act, tr.ToActiveSeconds)
+		}
+		h.ToRecord, h.ToActive = spreadOf(rec), spreadOf(act)
+	}
+	my.HA = []haResult{k, st}
+	pg := &res.DBs[1]
+	pg.Sustained = []sustainedResult{sus(10_000, modeALO.label, 10_000, 25, 0)}
+	pg.Multi = &multiResult{Connectors: 6, RatePerConnector: 5000, Error: "environment: 4 of the server's 10 replication slots are free (max_replication_slots), the multi scenario needs 6"}
 }
 
 func TestTargets(t *testing.T) {

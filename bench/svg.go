@@ -272,7 +272,10 @@ func writePlots(dir string, res *results) error {
 	if err := os.WriteFile(dir+"/latency.svg", latencySVG(res), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(dir+"/drain.svg", drainSVG(res), 0o644)
+	if err := os.WriteFile(dir+"/drain.svg", drainSVG(res), 0o644); err != nil {
+		return err
+	}
+	return writeLoadPlots(dir, res)
 }
 
 func rateLabel(r int) string {
