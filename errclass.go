@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 )
 
@@ -108,6 +109,21 @@ func Hint(err error) string {
 		err = inner
 	}
 	return ""
+}
+
+// Cause returns err's text without the remedy Hint returns: the cause
+// alone, for a log line that carries the remedy in a field of its own
+// (LogError). The remedy is left out where the classification rendered it,
+// " (hint)" after the text it classifies.
+func Cause(err error) string {
+	if err == nil {
+		return ""
+	}
+	text := err.Error()
+	if h := Hint(err); h != "" {
+		text = strings.Replace(text, " ("+h+")", "", 1)
+	}
+	return text
 }
 
 // Network marks the failures of a network round trip as transient: a

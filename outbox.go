@@ -197,6 +197,11 @@ type Record struct {
 	// the same.
 	MessageID string
 	EventType string
+	// Warning, when set, says why the route sent the row otherwise than
+	// configured, as Debezium does: route.expand_json_payload sent the
+	// payload as text because it could not be expanded. The pipeline logs
+	// it (rate-limited); sinks ignore it.
+	Warning string
 }
 
 // Size is an estimate of the record's bytes in memory and on the wire, used

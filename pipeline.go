@@ -164,6 +164,12 @@ type Pipeline struct {
 	dead     DeadLetter  // set with on_error: dlq
 	log      zerolog.Logger
 	metrics  *pipelineMetrics
+	// saved is the last position this run checkpointed (nil: none yet),
+	// for the stop's report.
+	saved atomic.Pointer[Position]
+	// routeWarns rate-limits the warnings about rows the route sent
+	// otherwise than configured (Record.Warning).
+	routeWarns LogThrottle
 	// openRecords counts the records written so far of a fragmented
 	// source transaction whose end has not arrived (writer goroutine).
 	openRecords int
@@ -260,11 +266,13 @@ func (p *Pipeline) load(ctx context.Context) (Position, error) {
 		}
 		return from, nil
 	case werr != nil:
-		return "", fmt.Errorf("%w: the sink holds no committed position and the witness (%s) cannot be read: %v; the connector refuses to start rather than skip rows: restore the progress, or start deliberately from a position you choose with `outbox-cdc position set`, or where source.start says with `outbox-cdc run --fresh-start`",
-			ErrProgressMissing, what, werr)
+		return "", Permanent(fmt.Errorf("%w: the sink holds no committed position and the witness (%s) cannot be read (%s), so starting could skip rows",
+			ErrProgressMissing, what, Cause(werr)),
+			"restore the progress, or start deliberately from a position you choose with `outbox-cdc position set`, or where source.start says with `outbox-cdc run --fresh-start`")
 	case !seen.IsZero():
-		return "", fmt.Errorf("%w: the sink holds no committed position, but %s shows the connector had reached %s (the progress topic was deleted, its record expired, or the connector ran at-least-once before); starting where source.start says would skip every row committed in between, so it refuses. Resume from there with `outbox-cdc position set --to %s` (rows after it may be delivered again), or start fresh deliberately with `outbox-cdc run --fresh-start`",
-			ErrProgressMissing, what, seen, seen)
+		return "", Permanent(fmt.Errorf("%w: the sink holds no committed position, but %s shows the connector had reached %s (the progress topic was deleted, its record expired, or the connector ran at-least-once before): starting where source.start says would skip every row committed since",
+			ErrProgressMissing, what, seen),
+			fmt.Sprintf("resume from there with `outbox-cdc position set --to %s` (rows after it may be delivered again), or start fresh deliberately with `outbox-cdc run --fresh-start`", seen))
 	}
 	return from, nil
 }
@@ -520,7 +528,15 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if writeCtx.Err() != nil {
 			return fmt.Errorf("shutdown: final flush did not finish within %s", p.cfg.ShutdownTimeout)
 		}
-		p.log.Info().Msg("stopped: every received transaction written and checkpointed")
+		// Only what is known here: every save of this run succeeded (a
+		// failed one ends the writer with an error). Whether that was
+		// everything received, the source and the lifecycle know (a
+		// transaction cut by the stop, a lost HA lock, say so themselves).
+		if saved := p.saved.Load(); saved != nil {
+			p.log.Info().Str("position", string(*saved)).Msg("stopped: the checkpoint holds the last transaction written")
+		} else {
+			p.log.Info().Msg("stopped: no transaction was checkpointed in this run")
+		}
 		return nil
 	}
 	return berr
@@ -785,6 +801,9 @@ func (p *Pipeline) add(b *batch, tx Tx) error {
 			p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).Str("class", FailureBadRow).
 				Str("dlq_topic", rec.Topic).AnErr("error", err).Msg("bad outbox row: sending it to the dead-letter topic")
 		}
+		if rec.Warning != "" {
+			p.routeWarning(ev, rec.Warning)
+		}
 		b.bytes += rec.Size()
 		b.records = append(b.records, rec)
 		b.events = append(b.events, ev)
@@ -801,6 +820,18 @@ func (p *Pipeline) add(b *batch, tx Tx) error {
 		b.commitTime = tx.CommitTime
 	}
 	return nil
+}
+
+// routeWarning logs a row the route sent otherwise than configured
+// (Record.Warning, e.g. a JSON payload sent as text): the first at once,
+// then at most one line per WarnInterval, which counts the rows since the
+// previous one. The payload is not logged.
+func (p *Pipeline) routeWarning(ev *Event, warning string) {
+	ok, suppressed := p.routeWarns.Allow()
+	if !ok {
+		return
+	}
+	p.log.Warn().Str("origin", ev.Origin).Str("message_id", ev.MessageID).Int("rows", suppressed+1).Msg(warning)
 }
 
 func sourceStopped(err error) error {
@@ -1048,6 +1079,7 @@ func (p *Pipeline) checkpoint(ctx context.Context, end Position) error {
 	case p.witness != nil:
 		p.saveWitness(ctx, end)
 	}
+	p.saved.Store(&end)
 	p.metrics.checkpoints.Inc()
 	p.metrics.checkpointTime.SetToCurrentTime()
 	return nil

@@ -446,3 +446,44 @@ func TestPipelineSaveFailureStopsIdlePipeline(t *testing.T) {
 		t.Fatalf("source acked %s although the save failed", src.acked)
 	}
 }
+
+// warningRouter routes as idRouter and marks every record with a warning,
+// as the router does for a JSON payload it sends as text.
+type warningRouter struct{ idRouter }
+
+func (r warningRouter) Route(ev *Event) (Record, error) {
+	rec, err := r.idRouter.Route(ev)
+	rec.Warning = "JSON expansion failed (test): the payload is sent as text, as Debezium does"
+	return rec, err
+}
+
+// TestPipelineRouteWarningRateLimited: rows the route sent otherwise than
+// configured are delivered and logged, one warning for a burst (not one
+// per row), naming the first row.
+func TestPipelineRouteWarningRateLimited(t *testing.T) {
+	sink := &flakySink{acked: map[string]int{}}
+	cp := &memCheckpointer{t: t, perTx: 1, sink: func() *flakySink { return sink }}
+	src := &fakeSource{txCount: 50, perTx: 1, stayOpen: true}
+	var logs lockedBuf
+	p, err := NewPipeline(smallBatches(), src, warningRouter{}, sink, cp, zerolog.New(&logs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !sink.has("50.0") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.order) != 50 {
+		t.Fatalf("%d records delivered, want 50", len(sink.order))
+	}
+	if n := logs.count(`"level":"warn"`); n != 1 || logs.count(`"message_id":"1.0"`) != 1 || logs.count("JSON expansion failed") != 1 {
+		t.Fatalf("%d warnings for 50 rows, want one naming the first:\n%s", n, logs.b.String())
+	}
+}

@@ -48,16 +48,31 @@ func (l sqlDriverLogger) Print(v ...any) {
 
 // replicationLogger is the slog logger the binlog syncer writes to: its
 // info lines (connecting, closing, rotating) become debug lines, as the
-// source logs the same events itself at info.
-func replicationLogger(log zerolog.Logger) *slog.Logger {
-	return slog.New(&zerologHandler{log: log.With().Str("component", "binlog-driver").Logger()})
+// source logs the same events itself at info. Once closing reports true
+// (nil: never) its errors and warnings are debug lines too: the session
+// closes the syncer's connection itself then (a stop, or an error the
+// source returns), and the syncer's reports of that ("io.ReadFull(header)
+// failed ... use of closed network connection", "retry sync is disabled",
+// "could not set read deadline") are consequences, not faults.
+func replicationLogger(log zerolog.Logger, closing func() bool) *slog.Logger {
+	return slog.New(&zerologHandler{log: log.With().Str("component", "binlog-driver").Logger(), closing: closing})
 }
 
 // zerologHandler is a slog.Handler writing to a zerolog.Logger.
 type zerologHandler struct {
-	log    zerolog.Logger
-	attrs  []slog.Attr
-	prefix string // group names joined by "."
+	log     zerolog.Logger
+	attrs   []slog.Attr
+	prefix  string      // group names joined by "."
+	closing func() bool // see replicationLogger
+}
+
+// level is the zerolog level of a record at l.
+func (h *zerologHandler) level(l slog.Level) zerolog.Level {
+	z := zerologLevel(l)
+	if z > zerolog.DebugLevel && h.closing != nil && h.closing() {
+		return zerolog.DebugLevel
+	}
+	return z
 }
 
 func zerologLevel(l slog.Level) zerolog.Level {
@@ -71,11 +86,11 @@ func zerologLevel(l slog.Level) zerolog.Level {
 }
 
 func (h *zerologHandler) Enabled(_ context.Context, l slog.Level) bool {
-	return zerologLevel(l) >= h.log.GetLevel() && zerologLevel(l) >= zerolog.GlobalLevel()
+	return h.level(l) >= h.log.GetLevel() && h.level(l) >= zerolog.GlobalLevel()
 }
 
 func (h *zerologHandler) Handle(_ context.Context, r slog.Record) error {
-	ev := h.log.WithLevel(zerologLevel(r.Level))
+	ev := h.log.WithLevel(h.level(r.Level))
 	if ev == nil {
 		return nil
 	}

@@ -19,7 +19,7 @@ import (
 func TestReplicationLoggerUniqueKeys(t *testing.T) {
 	var buf bytes.Buffer
 	base := zerolog.New(&buf).With().Str("connector", "c").Timestamp().Logger()
-	l := replicationLogger(base).With(slog.String("error", "from WithAttrs"), slog.String("component", "library's"))
+	l := replicationLogger(base, nil).With(slog.String("error", "from WithAttrs"), slog.String("component", "library's"))
 	l.Error("kill connection", slog.Any("error", errors.New("from the record")), slog.Int64("id", 7), slog.Int64("id", 8),
 		slog.String("time", "library's"), slog.Group("g", slog.Int("a", 1), slog.Int("a", 2)))
 	line := buf.String()

@@ -122,6 +122,18 @@ func classifyConnErr(err error) error {
 	return transient(err)
 }
 
+// missingTable is ErrTable for a table the server does not show the user.
+func missingTable(qualified string) error {
+	return joinSentinel(ErrTable, fmt.Errorf("table %s does not exist (or the user may not SELECT it)", qualified),
+		"create it, or fix source.table(s) or the database in source.dsn")
+}
+
+// missingColumns is ErrTable for a table that lacks role columns.
+func missingColumns(qualified string, missing, have []string) error {
+	return joinSentinel(ErrTable, fmt.Errorf("table %s has no column %s (its columns: %s), which the route preset needs",
+		qualified, strings.Join(missing, ", "), strings.Join(have, ", ")), "change the table or the route preset")
+}
+
 func isSentinel(err error) bool {
 	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrUnsupported, ErrTLS, ErrSchema} {
 		if errors.Is(err, s) {

@@ -97,12 +97,11 @@ func (s *Source) resolveNamed(ctx context.Context, db *sql.DB, lctn int, dbName,
 		}
 	}
 	if len(found) > 0 {
-		return resolvedTable{}, fmt.Errorf("%w: table %s does not exist, but %s.%s does: this server compares table and database names case-sensitively "+
-			"(lower_case_table_names=0); write source.table(s) and the database in source.dsn exactly as the server names them",
-			ErrTable, qualified, found[0].db, found[0].table)
+		return resolvedTable{}, joinSentinel(ErrTable, fmt.Errorf("table %s does not exist, but %s.%s does: this server compares table and database names case-sensitively "+
+			"(lower_case_table_names=0)", qualified, found[0].db, found[0].table),
+			"write source.table(s) and the database in source.dsn exactly as the server names them")
 	}
-	return resolvedTable{}, fmt.Errorf("%w: table %s does not exist (or the user may not SELECT it): create it or fix source.table(s) / the database in source.dsn",
-		ErrTable, qualified)
+	return resolvedTable{}, missingTable(qualified)
 }
 
 // DDL detection.

@@ -240,8 +240,7 @@ func (s *Source) readColumnsOf(ctx context.Context, db *sql.DB, rt resolvedTable
 		return nil, classifyConnErr(fmt.Errorf("read columns of %s: %w", qualified, err))
 	}
 	if len(cols) == 0 {
-		return nil, fmt.Errorf("%w: table %s does not exist (or the user may not SELECT it): create it or fix source.table(s) / the database in source.dsn",
-			ErrTable, qualified)
+		return nil, missingTable(qualified)
 	}
 	var missing, names []string
 	for _, want := range []string{roles.MessageID, roles.AggregateType, roles.AggregateID, roles.EventType, roles.Payload} {
@@ -260,8 +259,7 @@ func (s *Source) readColumnsOf(ctx context.Context, db *sql.DB, rt resolvedTable
 		for _, c := range cols {
 			names = append(names, c.Name)
 		}
-		return nil, fmt.Errorf("%w: table %s has no column %s (its columns: %s); the route preset needs them: change the table or the preset",
-			ErrTable, qualified, strings.Join(missing, ", "), strings.Join(names, ", "))
+		return nil, missingColumns(qualified, missing, names)
 	}
 	return cols, nil
 }

@@ -242,9 +242,14 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 				// in turn, forever.
 				err = fmt.Errorf("server_id %d (source.server_id, or derived from the connector name): %w", s.serverID, err)
 			}
-			err = fmt.Errorf("mysql source (%s, resume position %s): %w", outboxcdc.RedactDSN(s.cfg.DSN), resume, err)
+			where := outboxcdc.RedactDSN(s.cfg.DSN)
+			if !resume.IsZero() {
+				where += ", resume position " + string(resume)
+			}
+			err = fmt.Errorf("mysql source (%s): %w", where, err)
 			s.setReady(err)
-			s.log.Error().Err(err).Msg("binlog source stopped")
+			// Returned, not logged: the connector logs why it stopped, once.
+			s.log.Debug().Err(err).Msg("binlog source stopped")
 			return err
 		}
 		if streamed {
@@ -319,7 +324,11 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 	// The dump connection's reads time out after read_timeout of silence
 	// from the server, counted only while waiting for it (netconn.go).
 	dial := newDumpDialer(s.cfg.ReadTimeout)
-	defer context.AfterFunc(ctx, dial.abort)()
+	// closing: from here on the session closes the dump connection itself
+	// (a stop, or an error it returns); the syncer's lines about that are
+	// debug (replicationLogger).
+	var closing atomic.Bool
+	defer context.AfterFunc(ctx, func() { closing.Store(true); dial.abort() })()
 	tctx, cancel := context.WithTimeout(ctx, s.callTimeout())
 	tlsConfig := s.binlogTLS(tctx, db)
 	cancel()
@@ -340,10 +349,11 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		DisableRetrySync:    true,          // one retry layer: ours
 		DiscardGTIDSet:      true,          // positions are tracked here, once per transaction
 		EventCacheCount:     128,
-		Logger:              replicationLogger(s.baseLog),
+		Logger:              replicationLogger(s.baseLog, closing.Load),
 		RowsEventDecodeFunc: decoder.decode, // outbox rows only (decode.go)
 	})
 	defer func() {
+		closing.Store(true)
 		dial.stop() // no connection to KILL by id on Close (killPreviousDump checks first)
 		syncer.Close()
 	}()

@@ -210,9 +210,7 @@ func resolveLayout(tm *replication.TableMapEvent, cols []colInfo, roles outboxcd
 		for i := range cols {
 			names[i] = cols[i].name
 		}
-		return nil, fmt.Errorf("%w: table %s has no column %s (its columns: %s); "+
-			"the route preset needs them: change the table or the preset",
-			ErrTable, table, strings.Join(missing, ", "), strings.Join(names, ", "))
+		return nil, missingColumns(table, missing, names)
 	}
 	for _, name := range roles.Extra {
 		l.extra = append(l.extra, extraColumn{name: name, index: find(name)})

@@ -69,7 +69,7 @@ const (
 	magic       = "outbox-cdc-checkpoint"
 	version     = 1
 	tempSuffix  = ".tmp"
-	refuseHint  = "the connector refuses to start: restore the file from a backup, or move it away deliberately to start where source.start says"
+	refuseHint  = "restore the file from a backup, or move it away deliberately to start where source.start says"
 	crcPrefix   = "crc32c "
 	maxFileSize = 1 << 20
 )
@@ -260,7 +260,7 @@ func ReadFile(path string) (Saved, error) {
 }
 
 func untrusted(path, format string, args ...any) error {
-	return fmt.Errorf("%w: checkpoint file %s %s; %s", ErrUntrusted, path, fmt.Sprintf(format, args...), refuseHint)
+	return outboxcdc.Permanent(fmt.Errorf("%w: checkpoint file %s %s", ErrUntrusted, path, fmt.Sprintf(format, args...)), refuseHint)
 }
 
 // decode parses a checkpoint file's content; why says what is wrong.
@@ -323,8 +323,8 @@ func (e *expectKind) Load(ctx context.Context) (outboxcdc.Position, error) {
 		return pos, err
 	}
 	if err := pos.CheckKind(e.kind); err != nil {
-		return "", fmt.Errorf("%s: %w; the connector refuses to start: point the checkpoint at this source's own store, or move it away deliberately to start where source.start says",
-			describe(e.cp), err)
+		return "", outboxcdc.Permanent(fmt.Errorf("%s: %w", describe(e.cp), err),
+			"point the checkpoint at this source's own store, or move it away deliberately to start where source.start says")
 	}
 	return pos, nil
 }

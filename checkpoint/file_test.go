@@ -140,11 +140,15 @@ func TestDamagedFileRefused(t *testing.T) {
 			if !errors.Is(err, ErrUntrusted) {
 				t.Errorf("error does not wrap ErrUntrusted: %v", err)
 			}
-			msg := err.Error()
-			for _, s := range []string{tc.want, f.Path(), "refuses to start", "restore the file", "source.start"} {
+			msg := outboxcdc.Cause(err)
+			for _, s := range []string{tc.want, f.Path()} {
 				if !strings.Contains(msg, s) {
 					t.Errorf("error %q does not mention %q", msg, s)
 				}
+			}
+			// The remedy is the hint, once, not part of the cause.
+			if h := outboxcdc.Hint(err); !strings.Contains(h, "restore the file") || !strings.Contains(h, "source.start") || strings.Contains(msg, h) {
+				t.Errorf("error %q, hint %q: want the remedy as the hint only", msg, h)
 			}
 		})
 	}
@@ -179,10 +183,13 @@ func TestForeignKindRefused(t *testing.T) {
 	if !errors.Is(err, outboxcdc.ErrForeignPosition) || !pos.IsZero() {
 		t.Fatalf("Load = %q, %v; want zero and ErrForeignPosition", pos, err)
 	}
-	for _, s := range []string{f.Path(), `"postgres"`, `"mysql"`, "refuses to start"} {
+	for _, s := range []string{f.Path(), `"postgres"`, `"mysql"`} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not mention %s", err, s)
 		}
+	}
+	if h := outboxcdc.Hint(err); !strings.Contains(h, "this source's own store") {
+		t.Errorf("hint %q, want the remedy", h)
 	}
 	if err := cp.Save(ctx, "postgres:0/16B3750"); !errors.Is(err, outboxcdc.ErrForeignPosition) {
 		t.Errorf("Save of a foreign position = %v", err)

@@ -233,11 +233,12 @@ func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
 	}
 	p := outboxcdc.Position(pos)
 	if strings.TrimSpace(sum) != tableChecksum(t.connector, p) {
-		return "", fmt.Errorf("%w: %s holds a row whose checksum does not match its position %q (edited by hand, or damaged); the connector refuses to start: restore the row, or delete it deliberately to start where source.start says",
-			ErrUntrusted, t, pos)
+		return "", outboxcdc.Permanent(fmt.Errorf("%w: %s holds a row whose checksum does not match its position %q (edited by hand, or damaged)",
+			ErrUntrusted, t, pos), "restore the row, or delete it deliberately to start where source.start says")
 	}
 	if p.Kind() == "" {
-		return "", fmt.Errorf("%w: %s holds position %q, which has no source kind prefix; the connector refuses to start", ErrUntrusted, t, pos)
+		return "", outboxcdc.Permanent(fmt.Errorf("%w: %s holds position %q, which has no source kind prefix", ErrUntrusted, t, pos),
+			"restore the row, or delete it deliberately to start where source.start says")
 	}
 	ev := t.log.Info().Str("position", pos)
 	if savedBytes != nil {

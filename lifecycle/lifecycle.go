@@ -394,7 +394,8 @@ func (l *Lifecycle) fail(err error) {
 		l.mu.Lock()
 		l.err = err
 		l.mu.Unlock()
-		l.log.Error().Err(err).Msg("mark_sent failed; stopping")
+		// The error itself is logged once, when the connector has stopped.
+		l.log.Warn().Msg("mark_sent failed: stopping the connector (what was received is still delivered and checkpointed)")
 		close(l.failed)
 	})
 }

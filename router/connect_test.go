@@ -365,6 +365,21 @@ var connectCases = []connectCase{
 		key:  `SO-1001`, value: `" {\"leading\":\"space\"}"`, headers: []string{"id=" + id},
 	},
 	{
+		name: "expand_json_mixed_elements_unchanged", table: pgOutbox,
+		cfg: with(conv("string", "json", "simple"), func(c *Config) { c.ExpandJSONPayload = true; c.Converters.ValueSchemas = false }),
+		ev:  evWith(func(e *outboxcdc.Event) { e.Payload = []byte(`{"items":[1,"two"]}`) }),
+		cite: "[ER] JsonSchemaData.getFirstArrayElement throws \"Field is not a homogenous array\" while the schema is inferred; " +
+			"EventRouterDelegate catches it, logs \"JSON expansion failed\" and sends the payload unchanged",
+		key: `SO-1001`, value: `"{\"items\":[1,\"two\"]}"`, headers: []string{"id=" + id},
+	},
+	{
+		name: "expand_json_mixed_numbers_unchanged", table: pgOutbox,
+		cfg:  with(conv("string", "json", "simple"), func(c *Config) { c.ExpandJSONPayload = true; c.Converters.ValueSchemas = false }),
+		ev:   evWith(func(e *outboxcdc.Event) { e.Payload = []byte(`{"n":[1,2.5]}`) }),
+		cite: "[ER] getFirstArrayElement throws for an array of an int and a double (different number types): sent unchanged with the warning",
+		key:  `SO-1001`, value: `"{\"n\":[1,2.5]}"`, headers: []string{"id=" + id},
+	},
+	{
 		name: "expand_json_top_level_array_is_bad", table: pgOutbox,
 		cfg:  with(conv("string", "json", "simple"), func(c *Config) { c.ExpandJSONPayload = true }),
 		ev:   evWith(func(e *outboxcdc.Event) { e.Payload = []byte(`[1,2]`) }),

@@ -432,6 +432,7 @@ func (cv *connectConv) envelopeSchema(payload *cschema, envelope []envelopeField
 func (r *Router) routeConnect(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 	c, cv := r.c, r.c.conv
 	var value []byte
+	var warning string
 	if cv.value == ConvRaw {
 		value = ev.Payload
 		switch {
@@ -443,11 +444,11 @@ func (r *Router) routeConnect(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 			return outboxcdc.Record{}, r.notJSON(ev, value)
 		}
 	} else {
-		v, err := r.connectValue(ev)
+		v, why, err := r.connectValue(ev)
 		if err != nil {
 			return outboxcdc.Record{}, err
 		}
-		value = v
+		value, warning = v, why
 	}
 	topic, err := r.topic(ev)
 	if err != nil {
@@ -494,7 +495,7 @@ func (r *Router) routeConnect(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 		}
 		headers = append(headers, outboxcdc.Header{Key: h.key, Value: b})
 	}
-	rec := outboxcdc.Record{Topic: topic, Key: key, Value: value, Headers: headers}
+	rec := outboxcdc.Record{Topic: topic, Key: key, Value: value, Headers: headers, Warning: warning}
 	if err := r.finish(ev, &rec); err != nil {
 		return outboxcdc.Record{}, err
 	}
@@ -502,46 +503,49 @@ func (r *Router) routeConnect(ev *outboxcdc.Event) (outboxcdc.Record, error) {
 }
 
 // connectValue builds and writes the record value as the EventRouter and
-// the value converter do.
-func (r *Router) connectValue(ev *outboxcdc.Event) ([]byte, error) {
+// the value converter do. warning says why the payload was not expanded
+// although route.expand_json_payload is on (Record.Warning).
+func (r *Router) connectValue(ev *outboxcdc.Event) (value []byte, warning string, err error) {
 	c, cv := r.c, r.c.conv
 	pt := cv.payloadType
 	if ev.Payload == nil {
 		if c.tombstone {
-			return nil, nil
+			return nil, warning, nil
 		}
-		return nil, r.nullPayload(ev)
+		return nil, "", r.nullPayload(ev)
 	}
 	if c.json && !json.Valid(ev.Payload) {
-		return nil, r.notJSON(ev, ev.Payload)
+		return nil, "", r.notJSON(ev, ev.Payload)
 	}
 	pv, err := pt.parseText(ev.Payload)
 	if err != nil {
-		return nil, r.typeChanged(ev, c.names.Payload, err)
+		return nil, "", r.typeChanged(ev, c.names.Payload, err)
 	}
 	ps := pt.schema
 	expanded := false
 	if c.expand != nil && pt.kind == kString {
-		s, v, ok, err := c.expand.expand(c.names.Payload, pv.(string))
+		s, v, fallback, err := c.expand.expand(c.names.Payload, pv.(string))
 		if err != nil {
-			return nil, r.bad(ev, "payload column "+quote(c.names.Payload)+": "+err.Error())
+			return nil, "", r.bad(ev, "payload column "+quote(c.names.Payload)+": "+err.Error())
 		}
-		if ok {
+		if fallback == "" {
 			ps, pv, expanded = s, v, true
+		} else {
+			warning = "JSON expansion failed (" + fallback + "): the payload is sent as text, as Debezium does"
 		}
 	}
 	// EventRouterDelegate: payload == null || payload.toString().trim().isEmpty().
 	if c.tombstone && !expanded {
 		if s, isString := pv.(string); isString && javaTrim(s) == "" {
-			return nil, nil
+			return nil, warning, nil
 		}
 	}
 	if len(c.envelope) == 0 {
 		b, err := cv.encode(cv.value, cv.valueSchemas, ps, pv)
 		if err != nil {
-			return nil, r.bad(ev, "value: "+err.Error())
+			return nil, "", r.bad(ev, "value: "+err.Error())
 		}
-		return b, nil
+		return b, warning, nil
 	}
 	version, versioned := 0, c.version != nil
 	if versioned {
@@ -549,7 +553,7 @@ func (r *Router) connectValue(ev *outboxcdc.Event) ([]byte, error) {
 		if ok && !null {
 			n, err := strconv.ParseInt(string(v), 10, 32)
 			if err != nil {
-				return nil, r.bad(ev, "schema version column "+quote(c.version.column)+" holds "+quote(string(v))+", not a 32-bit integer")
+				return nil, "", r.bad(ev, "schema version column "+quote(c.version.column)+" holds "+quote(string(v))+", not a 32-bit integer")
 			}
 			version = int(n)
 		}
@@ -564,22 +568,22 @@ func (r *Router) connectValue(ev *outboxcdc.Event) ([]byte, error) {
 		f := &c.envelope[i]
 		v, null, ok := columnText(ev, &f.columnRef)
 		if !ok {
-			return nil, r.bad(ev, "envelope column "+quote(f.column)+" is not in the row: the table changed since the start; restart the connector so it reads the columns again")
+			return nil, "", r.bad(ev, "envelope column "+quote(f.column)+" is not in the row: the table changed since the start; restart the connector so it reads the columns again")
 		}
 		if null {
 			continue
 		}
 		fv, err := cv.envTypes[i].parseText(v)
 		if err != nil {
-			return nil, r.typeChanged(ev, f.column, err)
+			return nil, "", r.typeChanged(ev, f.column, err)
 		}
 		st.values[i+1] = fv
 	}
 	b, err := cv.encode(cv.value, cv.valueSchemas, s, st)
 	if err != nil {
-		return nil, r.bad(ev, "value: "+err.Error())
+		return nil, "", r.bad(ev, "value: "+err.Error())
 	}
-	return b, nil
+	return b, warning, nil
 }
 
 func (r *Router) typeChanged(ev *outboxcdc.Event, col string, err error) error {

@@ -28,12 +28,17 @@ import (
 //     an array of optional strings with the null and empty-array
 //     behaviours); an array takes its first non-null element's schema (for
 //     objects, the fields of all elements).
-//   - When parsing or schema inference fails, Debezium logs a warning and
-//     sends the payload unchanged: so does this.
+//   - When parsing or schema inference fails (text that does not start
+//     with '{' or '[', invalid JSON, an array mixing element types or
+//     number types), Debezium logs "JSON expansion failed" and sends the
+//     payload unchanged: so does this, and the record's Warning says why
+//     (the pipeline logs it).
 //   - When the schema is inferred but the document does not fit it (a
-//     top-level array, an array mixing objects and other values, elements
-//     whose fields have different types), Debezium's converter throws and
-//     the connector stops: here the row is bad (pipeline.on_error).
+//     top-level array, elements of an array of objects whose fields have
+//     different types, nested arrays whose elements mix objects and other
+//     values), Debezium logs the same warning but keeps the inferred
+//     schema with the text value, so its converter throws and the task
+//     stops: here the row is bad (pipeline.on_error).
 type expandOptions struct {
 	nullsAsBytes         bool // table.json.payload.null.behavior=optional_bytes
 	emptyArraysAsStrings bool // table.json.payload.empty.array.behavior=optional_string
@@ -548,26 +553,35 @@ func (n *jnode) kindName() string {
 	return "null"
 }
 
-// expand expands a text payload. ok is false when Debezium would send the
-// payload unchanged; err is a document Debezium's converter would reject.
-func (o *expandOptions) expand(payloadColumn string, text string) (s *cschema, v any, ok bool, err error) {
-	if !strings.HasPrefix(text, "{") && !strings.HasPrefix(text, "[") {
-		return nil, nil, false, nil
+// expand expands a text payload. fallback is set when Debezium would send
+// the payload unchanged, and says why (without the payload's content);
+// err is a document Debezium's converter would reject.
+func (o *expandOptions) expand(payloadColumn string, text string) (s *cschema, v any, fallback string, err error) {
+	switch {
+	case text == "":
+		return nil, nil, "the payload is empty", nil
+	case !strings.HasPrefix(text, "{") && !strings.HasPrefix(text, "["):
+		return nil, nil, "the payload does not start with '{' or '['", nil
 	}
 	n, perr := parseJackson(text)
 	if perr != nil {
-		return nil, nil, false, nil
+		return nil, nil, expandReason(perr), nil
 	}
 	s, serr := o.schemaOf(payloadColumn, n)
 	if serr != nil {
-		return nil, nil, false, nil
+		return nil, nil, expandReason(serr), nil
 	}
 	if n.kind != jObject {
-		return nil, nil, false, fmt.Errorf("%w: a top-level JSON array expands to an array schema but Debezium builds a struct from it (the connector would stop)", errExpandMismatch)
+		return nil, nil, "", fmt.Errorf("%w: a top-level JSON array expands to an array schema but Debezium builds a struct from it (the connector would stop)", errExpandMismatch)
 	}
 	v, err = valueOf(n, s)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, "", err
 	}
-	return s.render(), v, true, nil
+	return s.render(), v, "", nil
+}
+
+// expandReason is an errExpand error's text without its prefix.
+func expandReason(err error) string {
+	return strings.TrimPrefix(err.Error(), errExpand.Error()+": ")
 }

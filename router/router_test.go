@@ -329,6 +329,9 @@ type jsonRecord struct {
 	// Partition is the record's partition: its own, or the one Kafka's
 	// Java producer picks for the key over 6 partitions (connect goldens).
 	Partition *int32 `json:"partition,omitempty"`
+	// Warning is why the route sent the row otherwise than configured
+	// (Record.Warning), which the pipeline logs.
+	Warning string `json:"warning,omitempty"`
 }
 
 type jsonHeader struct {
@@ -350,7 +353,8 @@ func text(b []byte) *string {
 }
 
 func render(r outboxcdc.Record) *jsonRecord {
-	j := &jsonRecord{Topic: r.Topic, Key: text(r.Key), Value: text(r.Value), Headers: []jsonHeader{}, Timestamp: r.Timestamp.Format(time.RFC3339Nano)}
+	j := &jsonRecord{Topic: r.Topic, Key: text(r.Key), Value: text(r.Value), Headers: []jsonHeader{}, Timestamp: r.Timestamp.Format(time.RFC3339Nano),
+		Warning: r.Warning}
 	for _, h := range r.Headers {
 		j.Headers = append(j.Headers, jsonHeader{Key: h.Key, Value: text(h.Value)})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // A record whose topic does not exist (a cluster without auto-create) or
@@ -27,6 +28,44 @@ func blockedCode(err error) bool {
 	return errors.Is(err, sarama.ErrUnknownTopicOrPartition) ||
 		errors.Is(err, sarama.ErrTopicAuthorizationFailed) ||
 		errors.Is(err, sarama.ErrClusterAuthorizationFailed)
+}
+
+// onlyBlocked reports whether every failure in todo is a blocked code.
+func onlyBlocked(todo []*pending) bool {
+	for _, p := range todo {
+		if p.err != nil && !blockedCode(p.err) {
+			return false
+		}
+	}
+	return true
+}
+
+// logBlocked adds to ev, when err is a blocked failure, what blocks which
+// topic and the remedy, and reports whether it did: the line then names
+// the real cause (the brokers answered), not a failed connection.
+func logBlocked(ev *zerolog.Event, err error, timeout time.Duration) bool {
+	var e *Error
+	if !blockedCode(err) || !errors.As(err, &e) {
+		return false
+	}
+	topic := e.Topic
+	if topic == "" {
+		topic = clusterWide
+	}
+	ev.Str("topic", topic).Str("reason", blockedReason(topic, err)).AnErr("kafka_error", e.Err).
+		Dur("unwritable_topic_timeout", timeout).Str("hint", blockedHint(topic, err))
+	return true
+}
+
+// blockedReason says in words what a blocked code means for topic.
+func blockedReason(topic string, err error) string {
+	switch {
+	case errors.Is(err, sarama.ErrUnknownTopicOrPartition):
+		return fmt.Sprintf("topic %q does not exist on the brokers", topic)
+	case errors.Is(err, sarama.ErrClusterAuthorizationFailed):
+		return "the brokers refuse the connector's principal access to the cluster"
+	}
+	return fmt.Sprintf("the connector's principal may not write topic %q", topic)
 }
 
 // clusterWide is the blocked "topic" of a failure that concerns no topic

@@ -125,7 +125,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 
 	b := retry.New(k.cfg.retryPolicy())
 	var lastErr error
-	var lastWarn time.Time
+	var warns outboxcdc.LogThrottle
 	for n := 1; ; n++ {
 		again, failErr, err := k.attempt(ctx, todo)
 		if err != nil {
@@ -158,15 +158,14 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		}
 		wait := b.Next()
 		// One warning when a Write starts failing, then one per
-		// retryLogInterval while it keeps failing; every attempt at debug.
-		ev := k.log.Debug()
-		if n == 1 || time.Since(lastWarn) >= retryLogInterval {
-			lastWarn = time.Now()
-			ev = k.log.Warn()
+		// WarnInterval while it keeps failing; every attempt at debug.
+		ev := warns.Event(&k.log).Int("attempt", n).Int("resend", len(again)).Int("records", len(records)).
+			Dur("failing_for", time.Since(start).Round(time.Millisecond)).Dur("backoff", wait)
+		if logBlocked(ev, failErr, k.cfg.UnwritableTopicTimeout) {
+			ev.Msg("a kafka topic cannot be written yet: its records wait up to sink.unwritable_topic_timeout, then pipeline.on_error decides; nothing is checkpointed meanwhile")
+		} else {
+			ev.Err(failErr).Msg("kafka write failed, retrying; nothing is checkpointed until it succeeds")
 		}
-		ev.Err(failErr).Int("attempt", n).Int("resend", len(again)).Int("records", len(records)).
-			Dur("failing_for", time.Since(start).Round(time.Millisecond)).Dur("backoff", wait).
-			Msg("kafka write failed, retrying; nothing is checkpointed until it succeeds")
 		todo = again
 		t := time.NewTimer(wait)
 		select {
@@ -215,7 +214,8 @@ func (k *Kafka) checkBlocked(retry []*pending) error {
 		return nil
 	}
 	k.m.Permanent.Add(float64(1 + len(expired.Others)))
-	k.log.Error().Err(expired).Int("records", 1+len(expired.Others)).Msg("records for a topic that cannot be written: giving up on them")
+	// Returned, not logged: the pipeline decides (on_error) and reports.
+	k.log.Debug().Err(expired).Int("records", 1+len(expired.Others)).Msg("records for a topic that cannot be written: giving up on them")
 	return expired
 }
 
@@ -230,9 +230,6 @@ func (k *Kafka) unblock(todo []*pending) {
 	}
 	k.blocked.ok(clusterWide)
 }
-
-// retryLogInterval rate-limits the warnings of a Write that keeps failing.
-const retryLogInterval = 30 * time.Second
 
 // attempt sends todo (in record order) over one producer and waits for
 // every answer. It returns the records to send again with the failure that
@@ -257,10 +254,11 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		}
 		if e.Permanent {
 			k.m.Permanent.Add(float64(len(todo)))
-			k.log.Error().Err(e).Msg("kafka producer cannot start")
 			return nil, nil, e
 		}
-		k.failed(e)
+		if !blockedCode(err) { // the brokers answered: refused, not unreachable
+			k.failed(e)
+		}
 		k.m.Retryable.Add(float64(len(todo)))
 		return todo, e, nil
 	}
@@ -303,8 +301,8 @@ wait:
 		// record at fault.
 		retry, _, failures := resendSet(todo)
 		k.m.Retryable.Add(float64(failures))
+		// The brokers answered (they refused a batch): not an outage.
 		e := &Error{Index: p.index, Topic: p.rec.Topic, Partition: p.partition, Err: p.err}
-		k.failed(e)
 		k.producers.retire(c)
 		return retry, e, nil
 	}
@@ -319,7 +317,11 @@ wait:
 	}
 	k.m.Retryable.Add(float64(failures))
 	e := &Error{Index: first.index, Topic: first.rec.Topic, Partition: first.partition, Err: first.err}
-	k.failed(e)
+	if !onlyBlocked(todo) {
+		// A topic that does not exist or may not be written is no
+		// outage: the brokers answered, and Ready names the topic.
+		k.failed(e)
+	}
 	// A fresh producer for the next attempt (see the type's documentation).
 	k.producers.retire(c)
 	return retry, e, nil
@@ -385,7 +387,7 @@ func resendSet(todo []*pending) (retry []*pending, first *pending, failures int)
 func (k *Kafka) permanentRecord(p *pending) error {
 	e := &Error{Index: p.index, Topic: p.rec.Topic, Partition: p.partition, Err: p.err, Permanent: true}
 	k.m.Permanent.Inc()
-	k.log.Error().Err(e).Msg("kafka rejected a record permanently")
+	k.log.Debug().Err(e).Msg("kafka rejected a record permanently") // the pipeline reports it (on_error)
 	return e
 }
 

@@ -47,7 +47,7 @@ type kafkaSink struct {
 	probing   atomic.Bool   // a probe's request is pending
 	probeDone chan struct{} // closed when probeLoop returns
 
-	*health
+	health   *outboxcdc.SinkHealth
 	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
 	lastFail atomic.Int64 // unix nanos of the last failed attempt
 }
@@ -65,7 +65,7 @@ func newKafkaSink(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer
 		mem:        byteSem{limit: cfg.MaxInFlightBytes},
 		oneByOne:   map[topicPartition]bool{},
 	}
-	s.health = newHealth(errors.New(notYet), s.m.Connected, log, upMsg)
+	s.health = outboxcdc.NewSinkHealth("kafka", notYet, upMsg, s.m.Connected, log)
 	s.producers = &producers{brokers: cfg.Brokers, config: start, stop: s.stop}
 	cfg.warnSecurity(log)
 	return s
@@ -105,13 +105,13 @@ func (s *kafkaSink) isClosed() bool {
 // reached records that a broker answered.
 func (s *kafkaSink) reached() {
 	s.lastOK.Store(time.Now().UnixNano())
-	s.health.reached()
+	s.health.Reached()
 }
 
 // failed records a failed attempt or check.
 func (s *kafkaSink) failed(err error) {
 	s.lastFail.Store(time.Now().UnixNano())
-	s.health.failed(err)
+	s.health.Failed(err)
 }
 
 // closeProducers shuts the producers down (after stop is closed and the
@@ -120,7 +120,7 @@ func (s *kafkaSink) closeProducers(deadline time.Time) {
 	if !s.producers.close(deadline) {
 		s.log.Warn().Dur("waited", closeWait).Msg("kafka producer did not shut down in time; abandoning it")
 	}
-	s.health.closed()
+	s.health.Closed(errClosed)
 }
 
 // closedError is what a Write returns once the sink is closed.

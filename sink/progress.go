@@ -231,13 +231,13 @@ func ReadProgress(ctx context.Context, cfg KafkaConfig, topic, connector, kind s
 			}
 			p, why := decodeProgress(val)
 			if why != "" {
-				return Progress{}, fmt.Errorf("%w: progress record for %q in topic %q %s; the connector refuses to start: write a valid record or a tombstone for the key deliberately",
-					ErrProgressUntrusted, connector, topic, why)
+				return Progress{}, outboxcdc.Permanent(fmt.Errorf("%w: progress record for %q in topic %q %s",
+					ErrProgressUntrusted, connector, topic, why), "write a valid record or a tombstone for the key deliberately")
 			}
 			if kind != "" {
 				if err := p.Position.CheckKind(kind); err != nil {
-					return Progress{}, fmt.Errorf("progress topic %q: %w; the connector refuses to start: use another connector name or progress topic, or write a tombstone for %q deliberately",
-						topic, err, connector)
+					return Progress{}, outboxcdc.Permanent(fmt.Errorf("progress topic %q: %w", topic, err),
+						fmt.Sprintf("use another connector name or progress topic, or write a tombstone for %q deliberately", connector))
 				}
 			}
 			return p, nil

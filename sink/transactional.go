@@ -267,7 +267,8 @@ func (t *Transactional) Load(ctx context.Context) (outboxcdc.Position, error) {
 		t.failed(err)
 		return outboxcdc.Transient(err)
 	}, func(err error, wait time.Duration) {
-		t.log.Warn().Err(err).Dur("backoff", wait).Msg("cannot start the transactional producer or read progress; retrying")
+		// The sink's health warns (rate-limited) with the same error.
+		t.log.Debug().Err(err).Dur("backoff", wait).Msg("cannot start the transactional producer or read progress; retrying")
 	})
 	if err != nil {
 		if t.isClosed() {
@@ -373,7 +374,7 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 	// survive a failed record).
 	if err := t.tooLarge(msgs); err != nil {
 		t.m.Permanent.Inc()
-		t.log.Error().Err(err).Msg("record too large for sink.max_message_bytes")
+		t.log.Debug().Err(err).Msg("record too large for sink.max_message_bytes") // the pipeline reports it (on_error)
 		return err
 	}
 	if err := t.linger(ctx, recordBytes(records)); err != nil {
@@ -384,6 +385,7 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 	}
 	b := retry.New(t.cfg.retryPolicy())
 	var lastErr error
+	var warns outboxcdc.LogThrottle
 	for n := 1; ; n++ {
 		err := t.attempt(ctx, msgs, records, end, commit)
 		if err == nil {
@@ -398,7 +400,8 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 			return nil
 		}
 		if IsFenced(err) || IsPermanent(err) || errors.Is(err, errTxnBudget) {
-			t.log.Error().Err(err).Int("records", len(records)).Str("position", string(end)).Msg("kafka transaction failed permanently")
+			// Returned, not logged: the pipeline decides and reports.
+			t.log.Debug().Err(err).Int("records", len(records)).Str("position", string(end)).Msg("kafka transaction failed permanently")
 			return err
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -411,10 +414,19 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 		lastErr = err
 		t.tm.aborts.Inc()
 		t.m.Retryable.Add(float64(len(records)))
-		t.failed(err)
+		if !blockedCode(err) { // a topic that cannot be written is no outage (Ready names it)
+			t.failed(err)
+		}
 		wait := b.Next()
-		t.log.Warn().Err(err).Int("attempt", n).Int("records", len(records)).Dur("backoff", wait).
-			Msg("kafka transaction aborted, sending the whole batch again")
+		// One warning when a Write starts failing, then one per
+		// WarnInterval while it keeps failing; every attempt at debug.
+		ev := warns.Event(&t.log).Int("attempt", n).Int("records", len(records)).Dur("backoff", wait).
+			Dur("failing_for", time.Since(start).Round(time.Millisecond))
+		if logBlocked(ev, err, t.cfg.UnwritableTopicTimeout) {
+			ev.Msg("a kafka topic cannot be written yet: its records wait up to sink.unwritable_topic_timeout, then pipeline.on_error decides; nothing is committed meanwhile")
+		} else {
+			ev.Err(err).Msg("kafka transaction aborted, sending the whole batch again")
+		}
 		if err := t.sleep(ctx, wait); err != nil {
 			if IsPermanent(err) {
 				return err
@@ -501,7 +513,7 @@ func (t *Transactional) continueOpen(ctx context.Context, msgs []*pending, recor
 	t.tm.aborts.Inc()
 	t.failed(err)
 	err = fmt.Errorf("%w (%d records written into it by earlier batches): %w", outboxcdc.ErrOpenWriteAborted, o.records, err)
-	t.log.Error().Err(err).Msg("kafka transaction of a large source transaction aborted; nothing of it is visible, a restart reads it again")
+	t.log.Debug().Err(err).Msg("kafka transaction of a large source transaction aborted; nothing of it is visible, a restart reads it again") // returned: the connector logs it once
 	return err
 }
 
@@ -783,6 +795,7 @@ func (t *Transactional) checkBlocked(failures []*txnFailure) error {
 // an open transaction open. Topics already known cost a map lookup.
 func (t *Transactional) precheckTopics(ctx context.Context, p *producer, msgs []*pending, deadline time.Time, records, earlier int, end outboxcdc.Position) error {
 	b := retry.New(t.cfg.retryPolicy())
+	var warns outboxcdc.LogThrottle
 	for {
 		var failures []*txnFailure
 		bad := map[string]error{}
@@ -809,7 +822,8 @@ func (t *Transactional) precheckTopics(ctx context.Context, p *producer, msgs []
 		if !deadline.IsZero() && time.Until(deadline) < wait {
 			return t.overBudget(p, records, earlier, end)
 		}
-		t.log.Warn().Err(failures[0].err).Str("topic", failures[0].topic).Dur("backoff", wait).
+		warns.Event(&t.log).Err(failures[0].err).Str("topic", failures[0].topic).Str("reason", blockedReason(failures[0].topic, failures[0].err)).
+			Str("hint", blockedHint(failures[0].topic, failures[0].err)).Dur("backoff", wait).
 			Msg("a topic of the open transaction cannot be written yet; waiting (sink.unwritable_topic_timeout)")
 		if err := t.sleep(ctx, wait); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -372,4 +373,74 @@ func TestTransactionalExportsSinkMetrics(t *testing.T) {
 			t.Errorf("metric %s is outside the sink family", name)
 		}
 	}
+}
+
+// TestTransactionalRetryWarningsRateLimited: a write that fails attempt
+// after attempt (NOT_ENOUGH_REPLICAS, 15 times, 10-100 ms apart) warns
+// once, not once per attempt (docs/sinks.md: one warning, then at most one
+// every 30 s), and commits once the broker takes it.
+func TestTransactionalRetryWarningsRateLimited(t *testing.T) {
+	c, brokers := testenv.Kafka(t)
+	ctx := context.Background()
+	var logs strings.Builder
+	var mu sync.Mutex
+	cfg := DefaultKafkaConfig()
+	cfg.Brokers = brokers
+	cfg.RetryBackoffMin = 10 * time.Millisecond
+	cfg.RetryBackoffMax = 100 * time.Millisecond
+	tc := DefaultTxnConfig()
+	tc.ProgressTopic = "progress"
+	s, err := NewTransactional(cfg, tc, "conn", "mysql", zerolog.New(lockedWriter{&mu, &logs}).Level(zerolog.WarnLevel), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Int32
+	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kr.(*kmsg.ProduceRequest)
+		if failed.Load() >= 15 {
+			return nil, nil, false
+		}
+		failed.Add(1)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range req.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = tp.Topic
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = 19 // NOT_ENOUGH_REPLICAS: retryable
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	if err := s.WriteAtomic(ctx, recs("events", "1"), "mysql:0-1-2"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if failed.Load() < 15 {
+		t.Fatalf("fault injected %d times", failed.Load())
+	}
+	if n := strings.Count(out, "kafka transaction aborted, sending the whole batch again"); n != 1 {
+		t.Fatalf("%d retry warnings for %d failed attempts, want 1:\n%s", n, failed.Load(), out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -53,7 +53,25 @@ func (m *marked) Unwrap() []error { return []error{m.sentinel, m.err} }
 const (
 	codeObjectInUse     = "55006" // replication slot is active for another PID
 	codeDuplicateObject = "42710"
+	codeNoPrivilege     = "42501" // insufficient_privilege
+	codeLimitExceeded   = "53400" // configuration_limit_exceeded: all replication slots are in use
 )
+
+// createSlotError classifies a failed slot creation with the remedy of
+// its cause: a role without the REPLICATION attribute is permanent; every
+// slot of the server in use is retried (one may be freed), with the way
+// to free one.
+func createSlotError(slot string, err error) error {
+	err = fmt.Errorf("create replication slot %q: %w", slot, err)
+	switch pgCode(err) {
+	case codeNoPrivilege:
+		return outboxcdc.Permanent(err, "give the role the REPLICATION attribute (ALTER ROLE ... REPLICATION)")
+	case codeLimitExceeded:
+		return outboxcdc.TransientHint(err, "drop a slot nothing uses (find them with SELECT slot_name, active FROM pg_replication_slots, "+
+			"drop one with pg_drop_replication_slot), or raise max_replication_slots, which needs a server restart")
+	}
+	return classify(err)
+}
 
 // classify marks server errors that will not go away by reconnecting:
 // authentication (28), unknown database (3D), missing objects, syntax and

@@ -85,7 +85,7 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 	}
 	if err != nil {
 		s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
-		s.log.Error().Err(err).Msg("pending backfill failed")
+		s.log.Debug().Err(err).Msg("pending backfill failed") // returned: the connector logs it once
 		return permanent(fmt.Errorf("pending backfill: %w", err))
 	}
 	lsn, id, _ := ParsePositionIdentity(pos)

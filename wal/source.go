@@ -295,7 +295,8 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		}
 		s.setReady(fmt.Errorf("postgres source: %w", err))
 		if isPermanent(err) {
-			s.log.Error().Err(err).Str("resume_lsn", st.resume.String()).Msg("stopping: permanent error")
+			// Returned, not logged: the connector logs why it stopped, once.
+			s.log.Debug().Err(err).Str("resume_lsn", st.resume.String()).Msg("stopping: permanent error")
 			// Deliver the whole transactions already decoded so the
 			// checkpoint gets as close to the problem as possible.
 			st.q.close()
@@ -786,7 +787,7 @@ func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn, checkpoint
 			return classify(fmt.Errorf("look up table %s: %w", s.cfg.Table, err))
 		}
 		if !exists {
-			return permanent(fmt.Errorf("source.table: table %s does not exist in this database (check source.dsn's database and the schema)", tableIdent))
+			return outboxcdc.Permanent(fmt.Errorf("source.table: table %s does not exist in this database", tableIdent), "check the database in source.dsn and the schema in source.table")
 		}
 	}
 	// route.on_update needs the UPDATEs of the outbox table in the stream.
@@ -930,7 +931,7 @@ func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState, srv
 				return fmt.Errorf("create replication slot %q: not done within %s: the server waits for every transaction open when the slot was requested to end; "+
 					"look for long-running transactions (pg_stat_activity.xact_start): %w", slot, slotCreateTimeout, err)
 			}
-			return classify(fmt.Errorf("create replication slot %q: %w (the role needs the REPLICATION attribute)", slot, err))
+			return createSlotError(slot, err)
 		}
 		if err == nil {
 			s.log.Info().Str("consistent_lsn", lsn).Bool("failover", s.cfg.FailoverSlot).Msg("created replication slot (pgoutput)")

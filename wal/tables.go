@@ -134,7 +134,7 @@ func (s *Source) ensureTablesPublication(ctx context.Context, db *pgx.Conn, chec
 			return classify(fmt.Errorf("look up table %s: %w", p, err))
 		}
 		if !exists {
-			return permanent(fmt.Errorf("source.tables: table %s does not exist in this database (check source.dsn's database and the schema)", p))
+			return outboxcdc.Permanent(fmt.Errorf("source.tables: table %s does not exist in this database", p), "check the database in source.dsn and the schemas in source.tables")
 		}
 	}
 	target, schemas, all := s.publicationTarget()

@@ -226,7 +226,7 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 		}
 		h.fenced.Store(true)
 		close(h.lostCh)
-		h.log.Error().Msg("lost the HA lock: aborting the write in flight, saving no further checkpoint, and exiting; a standby takes over")
+		h.log.Error().Msg("lost the HA lock: aborting the write in flight and saving no further checkpoint; a standby takes over")
 		h.active.Set(0)
 		h.mu.Lock()
 		h.lost = true

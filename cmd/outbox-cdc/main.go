@@ -126,11 +126,14 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := runProcess(ctx, pc, opts, stderr); err != nil {
 		var ce *configError
+		var done logged
 		if errors.As(err, &ce) {
-			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+			if !errors.As(err, &done) {
+				fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+			}
 			return 2
 		}
-		return 1 // already logged
+		return 1 // logged where it happened
 	}
 	return 0
 }

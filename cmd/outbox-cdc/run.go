@@ -49,7 +49,8 @@ func runConnector(ctx context.Context, cfg Config, opts runOptions, logOut io.Wr
 // while HA is on, then builds the parts from cfg and runs the pipeline.
 // reg is the connector's own registry (its metrics carry the connector
 // label); started receives the connector's HA role as soon as it exists,
-// for /readyz. It logs its own failures.
+// for /readyz. It returns its failure without logging it: the supervisor
+// logs why a connector stopped, once.
 func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger, reg prometheus.Registerer, started func(*haState)) error {
 	role := newHAState(cfg, log, reg)
 	started(role)
@@ -59,14 +60,12 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 			log.Info().Msg("stopped while standby")
 			return nil
 		}
-		log.Error().Err(err).Msg("cannot take the HA lock")
-		return err
+		return fmt.Errorf("cannot take the HA lock: %w", err)
 	}
 	defer role.releaseLock()
 
 	b, err := build(ctx, cfg, opts, role, log, reg, os.Stdout)
 	if err != nil {
-		log.Error().Err(err).Msg("cannot start")
 		return err
 	}
 	defer b.close()
@@ -97,25 +96,22 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 		select {
 		case err = <-ran:
 		case <-time.After(lostExitWait):
-			log.Warn().Dur("waited", lostExitWait).Msg("the pipeline did not stop after the HA lock loss (a source connection hangs on the network?); exiting without waiting for it")
+			log.Warn().Dur("waited", lostExitWait).Msg("the pipeline did not stop after the HA lock loss (a source connection hangs on the network?); no longer waiting for it")
 		}
 	}
 	if lostErr := role.err(); lostErr != nil {
 		if err != nil {
 			lostErr = fmt.Errorf("%w (pipeline: %v)", lostErr, err)
 		}
-		log.Error().Err(lostErr).Msg("stopped")
 		return lostErr
 	}
 	if lcErr := b.lc.err(); lcErr != nil {
 		if err != nil {
 			lcErr = fmt.Errorf("%w (pipeline: %v)", lcErr, err)
 		}
-		log.Error().Err(lcErr).Msg("stopped on error")
 		return lcErr
 	}
 	if err != nil {
-		log.Error().Err(err).Msg("stopped on error")
 		return err
 	}
 	log.Info().Msg("stopped")

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/placement"
 )
 
@@ -222,12 +223,23 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.setState(m, stateHalted, err)
 			single := len(s.order) == 1
 			s.mu.Unlock()
-			if !single && ctx.Err() == nil {
-				log.Error().Err(err).Msg("connector halted; the others keep running (restart it with POST /connectors/" + m.cfg.Name + "/restart once the cause is fixed)")
-			}
+			logHalt(log, err, single || ctx.Err() != nil, m.cfg.Name)
 			return
 		}
 	}
+}
+
+// logHalt logs, once, why a connector stopped on err: the cause and the
+// remedy each in a field of its own (outboxcdc.LogError). Nothing below
+// the supervisor logs the error it returns. alone: no other connector of
+// the process keeps running.
+func logHalt(log zerolog.Logger, err error, alone bool, name string) {
+	ev := outboxcdc.LogError(log.Error(), err)
+	if alone {
+		ev.Msg("stopped on error")
+		return
+	}
+	ev.Str("restart", "POST /connectors/"+name+"/restart").Msg("connector halted; the others keep running (restart it once the cause is fixed)")
 }
 
 // connectorStatus is one connector in the /readyz, /healthz and
@@ -335,6 +347,32 @@ func (s *supervisor) stopAll() {
 	wg.Wait()
 }
 
+// haltedNames returns the names of the halted connectors, in order.
+func (s *supervisor) haltedNames() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for _, name := range s.order {
+		if s.conns[name].state == stateHalted {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// logged marks an error already logged (each connector's halt, by
+// logHalt): the command only sets the exit status from it.
+type logged struct{ error }
+
+func (e logged) Unwrap() error { return e.error }
+
+func loggedError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return logged{err}
+}
+
 // halted returns the errors of the halted connectors, joined.
 func (s *supervisor) halted() error {
 	s.mu.Lock()
@@ -433,9 +471,10 @@ func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut i
 	sup.stopAll()
 	err := sup.halted()
 	if err != nil && len(pc.Connectors) > 1 {
-		log.Error().Err(err).Msg("every connector has stopped; exiting")
+		// Each halt was logged when it happened.
+		log.Error().Strs("halted", sup.haltedNames()).Msg("every connector has stopped; exiting")
 	}
-	return err
+	return loggedError(err)
 }
 
 // sortedNames returns the connector names in order, for messages.
@@ -466,8 +505,8 @@ func runPlaced(ctx context.Context, pc processConfig, sup *supervisor, log zerol
 		perr = nil // stopped while joining
 	}
 	if perr != nil {
-		log.Error().Err(perr).Msg("placement failed; stopping this replica's connectors")
+		outboxcdc.LogError(log.Error(), perr).Msg("placement failed; stopping this replica's connectors")
 	}
 	sup.stopAll()
-	return errors.Join(perr, sup.halted())
+	return loggedError(errors.Join(perr, sup.halted()))
 }

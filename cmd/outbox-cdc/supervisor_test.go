@@ -137,6 +137,15 @@ func TestLockLossReturnsConnectorToStandby(t *testing.T) {
 	if !strings.Contains(logs.String(), "back to standby with fresh connections") {
 		t.Fatal("no log line for the return to standby")
 	}
+	// What the lines say about the aborted run is true: the process does
+	// not exit, and nothing claims a checkpoint of every received
+	// transaction while saves were refused.
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"connector":"`+names[0]+`"`) &&
+			(strings.Contains(line, "exiting") || strings.Contains(line, "every received transaction written and checkpointed")) {
+			t.Errorf("a line says what did not happen: %s", line)
+		}
+	}
 
 	if _, err := db.Exec("INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ('after-1', 'ORDER', 'x', 'E', '{}')"); err != nil {
 		t.Fatal(err)

@@ -160,15 +160,13 @@ type Writer struct {
 	conn   Conn
 	closed bool
 
-	ready    atomic.Pointer[readiness]
+	health   *outboxcdc.SinkHealth
 	lastOK   atomic.Int64 // unix nanos of the last answer from the broker
 	lastFail atomic.Int64 // unix nanos of the last failed attempt
 
 	stop      chan struct{}
 	probeDone chan struct{}
 }
-
-type readiness struct{ err error }
 
 // New returns a Writer for the broker named sink (rabbitmq, nats, redis).
 // It does not connect at once: a probe goroutine does in the background
@@ -185,7 +183,7 @@ func New(sink string, cfg Config, dial Dialer, log zerolog.Logger, reg prometheu
 		stop:      make(chan struct{}),
 		probeDone: make(chan struct{}),
 	}
-	w.ready.Store(&readiness{fmt.Errorf("%s: not connected yet", sink)})
+	w.health = outboxcdc.NewSinkHealth(sink, sink+": not connected yet", sink+" reachable", w.m.Connected, log)
 	go w.probeLoop()
 	return w, nil
 }
@@ -233,7 +231,7 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 	}()
 	b := retry.New(w.cfg.policy())
 	var lastErr error
-	var lastWarn time.Time
+	var warns outboxcdc.LogThrottle
 	for n := 1; ; n++ {
 		if err := w.attempt(ctx, todo); err != nil {
 			if w.stopped() {
@@ -269,19 +267,16 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 			if errors.As(first.Err, &nr) {
 				e.Index, e.Dest = -1, ""
 			}
-			w.log.Error().Err(e).Msg("the broker refused a record permanently")
+			w.log.Debug().Err(e).Msg("the broker refused a record permanently") // the pipeline reports it (on_error)
 			return e
 		}
 		w.m.Retryable.Add(float64(failures))
 		lastErr = &Error{Sink: w.sink, Index: first.Index, Dest: first.Rec.Topic, Err: first.Err}
 		w.failed(lastErr)
 		wait := b.Next()
-		ev := w.log.Debug()
-		if n == 1 || time.Since(lastWarn) >= retryLogInterval {
-			lastWarn = time.Now()
-			ev = w.log.Warn()
-		}
-		ev.Err(lastErr).Int("attempt", n).Int("resend", len(next)).Int("records", len(records)).
+		// One warning when a Write starts failing, then one per
+		// WarnInterval while it keeps failing; every attempt at debug.
+		warns.Event(&w.log).Err(lastErr).Int("attempt", n).Int("resend", len(next)).Int("records", len(records)).
 			Dur("failing_for", time.Since(start).Round(time.Millisecond)).Dur("backoff", wait).
 			Msg("write failed, retrying; nothing is checkpointed until it succeeds")
 		todo = next
@@ -298,9 +293,6 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 		}
 	}
 }
-
-// retryLogInterval rate-limits the warnings of a Write that keeps failing.
-const retryLogInterval = 30 * time.Second
 
 // attempt sends todo over the current connection (dialing one if needed)
 // and leaves every msg with its outcome. It returns an error only to end
@@ -322,7 +314,7 @@ func (w *Writer) attempt(ctx context.Context, todo []*Msg) error {
 		case !outboxcdc.IsTransient(err):
 			w.m.Permanent.Inc()
 			e := &Error{Sink: w.sink, Index: -1, Err: err, Permanent: true}
-			w.log.Error().Err(e).Msg("cannot connect")
+			w.log.Debug().Err(e).Msg("cannot connect") // returned: the connector logs it once
 			return e
 		}
 		for _, m := range todo {
@@ -442,23 +434,16 @@ func (w *Writer) closedErr() error {
 }
 
 // Ready returns nil while the broker answers.
-func (w *Writer) Ready() error { return w.ready.Load().err }
+func (w *Writer) Ready() error { return w.health.Ready() }
 
 func (w *Writer) reached() {
 	w.lastOK.Store(time.Now().UnixNano())
-	if prev := w.ready.Swap(&readiness{}); prev.err != nil {
-		w.m.Connected.Set(1)
-		w.log.Info().Msg(w.sink + " reachable")
-	}
+	w.health.Reached()
 }
 
 func (w *Writer) failed(err error) {
 	w.lastFail.Store(time.Now().UnixNano())
-	prev := w.ready.Swap(&readiness{fmt.Errorf("%s unreachable or failing: %w", w.sink, err)})
-	w.m.Connected.Set(0)
-	if prev.err == nil {
-		w.log.Warn().Err(err).Msg(w.sink + " not reachable")
-	}
+	w.health.Failed(err)
 }
 
 // Close stops the sink: a Write in progress returns a permanent error,
@@ -482,8 +467,7 @@ func (w *Writer) Close() error {
 	if c != nil {
 		c.Close()
 	}
-	w.ready.Store(&readiness{ErrClosed})
-	w.m.Connected.Set(0)
+	w.health.Closed(ErrClosed)
 	w.log.Info().Msg(w.sink + " sink closed")
 	return nil
 }

@@ -578,3 +578,81 @@ checkpoint:
 		t.Fatalf("exit %d, want 2 explaining the StringConverter trap:\n%s", code, out)
 	}
 }
+
+// TestDebeziumExpandFallbackWarns: with route.expand_json_payload, a JSON
+// payload whose schema cannot be inferred (an array mixing numbers and
+// strings) is sent as text, as Debezium's EventRouter does, and the
+// connector says so as Debezium does ("JSON expansion failed"): one
+// warning for a burst of such rows (rate-limited, with the row count),
+// naming the first row, without its payload. The other rows are expanded.
+func TestDebeziumExpandFallbackWarns(t *testing.T) {
+	for _, be := range []struct {
+		kind    string
+		backend func(*testing.T) *dbzBackend
+	}{{"mysql", dbzMySQL}, {"postgres", dbzPostgres}} {
+		t.Run(be.kind, func(t *testing.T) {
+			b := be.backend(t)
+			_, brokers := testenv.Kafka(t)
+			cfg := writeConfig(t, fmt.Sprintf(`
+name: %s
+source:
+%sroute:
+  preset: debezium
+  expand_json_payload: true
+  converters: {key: string, value: json, headers: simple, value_schemas: false}
+sink:
+  type: kafka
+  brokers: [%q]
+checkpoint:
+  type: file
+  path: %q
+`, strings.ReplaceAll(testObjectName(t), "_", "-"), b.source, brokers[0], filepath.Join(t.TempDir(), "checkpoint")))
+			c := testenv.Start(t, cfg)
+			const mixed = 20
+			var rows []dbzRow
+			for i := range mixed {
+				rows = append(rows, dbzRow{id: fmt.Sprintf("00000000-0000-4000-8000-%012d", i), aggType: "Order", aggID: "SO-1",
+					typ: "OrderCreated", payload: `{"secret": [1, "hunter2"]}`})
+			}
+			rows = append(rows, dbzRow{id: "00000000-0000-4000-8000-999999999999", aggType: "Order", aggID: "SO-2",
+				typ: "OrderCreated", payload: `{"n": 1}`})
+			b.insertTx(t, rows...)
+			recs := kcat(t, brokers[0], "outbox.event.Order", len(rows))
+			if len(recs) != len(rows) {
+				t.Fatalf("kcat read %d records, want %d", len(recs), len(rows))
+			}
+			for _, r := range recs {
+				switch string(r.key) {
+				case "SO-1":
+					if v := string(r.value); !strings.HasPrefix(v, `"{`) || !strings.Contains(v, `hunter2`) {
+						t.Fatalf("a mixed payload's value is %s, want the payload as a JSON string", v)
+					}
+				case "SO-2":
+					if v := string(r.value); v != `{"n":1}` {
+						t.Fatalf("the good payload's value is %s, want it expanded", v)
+					}
+				}
+			}
+			if err := c.Stop(15 * time.Second); err != nil {
+				t.Fatalf("SIGTERM exit: %v", err)
+			}
+			var warns []string
+			for _, line := range strings.Split(c.Log(), "\n") {
+				if strings.Contains(line, "JSON expansion failed") {
+					warns = append(warns, line)
+				}
+				if strings.Contains(line, "hunter2") {
+					t.Fatalf("a log line shows the payload: %s", line)
+				}
+			}
+			if len(warns) != 1 {
+				t.Fatalf("%d \"JSON expansion failed\" lines for %d rows in one burst, want 1 (rate-limited):\n%s", len(warns), mixed, c.Log())
+			}
+			for _, want := range []string{`"level":"warn"`, `"message_id":"` + rows[0].id + `"`, `"rows":1`, "not a homogeneous array"} {
+				if !strings.Contains(warns[0], want) {
+					t.Fatalf("the warning lacks %s: %s", want, warns[0])
+				}
+			}
+		})
+	}
+}

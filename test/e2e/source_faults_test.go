@@ -394,7 +394,7 @@ func TestSourceForeignCheckpoint(t *testing.T) {
 		if code != 1 {
 			t.Fatalf("exit %d, want 1:\n%s", code, out)
 		}
-		mustContain(t, out, "checkpoint belongs to another source", `written by a \"`+other+`\" source`, "refuses to start")
+		mustContain(t, out, "checkpoint belongs to another source", `written by a \"`+other+`\" source`, `"hint":"point the checkpoint at this source's own store`)
 		if now, _ := os.ReadFile(cpPath); string(now) != string(saved) {
 			t.Fatal("the checkpoint changed")
 		}
