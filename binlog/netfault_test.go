@@ -411,7 +411,7 @@ func TestCloseAfterAbort(t *testing.T) {
 		ServerID: 3_000_000_000 + uint32(time.Now().UnixNano()%1_000_000_000), Flavor: flavor,
 		Host: host, Port: uint16(port), User: dc.User, Password: dc.Passwd,
 		Dialer: dial.DialContext, DisableRetrySync: true,
-		Logger: replicationLogger(zerolog.New(&logs).Level(zerolog.WarnLevel)),
+		Logger: replicationLogger(zerolog.New(&logs).Level(zerolog.WarnLevel), nil),
 	})
 	streamer, err := syncer.StartSync(gomysql.Position{Name: file, Pos: pos})
 	if err != nil {
