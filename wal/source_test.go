@@ -234,6 +234,18 @@ func (r *running) next(timeout time.Duration) outboxcdc.Tx {
 				return tx
 			}
 		case err := <-r.done:
+			// Run may end (a permanent error) right after it queued the
+			// transactions before it: those still count, and stop must
+			// not wait again for the end already seen.
+			r.done <- err
+			select {
+			case tx := <-r.out:
+				if len(tx.Events) > 0 {
+					return tx
+				}
+				continue
+			default:
+			}
 			r.t.Fatalf("Run returned: %v", err)
 		case <-deadline:
 			r.t.Fatalf("no transaction within %s", timeout)
