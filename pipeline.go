@@ -177,6 +177,8 @@ type Pipeline struct {
 	witness       Checkpointer
 	freshStart    bool
 	witnessWarned time.Time // saver goroutine (and load, before it starts)
+	// gate pauses intake between transactions (pause.go); nil: never.
+	gate *Gate
 }
 
 // NewPipeline wires the parts. reg may be nil. With a nil cp the sink must
@@ -585,7 +587,17 @@ func (p *Pipeline) intake(ctx context.Context, in <-chan Tx, txs chan<- queued, 
 		for range in { // until Run returns and in is closed
 		}
 	}()
-	for tx := range in {
+	inTx := false // the last transaction taken was a fragment with more to come
+	for {
+		// A pause holds before a transaction's first fragment only.
+		if !inTx && !p.gate.wait(ctx) {
+			return
+		}
+		tx, ok := <-in
+		if !ok {
+			return
+		}
+		inTx = tx.More
 		q := queued{tx: tx, size: txSize(&tx)}
 		if !qsem.acquire(ctx, q.size) {
 			return

@@ -52,9 +52,10 @@ const (
 	stateRunning  = "running"  // streaming (ready when its source and sink are connected)
 	stateStopping = "stopping" // draining after Stop or the process's signal
 	stateHalted   = "halted"   // stopped on an error; stays until restarted
+	statePaused   = "paused"   // running, but paused by PUT /connectors/NAME/pause (restapi.go)
 )
 
-var allStates = []string{stateStopped, stateStandby, stateStarting, stateRunning, stateStopping, stateHalted}
+var allStates = []string{stateStopped, stateStandby, stateStarting, stateRunning, stateStopping, stateHalted, statePaused}
 
 // haRestandbyDelay is the pause before a connector that lost its HA lock
 // waits for it again (in a process with several connectors).
@@ -69,6 +70,9 @@ type supervisor struct {
 	// exitOnLost: a lost HA lock halts the connector (one connector in
 	// the process) instead of returning it to standby.
 	exitOnLost bool
+
+	// workerID names this replica in the REST API's status (host:port).
+	workerID string
 
 	mu      sync.Mutex
 	order   []string
@@ -88,6 +92,11 @@ type managed struct {
 	reg    *prometheus.Registry // the current (or last) run's metrics
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the run's goroutine returns
+	// gate pauses the connector's pipeline (PUT .../pause); it outlives runs.
+	gate *outboxcdc.Gate
+	// held: stopped by PUT .../stop, persisted beside the position
+	// (stopstate.go); Start leaves it stopped until resumed.
+	held bool
 }
 
 func newSupervisor(ctx context.Context, cs []Config, opts runOptions, log zerolog.Logger) *supervisor {
@@ -95,7 +104,7 @@ func newSupervisor(ctx context.Context, cs []Config, opts runOptions, log zerolo
 		conns: map[string]*managed{}, changed: make(chan struct{})}
 	for _, c := range cs {
 		s.order = append(s.order, c.Name)
-		s.conns[c.Name] = &managed{cfg: c, state: stateStopped, since: time.Now(), reg: prometheus.NewRegistry()}
+		s.conns[c.Name] = &managed{cfg: c, state: stateStopped, since: time.Now(), reg: prometheus.NewRegistry(), gate: outboxcdc.NewGate()}
 	}
 	return s
 }
@@ -129,6 +138,9 @@ func (s *supervisor) Start(name string) error {
 	}
 	if s.ctx.Err() != nil {
 		return s.ctx.Err()
+	}
+	if m.held {
+		return nil // stopped by PUT .../stop until resumed
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	m.cancel, m.done = cancel, make(chan struct{})
@@ -189,7 +201,7 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.setState(m, stateStarting, nil) // after a lost lock: live again
 		}
 		s.mu.Unlock()
-		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg),
+		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg), m.gate,
 			func(r *haState) {
 				role = r
 				s.mu.Lock()
@@ -202,6 +214,12 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 		case err == nil:
 			s.setState(m, stateStopped, nil)
 			s.mu.Unlock()
+			return
+		case errors.Is(err, errHeld):
+			m.held = true
+			s.setState(m, stateStopped, nil)
+			s.mu.Unlock()
+			log.Info().Str("resume", "PUT /connectors/"+m.cfg.Name+"/resume").Msg("not starting: the connector was stopped through the REST API (the stop is kept in the checkpoint store)")
 			return
 		case lost && !s.exitOnLost:
 			s.setState(m, stateStandby, nil)
@@ -267,6 +285,9 @@ func (s *supervisor) status() []connectorStatus {
 		switch m.state {
 		case stateStopped:
 			st.Ready = true
+			if m.held {
+				st.Reason = "stopped by PUT /connectors/" + name + "/stop; PUT /connectors/" + name + "/resume starts it"
+			}
 		case stateHalted:
 			st.Reason = m.err.Error()
 		case stateStarting:
@@ -275,6 +296,10 @@ func (s *supervisor) status() []connectorStatus {
 				if err := readyErr(m.role); err != nil {
 					st.Reason = err.Error()
 				}
+			}
+			if st.State == stateRunning && m.gate.Paused() {
+				// Deliberately idle: ready, as a standby is.
+				st.State, st.Ready, st.Reason = statePaused, true, "paused by PUT /connectors/"+name+"/pause; PUT /connectors/"+name+"/resume continues"
 			}
 		case stateStandby:
 			st.Ready = true
@@ -407,7 +432,7 @@ type stateCollector struct {
 
 func newStateCollector(s *supervisor) *stateCollector {
 	return &stateCollector{s: s, desc: prometheus.NewDesc("outbox_cdc_connector_state",
-		"1 for the state each connector of the process is in (stopped, standby, starting, running, stopping, halted), else 0.",
+		"1 for the state each connector of the process is in (stopped, standby, starting, running, paused, stopping, halted), else 0.",
 		[]string{"connector", "state"}, nil)}
 }
 
@@ -445,6 +470,7 @@ func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut i
 		sup.exitOnLost = false
 	}
 	procReg.MustRegister(newStateCollector(sup))
+	sup.loadHeld(ctx)
 
 	// HTTP is up while standby too: /readyz says "standby".
 	if pc.HTTP.Listen != "" {
