@@ -97,6 +97,9 @@ type managed struct {
 	// held: stopped by PUT .../stop, persisted beside the position
 	// (stopstate.go); Start leaves it stopped until resumed.
 	held bool
+	// restarting: between the Stop and the Start of Restart, when the
+	// process must not take the connector for finished.
+	restarting bool
 }
 
 func newSupervisor(ctx context.Context, cs []Config, opts runOptions, log zerolog.Logger) *supervisor {
@@ -182,6 +185,22 @@ func (s *supervisor) Stop(name string) error {
 
 // Restart stops the named connector if it runs, then starts it.
 func (s *supervisor) Restart(name string) error {
+	s.mu.Lock()
+	m, ok := s.conns[name]
+	if ok {
+		m.restarting = true
+	}
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w %q", errNoConnector, name)
+	}
+	defer func() {
+		s.mu.Lock()
+		m.restarting = false
+		close(s.changed) // wake wait
+		s.changed = make(chan struct{})
+		s.mu.Unlock()
+	}()
 	if err := s.Stop(name); err != nil {
 		return err
 	}
@@ -345,7 +364,9 @@ func (s *supervisor) wait(ctx context.Context) {
 		s.mu.Lock()
 		live := false
 		for _, m := range s.conns {
-			if m.state != stateStopped && m.state != stateHalted {
+			// A connector stopped through the REST API keeps the process
+			// serving, for its resume.
+			if (m.state != stateStopped && m.state != stateHalted) || m.held || m.restarting {
 				live = true
 			}
 		}
