@@ -588,13 +588,10 @@ func (p *Pipeline) intake(ctx context.Context, in <-chan Tx, txs chan<- queued, 
 		}
 	}()
 	inTx := false // the last transaction taken was a fragment with more to come
-	for {
-		// A pause holds before a transaction's first fragment only.
+	for tx := range in {
+		// A pause holds a transaction's first fragment here, unqueued (a
+		// stop drops it: nothing of it was written or checkpointed).
 		if !inTx && !p.gate.wait(ctx) {
-			return
-		}
-		tx, ok := <-in
-		if !ok {
 			return
 		}
 		inTx = tx.More

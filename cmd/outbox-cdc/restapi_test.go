@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -24,9 +23,9 @@ import (
 // restProcess runs a process from the configuration file body (with an
 // http.listen added) in-process; stop ends it and waits.
 type restProcess struct {
-	t      *testing.T
-	addr   string
-	logs   *lockedBuffer
+	t       *testing.T
+	addr    string
+	logs    *lockedBuffer
 	cancel  context.CancelFunc
 	done    chan error
 	stopped bool
@@ -107,6 +106,16 @@ func wantError(t *testing.T, what string, code int, body string, wantCode int, w
 	}
 }
 
+// waitStreaming waits until the connector's source streams and its sink
+// is connected (/readyz): rows committed before would precede the start.
+func (p *restProcess) waitStreaming(name string) {
+	p.t.Helper()
+	testenv.Eventually(p.t, 60*time.Second, name+" streaming", func() bool {
+		code, _ := p.do("GET", "/readyz?connector="+name, "")
+		return code == 200 && p.connectorState(name) == "RUNNING"
+	})
+}
+
 func (p *restProcess) connectorState(name string) string {
 	_, body := p.do("GET", "/connectors/"+name+"/status", "")
 	var st struct {
@@ -140,12 +149,9 @@ func topicIDs(t *testing.T, brokers []string, topic string, wait time.Duration) 
 	return out
 }
 
-func insertRows(t *testing.T, db *sql.DB, prefix string, n int, pg bool) {
+func insertRows(t *testing.T, db *sql.DB, prefix string, n int) {
 	t.Helper()
 	q := "INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, 'ORDER', 'x', 'E', '{}')"
-	if pg {
-		q = "INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'ORDER', 'x', 'E', '{}')"
-	}
 	for i := 0; i < n; i++ {
 		if _, err := db.Exec(q, fmt.Sprintf("%s-%d", prefix, i)); err != nil {
 			t.Fatal(err)
@@ -229,7 +235,8 @@ checkpoint:
 		t.Fatalf("status of an unknown connector: %#v", err)
 	}
 
-	insertRows(t, db, "before", 20, false)
+	p.waitStreaming(name)
+	insertRows(t, db, "before", 20)
 	testenv.Eventually(t, 30*time.Second, "20 rows delivered", func() bool {
 		return len(topicIDs(t, brokers, name, time.Second)) == 20
 	})
@@ -478,6 +485,96 @@ checkpoint:
 	wantError(t, "empty PATCH", code, b, 400, "need to be provided")
 	code, b = p.do("PATCH", "/connectors/"+name+"/offsets", `{"offsets":[{"partition":{"server":"x"},"offset":{"lsn":5}}]}`)
 	wantError(t, "a Postgres offset for MySQL", code, b, 400, "PostgreSQL offset")
-	_ = bytes.MinRead
-	_ = rand.IntN
+}
+
+// TestRESTAPIPostgresOffsets: a Postgres connector paused keeps its slot
+// and the slot's lag shows the WAL it retains; stopped, its offsets read
+// in Debezium's {"lsn","lsn_proc","lsn_commit"} shape, a PATCH behind the
+// slot's confirmed position is refused with the reason (the slot cannot
+// rewind), and a PATCH at the current offset is accepted.
+func TestRESTAPIPostgresOffsets(t *testing.T) {
+	name := fmt.Sprintf("rest_pg_%06d", rand.IntN(1e6))
+	db, dsn := testenv.ScratchPostgres(t, name)
+	for _, q := range testenv.SeedTablePostgres(name + ".outbox_message") {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, brokers := testenv.Kafka(t)
+	p := startRestProcess(t, fmt.Sprintf(`name: %s
+source:
+  type: postgres
+  dsn: %q
+  table: %s.outbox_message
+  slot: %s
+  publication: %s
+route:
+  preset: seed
+  topic: %q
+sink:
+  brokers: [%q]
+checkpoint:
+  type: file
+  path: %q
+`, name, dsn, name, name, name, name, brokers[0], filepath.Join(t.TempDir(), "cp")))
+	p.waitStreaming(name)
+	insert := func(prefix string, n int) {
+		for i := 0; i < n; i++ {
+			if _, err := db.Exec("INSERT INTO "+name+".outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'ORDER', 'x', 'E', '{}')", fmt.Sprintf("%s-%d", prefix, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	insert("a", 10)
+	testenv.Eventually(t, 30*time.Second, "10 rows delivered", func() bool { return len(topicIDs(t, brokers, name, time.Second)) == 10 })
+
+	if code, b := p.do("PUT", "/connectors/"+name+"/pause", ""); code != 202 {
+		t.Fatalf("pause: %d %s", code, b)
+	}
+	testenv.Eventually(t, 30*time.Second, "PAUSED", func() bool { return p.connectorState(name) == "PAUSED" })
+	insert("b", 50)
+	time.Sleep(2 * time.Second)
+	if n := len(topicIDs(t, brokers, name, time.Second)); n != 10 {
+		t.Fatalf("%d records while paused, want 10", n)
+	}
+	var active bool
+	if err := db.QueryRow("SELECT active FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&active); err != nil || !active {
+		t.Fatalf("the slot while paused: active=%v %v", active, err)
+	}
+	if code, b := p.do("PUT", "/connectors/"+name+"/resume", ""); code != 202 {
+		t.Fatalf("resume: %d %s", code, b)
+	}
+	testenv.Eventually(t, 60*time.Second, "60 rows delivered after resume", func() bool { return len(topicIDs(t, brokers, name, time.Second)) == 60 })
+
+	if code, b := p.do("PUT", "/connectors/"+name+"/stop", ""); code != 204 {
+		t.Fatalf("stop: %d %s", code, b)
+	}
+	code, b := p.do("GET", "/connectors/"+name+"/offsets", "")
+	var offs struct {
+		Offsets []struct {
+			Partition map[string]any   `json:"partition"`
+			Offset    map[string]uint64 `json:"offset"`
+		} `json:"offsets"`
+	}
+	if err := json.Unmarshal([]byte(b), &offs); code != 200 || err != nil || len(offs.Offsets) != 1 || offs.Offsets[0].Partition["server"] != name ||
+		offs.Offsets[0].Offset["lsn"] == 0 || offs.Offsets[0].Offset["lsn_commit"] != offs.Offsets[0].Offset["lsn"] {
+		t.Fatalf("GET offsets: %d %s", code, b)
+	}
+	lsn := offs.Offsets[0].Offset["lsn"]
+	var confirmed uint64
+	if err := db.QueryRow("SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&confirmed); err != nil || confirmed == 0 {
+		t.Fatalf("the slot's confirmed position: %d %v", confirmed, err)
+	}
+	code, b = p.do("PATCH", "/connectors/"+name+"/offsets", fmt.Sprintf(`{"offsets":[{"partition":{"server":%q},"offset":{"lsn":%d,"lsn_commit":%d,"txId":1}}]}`, name, confirmed-1, confirmed-1))
+	wantError(t, "PATCH behind the slot", code, b, 400, "behind")
+	code, b = p.do("PATCH", "/connectors/"+name+"/offsets", fmt.Sprintf(`{"offsets":[{"partition":{"server":"dbserver1"},"offset":{"lsn":%d,"lsn_proc":%d,"lsn_commit":%d,"txId":1,"ts_usec":1}}]}`, lsn, lsn, lsn))
+	if code != 200 {
+		t.Fatalf("PATCH at the current offset: %d %s", code, b)
+	}
+	if code, b := p.do("PUT", "/connectors/"+name+"/resume", ""); code != 202 {
+		t.Fatalf("resume: %d %s", code, b)
+	}
+	p.waitStreaming(name)
+	insert("c", 1)
+	testenv.Eventually(t, 30*time.Second, "61 rows delivered", func() bool { return len(topicIDs(t, brokers, name, time.Second)) == 61 })
 }
