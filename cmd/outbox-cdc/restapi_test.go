@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -247,7 +248,13 @@ checkpoint:
 
 	// Pause under load: rows keep being committed.
 	stopLoad := make(chan struct{})
-	loadDone := make(chan int)
+	loadDone := make(chan int, 1)
+	var stopOnce sync.Once
+	endLoad := func() int {
+		stopOnce.Do(func() { close(stopLoad) })
+		return <-loadDone
+	}
+	t.Cleanup(func() { stopOnce.Do(func() { close(stopLoad) }) })
 	go func() {
 		n := 0
 		for {
@@ -258,8 +265,7 @@ checkpoint:
 			default:
 			}
 			if _, err := db.Exec("INSERT INTO outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, 'ORDER', 'x', 'E', '{}')", fmt.Sprintf("load-%d", n)); err != nil {
-				t.Error(err)
-				loadDone <- n
+				loadDone <- -1 // reported by endLoad's caller
 				return
 			}
 			n++
@@ -298,8 +304,10 @@ checkpoint:
 	if resp, err := cl.ResumeConnector(name); err != nil || resp.StatusCode != 202 {
 		t.Fatalf("ResumeConnector: %v %v", resp, err)
 	}
-	close(stopLoad)
-	loaded := <-loadDone
+	loaded := endLoad()
+	if loaded < 0 {
+		t.Fatal("the load's INSERT failed")
+	}
 	testenv.Eventually(t, 60*time.Second, "every row delivered after resume", func() bool {
 		ids := topicIDs(t, brokers, name, time.Second)
 		for i := 0; i < loaded; i++ {
@@ -552,7 +560,7 @@ checkpoint:
 	code, b := p.do("GET", "/connectors/"+name+"/offsets", "")
 	var offs struct {
 		Offsets []struct {
-			Partition map[string]any   `json:"partition"`
+			Partition map[string]any    `json:"partition"`
 			Offset    map[string]uint64 `json:"offset"`
 		} `json:"offsets"`
 	}
