@@ -37,13 +37,13 @@ type healthAnswer struct {
 	Connectors []connectorStatus `json:"connectors"`
 }
 
-func serveHTTP(addr string, g prometheus.Gatherer, sup *supervisor, log zerolog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
+func serveHTTP(hc HTTPConfig, g prometheus.Gatherer, sup *supervisor, log zerolog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", hc.Listen)
 	if err != nil {
 		return nil, err
 	}
 	sup.workerID = workerID(ln.Addr().String())
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: httpHandler(g, sup), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: httpHandler(g, sup, hc), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server stopped")
@@ -52,7 +52,7 @@ func serveHTTP(addr string, g prometheus.Gatherer, sup *supervisor, log zerolog.
 	return srv, nil
 }
 
-func httpHandler(g prometheus.Gatherer, sup *supervisor) http.Handler {
+func httpHandler(g prometheus.Gatherer, sup *supervisor, hc HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	// selected returns the connectors the query names (all without
@@ -110,7 +110,7 @@ func httpHandler(g prometheus.Gatherer, sup *supervisor) http.Handler {
 		}
 		writeJSON(w, code, a)
 	})
-	(&restAPI{sup: sup}).routes(mux) // restapi.go: Kafka Connect's REST API
+	(&restAPI{sup: sup, auth: hc}).routes(mux) // restapi.go: Kafka Connect's REST API
 	return mux
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -35,7 +36,31 @@ import (
 
 // restAPI serves the Connect endpoints over the supervisor.
 type restAPI struct {
-	sup *supervisor
+	sup  *supervisor
+	auth HTTPConfig // http.auth.token, http.read_only
+}
+
+// allowed answers 403 or 401 for a change the listener does not take
+// (http.read_only) or that lacks the bearer token (http.auth.token), and
+// reports whether to go on. Reads are always allowed.
+func (a *restAPI) allowed(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	if a.auth.ReadOnly {
+		writeRestError(w, http.StatusForbidden, "this listener is read-only (http.read_only: true): changes are refused")
+		return false
+	}
+	if a.auth.Auth.Token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.auth.Auth.Token)) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="outbox-cdc"`)
+		writeRestError(w, http.StatusUnauthorized, "this request changes a connector and needs Authorization: Bearer <http.auth.token>")
+		return false
+	}
+	return true
 }
 
 // restError is Connect's error body (ErrorMessage).
@@ -254,6 +279,9 @@ func (a *restAPI) connector(w http.ResponseWriter, r *http.Request) {
 	name, sub, _ := strings.Cut(rest, "/")
 	if name == "" {
 		writeRestError(w, http.StatusNotFound, "HTTP 404 Not Found")
+		return
+	}
+	if !a.allowed(w, r) {
 		return
 	}
 	cfg, ok := a.sup.config(name)

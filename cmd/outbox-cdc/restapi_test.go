@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	connect "github.com/go-kafka/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
@@ -585,4 +588,62 @@ checkpoint:
 	p.waitStreaming(name)
 	insert("c", 1)
 	testenv.Eventually(t, 30*time.Second, "61 rows delivered", func() bool { return len(topicIDs(t, brokers, name, time.Second)) == 61 })
+}
+
+// TestRESTAPIAuth: with http.auth.token a change without the bearer token
+// (or with a wrong one) is refused with 401 and Connect's error body and
+// changes nothing; with the token it is done; reads stay open. With
+// http.read_only every change is refused with 403.
+func TestRESTAPIAuth(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.Name = "auth"
+	sup := newSupervisor(context.Background(), []Config{cfg}, runOptions{}, zerolog.Nop())
+	token := "s3cret-token"
+	srv := httptest.NewServer(httpHandler(prometheus.NewRegistry(), sup, HTTPConfig{Auth: HTTPAuthConfig{Token: token}}))
+	defer srv.Close()
+	send := func(method, path, auth string) (int, string) {
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, b := send("PUT", "/connectors/auth/pause", "")
+	wantError(t, "pause without a token", code, b, 401, "Authorization: Bearer")
+	code, b = send("PUT", "/connectors/auth/pause", "Bearer wrong")
+	wantError(t, "pause with a wrong token", code, b, 401, "Authorization: Bearer")
+	code, b = send("PATCH", "/connectors/auth/offsets", "")
+	wantError(t, "offsets without a token", code, b, 401, "Authorization: Bearer")
+	if sup.conns["auth"].gate.Paused() {
+		t.Fatal("a refused pause paused the connector")
+	}
+	if code, b := send("GET", "/connectors/auth/status", ""); code != 200 {
+		t.Fatalf("status without a token: %d %s", code, b)
+	}
+	if code, b := send("GET", "/connectors/auth/config", ""); code != 200 || strings.Contains(b, token) {
+		t.Fatalf("config: %d, token shown: %v", code, strings.Contains(b, token))
+	}
+	if code, b := send("PUT", "/connectors/auth/pause", "Bearer "+token); code != 202 || !sup.conns["auth"].gate.Paused() {
+		t.Fatalf("pause with the token: %d %s", code, b)
+	}
+
+	ro := httptest.NewServer(httpHandler(prometheus.NewRegistry(), sup, HTTPConfig{ReadOnly: true}))
+	defer ro.Close()
+	req, _ := http.NewRequest("PUT", ro.URL+"/connectors/auth/resume", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantError(t, "resume on a read-only listener", resp.StatusCode, string(rb), 403, "read-only")
+	if !sup.conns["auth"].gate.Paused() {
+		t.Fatal("a refused resume resumed the connector")
+	}
 }

@@ -495,7 +495,7 @@ func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut i
 
 	// HTTP is up while standby too: /readyz says "standby".
 	if pc.HTTP.Listen != "" {
-		srv, err := serveHTTP(pc.HTTP.Listen, prometheus.Gatherers{procReg, sup}, sup, log)
+		srv, err := serveHTTP(pc.HTTP, prometheus.Gatherers{procReg, sup}, sup, log)
 		if err != nil {
 			log.Error().Err(err).Str("listen", pc.HTTP.Listen).Msg("cannot serve http (set http.listen to a free address, or empty to turn it off)")
 			return err
