@@ -66,7 +66,17 @@ func (s *supervisor) Hold(ctx context.Context, name string) error {
 	m.held = true
 	s.mu.Unlock()
 	m.gate.Resume() // a resumed connector runs, not paused
-	return s.Stop(name)
+	if err := s.Stop(name); err != nil {
+		return err
+	}
+	if sharedHold(m.cfg) {
+		// Back to standby, looking for a resume (from any replica).
+		s.mu.Lock()
+		m.polling = true
+		s.mu.Unlock()
+		return s.Start(name)
+	}
+	return nil
 }
 
 // isHeld reports whether the connector was stopped through the API and is
@@ -77,6 +87,9 @@ func (s *supervisor) isHeld(name string) bool {
 	m := s.conns[name]
 	if m == nil || !m.held {
 		return false
+	}
+	if m.polling {
+		return true
 	}
 	if m.done != nil {
 		select {
@@ -124,6 +137,7 @@ func (s *supervisor) loadHeld(ctx context.Context) {
 		}
 		s.mu.Lock()
 		m.held = held
+		m.polling = held && sharedHold(m.cfg) // its run looks for a resume
 		s.mu.Unlock()
 		if held {
 			s.log.Info().Str("connector", name).Str("resume", "PUT /connectors/"+name+"/resume").

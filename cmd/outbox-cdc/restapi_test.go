@@ -647,3 +647,78 @@ func TestRESTAPIAuth(t *testing.T) {
 		t.Fatal("a refused resume resumed the connector")
 	}
 }
+
+// TestRESTAPIStopWithHA: two replicas of one connector with HA and the
+// checkpoint table. PUT .../stop on the active one keeps the stop in the
+// table: the standby that takes the lock does not start the connector
+// (both report STOPPED, a committed row is not delivered); the offsets
+// PATCH on the standby takes the HA lock and writes; PUT .../resume on the
+// standby starts the connector on one replica, which delivers the row.
+func TestRESTAPIStopWithHA(t *testing.T) {
+	testenv.MySQL(t)
+	dsn, suffix := privateDatabase(t, "resth_")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
+		t.Fatal(err)
+	}
+	_, brokers := testenv.Kafka(t)
+	name := "resth-" + suffix
+	body := fmt.Sprintf(`name: %s
+source:
+  type: mysql
+  dsn: %q
+  table: outbox_message
+route:
+  preset: seed
+  topic: %q
+sink:
+  brokers: [%q]
+checkpoint:
+  type: table
+ha:
+  enabled: true
+  check_interval: 200ms
+`, name, dsn, name, brokers[0])
+	a := startRestProcess(t, body)
+	a.waitStreaming(name)
+	b := startRestProcess(t, body)
+	testenv.Eventually(t, 30*time.Second, "b standby", func() bool { return b.connectorState(name) == "UNASSIGNED" })
+	insertRows(t, db, "one", 1)
+	testenv.Eventually(t, 30*time.Second, "one delivered", func() bool { return topicIDs(t, brokers, name, time.Second)["one-0"] == 1 })
+
+	if code, body := a.do("PUT", "/connectors/"+name+"/stop", ""); code != 204 {
+		t.Fatalf("stop: %d %s", code, body)
+	}
+	testenv.Eventually(t, 30*time.Second, "both replicas STOPPED", func() bool {
+		return a.connectorState(name) == "STOPPED" && b.connectorState(name) == "STOPPED"
+	})
+	insertRows(t, db, "two", 1)
+	time.Sleep(5 * time.Second) // both replicas took the lock meanwhile, and found the stop
+	if n := topicIDs(t, brokers, name, time.Second)["two-0"]; n != 0 {
+		t.Fatal("a replica streamed the stopped connector")
+	}
+	if a.connectorState(name) != "STOPPED" || b.connectorState(name) != "STOPPED" {
+		t.Fatalf("states: a %s, b %s", a.connectorState(name), b.connectorState(name))
+	}
+	code, got := b.do("GET", "/connectors/"+name+"/offsets", "")
+	var offs connectorOffsets
+	if err := json.Unmarshal([]byte(got), &offs); code != 200 || err != nil || len(offs.Offsets) != 1 {
+		t.Fatalf("GET offsets: %d %s", code, got)
+	}
+	patch, _ := json.Marshal(offs)
+	if code, got := b.do("PATCH", "/connectors/"+name+"/offsets", string(patch)); code != 200 {
+		t.Fatalf("PATCH offsets on the standby: %d %s", code, got)
+	}
+	if code, got := b.do("PUT", "/connectors/"+name+"/resume", ""); code != 202 {
+		t.Fatalf("resume: %d %s", code, got)
+	}
+	testenv.Eventually(t, 60*time.Second, "two delivered after resume", func() bool { return topicIDs(t, brokers, name, time.Second)["two-0"] >= 1 })
+	testenv.Eventually(t, 30*time.Second, "one replica RUNNING, the other UNASSIGNED", func() bool {
+		sa, sb := a.connectorState(name), b.connectorState(name)
+		return (sa == "RUNNING" && sb == "UNASSIGNED") || (sa == "UNASSIGNED" && sb == "RUNNING")
+	})
+}

@@ -28,6 +28,24 @@ import (
 //
 // exactly-once mode keeps it with the witness (checkpoint.type names it).
 
+// runControl is what the supervisor gives each run of a connector: the
+// pause gate, and notHeld, called when the run found the connector not
+// stopped through the API (resumed, perhaps on another replica).
+type runControl struct {
+	gate    *outboxcdc.Gate
+	notHeld func()
+}
+
+// sharedHold: the stop is kept where every replica reads it (the
+// checkpoint table, with HA on), so a replica polls it while it holds the
+// lock instead of staying stopped for good: a resume on any replica
+// starts the connector on whichever takes the lock.
+func sharedHold(cfg Config) bool { return cfg.HA.Enabled && cfg.Checkpoint.Type == "table" }
+
+// heldPoll is how often a replica of a connector stopped through the API
+// (sharedHold) checks whether it was resumed.
+const heldPoll = 2 * time.Second
+
 // errHeld is runOne's answer for a connector stopped through the REST API.
 var errHeld = errors.New("stopped through the REST API")
 

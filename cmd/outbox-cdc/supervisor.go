@@ -100,6 +100,8 @@ type managed struct {
 	// restarting: between the Stop and the Start of Restart, when the
 	// process must not take the connector for finished.
 	restarting bool
+	// polling: held, and its run waits for a resume (sharedHold).
+	polling bool
 }
 
 func newSupervisor(ctx context.Context, cs []Config, opts runOptions, log zerolog.Logger) *supervisor {
@@ -142,7 +144,7 @@ func (s *supervisor) Start(name string) error {
 	if s.ctx.Err() != nil {
 		return s.ctx.Err()
 	}
-	if m.held {
+	if m.held && !sharedHold(m.cfg) {
 		return nil // stopped by PUT .../stop until resumed
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -220,7 +222,11 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.setState(m, stateStarting, nil) // after a lost lock: live again
 		}
 		s.mu.Unlock()
-		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg), m.gate,
+		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg), runControl{gate: m.gate, notHeld: func() {
+			s.mu.Lock()
+			m.held, m.polling = false, false
+			s.mu.Unlock()
+		}},
 			func(r *haState) {
 				role = r
 				s.mu.Lock()
@@ -234,6 +240,33 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.setState(m, stateStopped, nil)
 			s.mu.Unlock()
 			return
+		case errors.Is(err, errHeld) && sharedHold(m.cfg):
+			// Look again while standby: a resume may come on any replica.
+			first := !m.polling
+			m.held, m.polling = true, true
+			s.setState(m, stateStandby, nil)
+			m.role = nil
+			s.mu.Unlock()
+			if first {
+				log.Info().Str("resume", "PUT /connectors/"+m.cfg.Name+"/resume").Msg("not starting: the connector was stopped through the REST API (kept in the checkpoint table); checking for a resume while standby")
+			}
+			select {
+			case <-ctx.Done():
+				s.mu.Lock()
+				m.polling = false
+				s.setState(m, stateStopped, nil)
+				s.mu.Unlock()
+				return
+			case <-time.After(heldPoll):
+			}
+			// Resumed elsewhere: wait for the lock as a plain standby (the
+			// replica that resumed it runs it).
+			if held, err := readHeld(ctx, m.cfg, s.log); err == nil && !held {
+				s.mu.Lock()
+				m.held, m.polling = false, false
+				s.mu.Unlock()
+			}
+			continue
 		case errors.Is(err, errHeld):
 			m.held = true
 			s.setState(m, stateStopped, nil)
