@@ -177,6 +177,8 @@ type Pipeline struct {
 	witness       Checkpointer
 	freshStart    bool
 	witnessWarned time.Time // saver goroutine (and load, before it starts)
+	// gate pauses intake between transactions (pause.go); nil: never.
+	gate *Gate
 }
 
 // NewPipeline wires the parts. reg may be nil. With a nil cp the sink must
@@ -585,7 +587,14 @@ func (p *Pipeline) intake(ctx context.Context, in <-chan Tx, txs chan<- queued, 
 		for range in { // until Run returns and in is closed
 		}
 	}()
+	inTx := false // the last transaction taken was a fragment with more to come
 	for tx := range in {
+		// A pause holds a transaction's first fragment here, unqueued (a
+		// stop drops it: nothing of it was written or checkpointed).
+		if !inTx && !p.gate.wait(ctx) {
+			return
+		}
+		inTx = tx.More
 		q := queued{tx: tx, size: txSize(&tx)}
 		if !qsem.acquire(ctx, q.size) {
 			return

@@ -85,6 +85,20 @@ type HTTPConfig struct {
 	// Listen is the host:port of /metrics, /healthz and /readyz; empty
 	// turns the endpoint off. Loopback by default: expose it deliberately.
 	Listen string `yaml:"listen"`
+	// Auth guards the REST API's changes (restapi.go).
+	Auth HTTPAuthConfig `yaml:"auth"`
+	// ReadOnly refuses every change through the management API (pause,
+	// resume, stop, restart, offsets) with 403: this listener only reads.
+	ReadOnly bool `yaml:"read_only"`
+}
+
+// HTTPAuthConfig is the REST API's authentication.
+type HTTPAuthConfig struct {
+	// Token, when set, must come with every request of the management API
+	// that changes something (pause, resume, stop, restart, offsets
+	// PATCH/DELETE) as Authorization: Bearer TOKEN, else 401; reads,
+	// /metrics and the probes stay open. Prefer token_file.
+	Token string `yaml:"token"`
 }
 
 // LogConfig sets the log output.

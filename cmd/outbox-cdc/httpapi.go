@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -19,8 +20,7 @@ import (
 //	GET  /healthz                    200 while the process serves; JSON: every connector's state
 //	GET  /readyz[?connector=NAME]    200 when every connector (or NAME) is ready, else 503; JSON body
 //	GET  /active[?connector=NAME]    200 when this replica streams at least one connector (or NAME), else 503
-//	GET  /connectors                 the states, as /healthz
-//	POST /connectors/NAME/restart    stop NAME if it runs, then start it afresh (a halted one too)
+//	/, /connectors/..., /connector-plugins   Kafka Connect's REST API (restapi.go, docs/rest-api.md)
 //
 // Ready means nothing here needs attention before traffic moves on: a
 // running connector whose source stream and sink are connected, and a
@@ -29,8 +29,7 @@ import (
 // stall on it). A starting, stopping or halted connector is not ready.
 // Whether a replica streams is /active, and "active" in the JSON.
 
-// healthAnswer is the JSON body of /healthz, /readyz, /active and
-// /connectors.
+// healthAnswer is the JSON body of /healthz, /readyz and /active.
 type healthAnswer struct {
 	Status     string            `json:"status"` // ok | ready | not ready | active | not active
 	Ready      bool              `json:"ready"`
@@ -38,12 +37,13 @@ type healthAnswer struct {
 	Connectors []connectorStatus `json:"connectors"`
 }
 
-func serveHTTP(addr string, g prometheus.Gatherer, sup *supervisor, log zerolog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
+func serveHTTP(hc HTTPConfig, g prometheus.Gatherer, sup *supervisor, log zerolog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", hc.Listen)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Addr: ln.Addr().String(), Handler: httpHandler(g, sup), ReadHeaderTimeout: 5 * time.Second}
+	sup.workerID = workerID(ln.Addr().String())
+	srv := &http.Server{Addr: ln.Addr().String(), Handler: httpHandler(g, sup, hc), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server stopped")
@@ -52,7 +52,7 @@ func serveHTTP(addr string, g prometheus.Gatherer, sup *supervisor, log zerolog.
 	return srv, nil
 }
 
-func httpHandler(g prometheus.Gatherer, sup *supervisor) http.Handler {
+func httpHandler(g prometheus.Gatherer, sup *supervisor, hc HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	// selected returns the connectors the query names (all without
@@ -86,12 +86,6 @@ func httpHandler(g prometheus.Gatherer, sup *supervisor) http.Handler {
 			writeJSON(w, http.StatusOK, a)
 		}
 	})
-	mux.HandleFunc("/connectors", func(w http.ResponseWriter, r *http.Request) {
-		if a, ok := selected(w, r); ok {
-			a.Status = "ok"
-			writeJSON(w, http.StatusOK, a)
-		}
-	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		a, ok := selected(w, r)
 		if !ok {
@@ -116,32 +110,23 @@ func httpHandler(g prometheus.Gatherer, sup *supervisor) http.Handler {
 		}
 		writeJSON(w, code, a)
 	})
-	mux.HandleFunc("/connectors/", func(w http.ResponseWriter, r *http.Request) {
-		name, action, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/connectors/"), "/")
-		if !ok || action != "restart" || name == "" {
-			http.NotFound(w, r)
-			return
-		}
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			http.Error(w, "use POST", http.StatusMethodNotAllowed)
-			return
-		}
-		if err := sup.Restart(name); err != nil {
-			code := http.StatusConflict
-			if errors.Is(err, errNoConnector) {
-				code = http.StatusNotFound
-			}
-			http.Error(w, err.Error(), code)
-			return
-		}
-		r.URL.RawQuery = "connector=" + name
-		if a, ok := selected(w, r); ok {
-			a.Status = "restarted"
-			writeJSON(w, http.StatusOK, a)
-		}
-	})
+	(&restAPI{sup: sup, auth: hc}).routes(mux) // restapi.go: Kafka Connect's REST API
 	return mux
+}
+
+// workerID names this replica as Connect's worker_id does (host:port):
+// the listen address, with the host name for an unspecified host.
+func workerID(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, port)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -51,7 +51,7 @@ func runConnector(ctx context.Context, cfg Config, opts runOptions, logOut io.Wr
 // label); started receives the connector's HA role as soon as it exists,
 // for /readyz. It returns its failure without logging it: the supervisor
 // logs why a connector stopped, once.
-func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger, reg prometheus.Registerer, started func(*haState)) error {
+func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger, reg prometheus.Registerer, ctl runControl, started func(*haState)) error {
 	role := newHAState(cfg, log, reg)
 	started(role)
 	ctx, err := role.acquire(ctx)
@@ -63,12 +63,22 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 		return fmt.Errorf("cannot take the HA lock: %w", err)
 	}
 	defer role.releaseLock()
+	// Once the lock is held (a standby that takes over too): a connector
+	// stopped through the REST API stays stopped (stopstate.go).
+	if held, err := readHeld(ctx, cfg, log); err != nil {
+		log.Warn().Err(err).Msg("cannot read whether the connector was stopped through the REST API; starting it")
+	} else if held {
+		return errHeld
+	} else if ctl.notHeld != nil {
+		ctl.notHeld()
+	}
 
 	b, err := build(ctx, cfg, opts, role, log, reg, os.Stdout)
 	if err != nil {
 		return err
 	}
 	defer b.close()
+	b.p.SetGate(ctl.gate)
 	role.activate(b.p, b.abort)
 
 	// A lifecycle that cannot mark stops the connector (gracefully: what

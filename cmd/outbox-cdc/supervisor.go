@@ -52,9 +52,10 @@ const (
 	stateRunning  = "running"  // streaming (ready when its source and sink are connected)
 	stateStopping = "stopping" // draining after Stop or the process's signal
 	stateHalted   = "halted"   // stopped on an error; stays until restarted
+	statePaused   = "paused"   // running, but paused by PUT /connectors/NAME/pause (restapi.go)
 )
 
-var allStates = []string{stateStopped, stateStandby, stateStarting, stateRunning, stateStopping, stateHalted}
+var allStates = []string{stateStopped, stateStandby, stateStarting, stateRunning, stateStopping, stateHalted, statePaused}
 
 // haRestandbyDelay is the pause before a connector that lost its HA lock
 // waits for it again (in a process with several connectors).
@@ -69,6 +70,9 @@ type supervisor struct {
 	// exitOnLost: a lost HA lock halts the connector (one connector in
 	// the process) instead of returning it to standby.
 	exitOnLost bool
+
+	// workerID names this replica in the REST API's status (host:port).
+	workerID string
 
 	mu      sync.Mutex
 	order   []string
@@ -88,6 +92,16 @@ type managed struct {
 	reg    *prometheus.Registry // the current (or last) run's metrics
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the run's goroutine returns
+	// gate pauses the connector's pipeline (PUT .../pause); it outlives runs.
+	gate *outboxcdc.Gate
+	// held: stopped by PUT .../stop, persisted beside the position
+	// (stopstate.go); Start leaves it stopped until resumed.
+	held bool
+	// restarting: between the Stop and the Start of Restart, when the
+	// process must not take the connector for finished.
+	restarting bool
+	// polling: held, and its run waits for a resume (sharedHold).
+	polling bool
 }
 
 func newSupervisor(ctx context.Context, cs []Config, opts runOptions, log zerolog.Logger) *supervisor {
@@ -95,7 +109,7 @@ func newSupervisor(ctx context.Context, cs []Config, opts runOptions, log zerolo
 		conns: map[string]*managed{}, changed: make(chan struct{})}
 	for _, c := range cs {
 		s.order = append(s.order, c.Name)
-		s.conns[c.Name] = &managed{cfg: c, state: stateStopped, since: time.Now(), reg: prometheus.NewRegistry()}
+		s.conns[c.Name] = &managed{cfg: c, state: stateStopped, since: time.Now(), reg: prometheus.NewRegistry(), gate: outboxcdc.NewGate()}
 	}
 	return s
 }
@@ -129,6 +143,9 @@ func (s *supervisor) Start(name string) error {
 	}
 	if s.ctx.Err() != nil {
 		return s.ctx.Err()
+	}
+	if m.held && !sharedHold(m.cfg) {
+		return nil // stopped by PUT .../stop until resumed
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	m.cancel, m.done = cancel, make(chan struct{})
@@ -170,6 +187,22 @@ func (s *supervisor) Stop(name string) error {
 
 // Restart stops the named connector if it runs, then starts it.
 func (s *supervisor) Restart(name string) error {
+	s.mu.Lock()
+	m, ok := s.conns[name]
+	if ok {
+		m.restarting = true
+	}
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w %q", errNoConnector, name)
+	}
+	defer func() {
+		s.mu.Lock()
+		m.restarting = false
+		close(s.changed) // wake wait
+		s.changed = make(chan struct{})
+		s.mu.Unlock()
+	}()
 	if err := s.Stop(name); err != nil {
 		return err
 	}
@@ -189,7 +222,11 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.setState(m, stateStarting, nil) // after a lost lock: live again
 		}
 		s.mu.Unlock()
-		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg),
+		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg), runControl{gate: m.gate, notHeld: func() {
+			s.mu.Lock()
+			m.held, m.polling = false, false
+			s.mu.Unlock()
+		}},
 			func(r *haState) {
 				role = r
 				s.mu.Lock()
@@ -202,6 +239,39 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 		case err == nil:
 			s.setState(m, stateStopped, nil)
 			s.mu.Unlock()
+			return
+		case errors.Is(err, errHeld) && sharedHold(m.cfg):
+			// Look again while standby: a resume may come on any replica.
+			first := !m.polling
+			m.held, m.polling = true, true
+			s.setState(m, stateStandby, nil)
+			m.role = nil
+			s.mu.Unlock()
+			if first {
+				log.Info().Str("resume", "PUT /connectors/"+m.cfg.Name+"/resume").Msg("not starting: the connector was stopped through the REST API (kept in the checkpoint table); checking for a resume while standby")
+			}
+			select {
+			case <-ctx.Done():
+				s.mu.Lock()
+				m.polling = false
+				s.setState(m, stateStopped, nil)
+				s.mu.Unlock()
+				return
+			case <-time.After(heldPoll):
+			}
+			// Resumed elsewhere: wait for the lock as a plain standby (the
+			// replica that resumed it runs it).
+			if held, err := readHeld(ctx, m.cfg, s.log); err == nil && !held {
+				s.mu.Lock()
+				m.held, m.polling = false, false
+				s.mu.Unlock()
+			}
+			continue
+		case errors.Is(err, errHeld):
+			m.held = true
+			s.setState(m, stateStopped, nil)
+			s.mu.Unlock()
+			log.Info().Str("resume", "PUT /connectors/"+m.cfg.Name+"/resume").Msg("not starting: the connector was stopped through the REST API (the stop is kept in the checkpoint store)")
 			return
 		case lost && !s.exitOnLost:
 			s.setState(m, stateStandby, nil)
@@ -267,6 +337,9 @@ func (s *supervisor) status() []connectorStatus {
 		switch m.state {
 		case stateStopped:
 			st.Ready = true
+			if m.held {
+				st.Reason = "stopped by PUT /connectors/" + name + "/stop; PUT /connectors/" + name + "/resume starts it"
+			}
 		case stateHalted:
 			st.Reason = m.err.Error()
 		case stateStarting:
@@ -275,6 +348,10 @@ func (s *supervisor) status() []connectorStatus {
 				if err := readyErr(m.role); err != nil {
 					st.Reason = err.Error()
 				}
+			}
+			if st.State == stateRunning && m.gate.Paused() {
+				// Deliberately idle: ready, as a standby is.
+				st.State, st.Ready, st.Reason = statePaused, true, "paused by PUT /connectors/"+name+"/pause; PUT /connectors/"+name+"/resume continues"
 			}
 		case stateStandby:
 			st.Ready = true
@@ -320,7 +397,9 @@ func (s *supervisor) wait(ctx context.Context) {
 		s.mu.Lock()
 		live := false
 		for _, m := range s.conns {
-			if m.state != stateStopped && m.state != stateHalted {
+			// A connector stopped through the REST API keeps the process
+			// serving, for its resume.
+			if (m.state != stateStopped && m.state != stateHalted) || m.held || m.restarting {
 				live = true
 			}
 		}
@@ -407,7 +486,7 @@ type stateCollector struct {
 
 func newStateCollector(s *supervisor) *stateCollector {
 	return &stateCollector{s: s, desc: prometheus.NewDesc("outbox_cdc_connector_state",
-		"1 for the state each connector of the process is in (stopped, standby, starting, running, stopping, halted), else 0.",
+		"1 for the state each connector of the process is in (stopped, standby, starting, running, paused, stopping, halted), else 0.",
 		[]string{"connector", "state"}, nil)}
 }
 
@@ -445,10 +524,11 @@ func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut i
 		sup.exitOnLost = false
 	}
 	procReg.MustRegister(newStateCollector(sup))
+	sup.loadHeld(ctx)
 
 	// HTTP is up while standby too: /readyz says "standby".
 	if pc.HTTP.Listen != "" {
-		srv, err := serveHTTP(pc.HTTP.Listen, prometheus.Gatherers{procReg, sup}, sup, log)
+		srv, err := serveHTTP(pc.HTTP, prometheus.Gatherers{procReg, sup}, sup, log)
 		if err != nil {
 			log.Error().Err(err).Str("listen", pc.HTTP.Listen).Msg("cannot serve http (set http.listen to a free address, or empty to turn it off)")
 			return err

@@ -215,8 +215,9 @@ func TestSixConnectorsOnePoisoned(t *testing.T) {
 	if code, _ := getJSON(t, p, "GET", "/connectors/"+poison.name+"/restart"); code != 405 {
 		t.Fatalf("GET restart: %d, want 405", code)
 	}
-	if code, a := getJSON(t, p, "POST", "/connectors/"+poison.name+"/restart"); code != 200 || len(a.Connectors) != 1 || a.Connectors[0].State == "halted" {
-		t.Fatalf("restart: %d %+v", code, a)
+	// Kafka Connect's answer to a restart without includeTasks/onlyFailed: 204, no body.
+	if code, _ := getJSON(t, p, "POST", "/connectors/"+poison.name+"/restart"); code != 204 {
+		t.Fatalf("restart: %d, want 204", code)
 	}
 	testenv.Eventually(t, 30*time.Second, "the restarted connector halted again", func() bool {
 		_, a := getJSON(t, p, "GET", q)

@@ -301,7 +301,7 @@ func (w *placementWatch) run() {
 				continue
 			default:
 			}
-			resp, err := cl.Get("http://" + p.Addr() + "/connectors")
+			resp, err := cl.Get("http://" + p.Addr() + "/healthz")
 			if err != nil {
 				continue
 			}
