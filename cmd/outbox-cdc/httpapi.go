@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"net"
@@ -38,9 +39,19 @@ type healthAnswer struct {
 }
 
 func serveHTTP(hc HTTPConfig, g prometheus.Gatherer, sup *supervisor, log zerolog.Logger) (*http.Server, error) {
+	var tc *tls.Config
+	if hc.TLS.enabled() {
+		var err error
+		if tc, err = hc.TLS.serverConfig(); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", hc.Listen)
 	if err != nil {
 		return nil, err
+	}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
 	}
 	sup.workerID = workerID(ln.Addr().String())
 	srv := &http.Server{Addr: ln.Addr().String(), Handler: httpHandler(g, sup, hc), ReadHeaderTimeout: 5 * time.Second}

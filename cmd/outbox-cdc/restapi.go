@@ -37,7 +37,7 @@ import (
 // restAPI serves the Connect endpoints over the supervisor.
 type restAPI struct {
 	sup  *supervisor
-	auth HTTPConfig // http.auth.token, http.read_only
+	auth HTTPConfig // http.auth.token, http.read_only, http.tls.client_auth
 }
 
 // allowed answers 403 or 401 for a change the listener does not take
@@ -49,6 +49,10 @@ func (a *restAPI) allowed(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if a.auth.ReadOnly {
 		writeRestError(w, http.StatusForbidden, "this listener is read-only (http.read_only: true): changes are refused")
+		return false
+	}
+	if a.auth.TLS.mode() == clientAuthChanges && !clientCertified(r) {
+		writeRestError(w, http.StatusUnauthorized, "this request changes a connector and needs a client certificate signed by a CA in http.tls.client_ca_file")
 		return false
 	}
 	if a.auth.Auth.Token == "" {

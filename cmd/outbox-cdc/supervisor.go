@@ -534,7 +534,7 @@ func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut i
 			return err
 		}
 		defer srv.Close()
-		log.Info().Str("listen", srv.Addr).Msg("serving /metrics, /healthz, /readyz, /active, /connectors")
+		log.Info().Str("listen", srv.Addr).Str("scheme", pc.HTTP.TLS.scheme()).Msg("serving /metrics, /healthz, /readyz, /active, /connectors")
 	}
 	if pc.Placement.Enabled {
 		return runPlaced(ctx, pc, sup, log)

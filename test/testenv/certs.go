@@ -20,6 +20,9 @@ import (
 // TLS servers a test starts itself.
 type Certs struct {
 	CA, Cert, Key string
+	// ClientCert and ClientKey are a client certificate the CA signed,
+	// for servers that ask for one (mutual TLS).
+	ClientCert, ClientKey string
 }
 
 // NewCerts makes a CA and a server certificate.
@@ -57,11 +60,33 @@ func NewCerts(t testing.TB) Certs {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Certs{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "server.pem"), Key: filepath.Join(dir, "server.key")}
+	cliKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := &x509.Certificate{
+		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "outbox-cdc test client"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	cliDER, err := x509.CreateCertificate(rand.Reader, cli, ca, &cliKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliKeyDER, err := x509.MarshalECPrivateKey(cliKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Certs{
+		CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "server.pem"), Key: filepath.Join(dir, "server.key"),
+		ClientCert: filepath.Join(dir, "client.pem"), ClientKey: filepath.Join(dir, "client.key"),
+	}
 	for path, b := range map[string]*pem.Block{
-		c.CA:   {Type: "CERTIFICATE", Bytes: caDER},
-		c.Cert: {Type: "CERTIFICATE", Bytes: srvDER},
-		c.Key:  {Type: "EC PRIVATE KEY", Bytes: keyDER},
+		c.CA:         {Type: "CERTIFICATE", Bytes: caDER},
+		c.Cert:       {Type: "CERTIFICATE", Bytes: srvDER},
+		c.Key:        {Type: "EC PRIVATE KEY", Bytes: keyDER},
+		c.ClientCert: {Type: "CERTIFICATE", Bytes: cliDER},
+		c.ClientKey:  {Type: "EC PRIVATE KEY", Bytes: cliKeyDER},
 	} {
 		if err := os.WriteFile(path, pem.EncodeToMemory(b), 0o600); err != nil {
 			t.Fatal(err)
