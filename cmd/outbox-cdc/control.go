@@ -11,42 +11,53 @@ import (
 
 // Pause closes the named connector's gate: its pipeline finishes the
 // transaction it holds, writes and checkpoints what it took, then takes
-// nothing more; the source keeps its connection, HA lock and slot. A
+// nothing more; the source keeps its connection, HA lock and slot. The
+// pause is kept in the checkpoint store first (stopstate.go): it outlasts
+// a restart of the process and a move to another replica, and with the
+// checkpoint table it reaches the replica that runs the connector. A
 // connector stopped through the API starts paused.
 func (s *supervisor) Pause(ctx context.Context, name string) error {
 	m, err := s.managed(name)
 	if err != nil {
 		return err
 	}
+	m.target.Lock()
+	if err := writeTarget(ctx, m.cfg, targetPaused, s.log); err != nil {
+		m.target.Unlock()
+		return fmt.Errorf("keeping the pause in the checkpoint store: %w", err)
+	}
 	m.gate.Pause()
+	m.target.Unlock()
 	return s.release(ctx, m)
 }
 
-// Resume opens the gate and, for a connector stopped through the API,
-// clears the kept stop and starts it.
+// Resume clears the kept pause or stop, opens the gate and, for a
+// connector stopped through the API, starts it.
 func (s *supervisor) Resume(ctx context.Context, name string) error {
 	m, err := s.managed(name)
 	if err != nil {
 		return err
 	}
+	m.target.Lock()
+	if err := writeTarget(ctx, m.cfg, targetStarted, s.log); err != nil {
+		m.target.Unlock()
+		return fmt.Errorf("clearing the kept pause or stop: %w", err)
+	}
 	m.gate.Resume()
+	m.target.Unlock()
 	return s.release(ctx, m)
 }
 
-// release clears a kept stop and starts the connector.
+// release starts a connector that was stopped through the API (its kept
+// stop already replaced by the caller).
 func (s *supervisor) release(ctx context.Context, m *managed) error {
 	s.mu.Lock()
 	held := m.held
+	m.held = false
 	s.mu.Unlock()
 	if !held {
 		return nil
 	}
-	if err := writeHeld(ctx, m.cfg, false, s.log); err != nil {
-		return fmt.Errorf("clearing the kept stop: %w", err)
-	}
-	s.mu.Lock()
-	m.held = false
-	s.mu.Unlock()
 	return s.Start(m.cfg.Name)
 }
 
@@ -59,13 +70,16 @@ func (s *supervisor) Hold(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeHeld(ctx, m.cfg, true, s.log); err != nil {
+	m.target.Lock()
+	if err := writeTarget(ctx, m.cfg, targetStopped, s.log); err != nil {
+		m.target.Unlock()
 		return fmt.Errorf("keeping the stop in the checkpoint store: %w", err)
 	}
 	s.mu.Lock()
 	m.held = true
 	s.mu.Unlock()
 	m.gate.Resume() // a resumed connector runs, not paused
+	m.target.Unlock()
 	if err := s.Stop(name); err != nil {
 		return err
 	}
@@ -130,10 +144,16 @@ func (s *supervisor) loadHeld(ctx context.Context) {
 	for _, name := range s.order {
 		m := s.conns[name]
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		held, err := readHeld(rctx, m.cfg, s.log)
+		target, err := readTarget(rctx, m.cfg, s.log)
 		cancel()
 		if err != nil {
 			continue
+		}
+		held := target == targetStopped
+		if target == targetPaused {
+			m.gate.Pause()
+			s.log.Info().Str("connector", name).Str("resume", "PUT /connectors/"+name+"/resume").
+				Msg("starting paused: the connector was paused through the REST API (the pause is kept in the checkpoint store)")
 		}
 		s.mu.Lock()
 		m.held = held

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,7 @@ func TestHTTPMutualTLS(t *testing.T) {
 	certs := testenv.NewCerts(t)
 	cfg := defaultConfig()
 	cfg.Name = "mtls"
+	cfg.Checkpoint.Path = filepath.Join(t.TempDir(), "cp")
 	sup := newSupervisor(context.Background(), []Config{cfg}, runOptions{}, zerolog.Nop())
 	start := func(tc HTTPTLSConfig) string {
 		t.Helper()

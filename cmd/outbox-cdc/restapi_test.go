@@ -597,6 +597,7 @@ checkpoint:
 func TestRESTAPIAuth(t *testing.T) {
 	cfg := defaultConfig()
 	cfg.Name = "auth"
+	cfg.Checkpoint.Path = filepath.Join(t.TempDir(), "cp")
 	sup := newSupervisor(context.Background(), []Config{cfg}, runOptions{}, zerolog.Nop())
 	token := "s3cret-token"
 	srv := httptest.NewServer(httpHandler(prometheus.NewRegistry(), sup, HTTPConfig{Auth: HTTPAuthConfig{Token: token}}))
@@ -721,4 +722,89 @@ ha:
 		sa, sb := a.connectorState(name), b.connectorState(name)
 		return (sa == "RUNNING" && sb == "UNASSIGNED") || (sa == "UNASSIGNED" && sb == "RUNNING")
 	})
+}
+
+// TestRESTAPIPauseReachesActive: with HA and the checkpoint table a pause
+// sent to the standby reaches the active replica (it stops delivering),
+// survives the connector's move to the standby (the new active starts
+// paused), a resume sent to any replica delivers what was held back, and a
+// stop sent to the standby stops the active. Before, the pause closed only
+// the standby's own gate: the active kept streaming.
+func TestRESTAPIPauseReachesActive(t *testing.T) {
+	testenv.MySQL(t)
+	dsn, suffix := privateDatabase(t, "restp_")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
+		t.Fatal(err)
+	}
+	_, brokers := testenv.Kafka(t)
+	name := "restp-" + suffix
+	body := fmt.Sprintf(`name: %s
+source:
+  type: mysql
+  dsn: %q
+  table: outbox_message
+route:
+  preset: seed
+  topic: %q
+sink:
+  brokers: [%q]
+checkpoint:
+  type: table
+ha:
+  enabled: true
+  check_interval: 200ms
+`, name, dsn, name, brokers[0])
+	a := startRestProcess(t, body)
+	a.waitStreaming(name)
+	b := startRestProcess(t, body)
+	testenv.Eventually(t, 30*time.Second, "b standby", func() bool { return b.connectorState(name) == "UNASSIGNED" })
+	insertRows(t, db, "one", 1)
+	testenv.Eventually(t, 30*time.Second, "one delivered", func() bool { return topicIDs(t, brokers, name, time.Second)["one-0"] == 1 })
+
+	if code, got := b.do("PUT", "/connectors/"+name+"/pause", ""); code != 202 {
+		t.Fatalf("pause on the standby: %d %s", code, got)
+	}
+	testenv.Eventually(t, 30*time.Second, "the active replica PAUSED", func() bool { return a.connectorState(name) == "PAUSED" })
+	insertRows(t, db, "two", 3)
+	time.Sleep(3 * time.Second)
+	if n := topicIDs(t, brokers, name, time.Second)["two-0"]; n != 0 {
+		t.Fatal("the active replica delivered after a pause sent to the standby")
+	}
+
+	// The connector moves to b: it starts paused there.
+	a.stop()
+	testenv.Eventually(t, 60*time.Second, "b took over, PAUSED", func() bool { return b.connectorState(name) == "PAUSED" })
+	time.Sleep(3 * time.Second)
+	if n := topicIDs(t, brokers, name, time.Second)["two-0"]; n != 0 {
+		t.Fatal("the replica that took over delivered while the connector is paused")
+	}
+	c := startRestProcess(t, body)
+	testenv.Eventually(t, 30*time.Second, "c standby", func() bool { return c.connectorState(name) == "UNASSIGNED" })
+	if code, got := c.do("PUT", "/connectors/"+name+"/resume", ""); code != 202 {
+		t.Fatalf("resume on the standby: %d %s", code, got)
+	}
+	testenv.Eventually(t, 60*time.Second, "two delivered after the resume", func() bool {
+		ids := topicIDs(t, brokers, name, time.Second)
+		return ids["two-0"] == 1 && ids["two-1"] == 1 && ids["two-2"] == 1
+	})
+	if st := b.connectorState(name); st != "RUNNING" {
+		t.Fatalf("b after the resume: %s, want RUNNING", st)
+	}
+
+	if code, got := c.do("PUT", "/connectors/"+name+"/stop", ""); code != 204 {
+		t.Fatalf("stop on the standby: %d %s", code, got)
+	}
+	testenv.Eventually(t, 30*time.Second, "both replicas STOPPED", func() bool {
+		return b.connectorState(name) == "STOPPED" && c.connectorState(name) == "STOPPED"
+	})
+	insertRows(t, db, "three", 1)
+	time.Sleep(3 * time.Second)
+	if n := topicIDs(t, brokers, name, time.Second)["three-0"]; n != 0 {
+		t.Fatal("a replica streamed after a stop sent to the standby")
+	}
 }

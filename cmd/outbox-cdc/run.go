@@ -64,13 +64,23 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 	}
 	defer role.releaseLock()
 	// Once the lock is held (a standby that takes over too): a connector
-	// stopped through the REST API stays stopped (stopstate.go).
-	if held, err := readHeld(ctx, cfg, log); err != nil {
-		log.Warn().Err(err).Msg("cannot read whether the connector was stopped through the REST API; starting it")
-	} else if held {
+	// stopped through the REST API stays stopped, one paused starts paused
+	// (stopstate.go).
+	target, err := readTarget(ctx, cfg, log)
+	switch {
+	case err != nil:
+		log.Warn().Err(err).Msg("cannot read whether the connector was paused or stopped through the REST API; starting it as it was")
+	case target == targetStopped:
 		return errHeld
-	} else if ctl.notHeld != nil {
-		ctl.notHeld()
+	default:
+		if ctl.target != nil {
+			ctl.target.Lock()
+			applyPause(ctl.gate, target, log)
+			ctl.target.Unlock()
+		}
+		if ctl.notHeld != nil {
+			ctl.notHeld()
+		}
 	}
 
 	b, err := build(ctx, cfg, opts, role, log, reg, os.Stdout)
@@ -85,6 +95,15 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 	// was received is still delivered and checkpointed).
 	ctx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
+	// A pause, resume or stop sent to another replica reaches this one
+	// through the checkpoint table.
+	stoppedElsewhere := make(chan struct{})
+	if sharedHold(cfg) {
+		go watchTarget(ctx, cfg, ctl, log, func() {
+			close(stoppedElsewhere)
+			stopRun()
+		})
+	}
 	go func() {
 		select {
 		case <-b.lc.failed():
@@ -123,6 +142,12 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 	}
 	if err != nil {
 		return err
+	}
+	select {
+	case <-stoppedElsewhere:
+		log.Info().Msg("stopped through the REST API (the stop reached this replica through the checkpoint table)")
+		return errHeld
+	default:
 	}
 	log.Info().Msg("stopped")
 	return nil

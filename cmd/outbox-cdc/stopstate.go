@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -15,24 +17,37 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 )
 
-// A connector stopped with PUT /connectors/NAME/stop (Kafka Connect's
-// KIP-875 STOPPED target state) stays stopped across a restart of the
-// process, and on whichever replica takes its HA lock, until PUT
-// .../resume. The stop is kept where the connector's position is:
+// A connector paused with PUT /connectors/NAME/pause or stopped with PUT
+// .../stop (Kafka Connect's PAUSED and KIP-875 STOPPED target states)
+// stays so across a restart of the process, and on whichever replica
+// takes its HA lock, until PUT .../resume. The target state is kept where
+// the connector's position is:
 //
 //   - checkpoint.type file or kafka: a file beside the checkpoint file,
-//     <checkpoint.path>.stopped;
+//     <checkpoint.path>.target-state (an earlier version kept a stop in
+//     <checkpoint.path>.stopped, still read);
 //   - checkpoint.type table: a row of the checkpoint table under the
 //     connector name with ".target-state" appended, which every replica
-//     of an HA deployment reads (the file is per host).
+//     of an HA deployment reads (the file is per host), and which the
+//     replica running the connector reads every heldPoll, so that a pause,
+//     resume or stop sent to any replica reaches it.
 //
 // exactly-once mode keeps it with the witness (checkpoint.type names it).
+
+// Target states, as Connect names them.
+const (
+	targetStarted = "STARTED"
+	targetPaused  = "PAUSED"
+	targetStopped = "STOPPED"
+)
 
 // runControl is what the supervisor gives each run of a connector: the
 // pause gate, and notHeld, called when the run found the connector not
 // stopped through the API (resumed, perhaps on another replica).
 type runControl struct {
-	gate    *outboxcdc.Gate
+	gate *outboxcdc.Gate
+	// target is held while the kept target state is read and applied.
+	target  *sync.Mutex
 	notHeld func()
 }
 
@@ -52,19 +67,19 @@ var errHeld = errors.New("stopped through the REST API")
 // heldSuffix names the checkpoint-table row that keeps the stop.
 const heldSuffix = ".target-state"
 
-// heldState is the content of the .stopped file.
+// heldState is the content of the .target-state file.
 type heldState struct {
-	State string    `json:"state"` // STOPPED
+	State string    `json:"state"` // PAUSED or STOPPED
 	Since time.Time `json:"since"`
 }
 
-func heldPath(cfg Config) string { return cfg.Checkpoint.Path + ".stopped" }
+func targetPath(cfg Config) string { return cfg.Checkpoint.Path + ".target-state" }
 
-// Table positions need a kind prefix; these two are the only ones the row holds.
-const (
-	heldStopped outboxcdc.Position = "target-state:STOPPED"
-	heldStarted outboxcdc.Position = "target-state:STARTED"
-)
+// legacyHeldPath is where an earlier version kept a stop.
+func legacyHeldPath(cfg Config) string { return cfg.Checkpoint.Path + ".stopped" }
+
+// Table positions need a kind prefix.
+const targetPrefix = "target-state:"
 
 func heldTable(cfg Config, log zerolog.Logger) (*checkpoint.Table, error) {
 	dsn, err := cfg.sourceDSN()
@@ -74,59 +89,124 @@ func heldTable(cfg Config, log zerolog.Logger) (*checkpoint.Table, error) {
 	return checkpoint.NewTable(cfg.Source.Type, dsn, cfg.Checkpoint.TableConfig, cfg.Name+heldSuffix, log)
 }
 
-// readHeld reports whether the connector was stopped through the REST API.
-func readHeld(ctx context.Context, cfg Config, log zerolog.Logger) (bool, error) {
+// readTarget returns the target state kept for the connector: STARTED
+// when none is kept.
+func readTarget(ctx context.Context, cfg Config, log zerolog.Logger) (string, error) {
 	if cfg.Checkpoint.Type == "table" {
 		t, err := heldTable(cfg, log)
 		if err != nil {
-			return false, err
+			return "", err
 		}
 		defer t.Close()
 		pos, _, found, err := t.Peek(ctx)
 		if err != nil {
-			return false, err
+			return "", err
 		}
-		return found && pos == heldStopped, nil
+		if !found {
+			return targetStarted, nil
+		}
+		switch st := strings.TrimPrefix(string(pos), targetPrefix); st {
+		case targetStarted, targetPaused, targetStopped:
+			return st, nil
+		default:
+			return "", fmt.Errorf("the checkpoint table's row %s holds %q, not a target state", cfg.Name+heldSuffix, pos)
+		}
 	}
-	data, err := os.ReadFile(heldPath(cfg))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+	for _, p := range []string{targetPath(cfg), legacyHeldPath(cfg)} {
+		data, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		var h heldState
+		if err := json.Unmarshal(data, &h); err != nil {
+			return "", fmt.Errorf("%s: %w", p, err)
+		}
+		switch h.State {
+		case targetPaused, targetStopped:
+			return h.State, nil
+		default:
+			return "", fmt.Errorf("%s holds the state %q, not PAUSED or STOPPED", p, h.State)
+		}
 	}
-	if err != nil {
-		return false, err
-	}
-	var h heldState
-	if err := json.Unmarshal(data, &h); err != nil {
-		return false, fmt.Errorf("%s: %w", heldPath(cfg), err)
-	}
-	return h.State == "STOPPED", nil
+	return targetStarted, nil
 }
 
-// writeHeld keeps (held) or clears the stop.
-func writeHeld(ctx context.Context, cfg Config, held bool, log zerolog.Logger) error {
+// readHeld reports whether the connector was stopped through the REST API.
+func readHeld(ctx context.Context, cfg Config, log zerolog.Logger) (bool, error) {
+	st, err := readTarget(ctx, cfg, log)
+	return st == targetStopped, err
+}
+
+// writeTarget keeps the target state (STARTED clears what is kept).
+func writeTarget(ctx context.Context, cfg Config, state string, log zerolog.Logger) error {
 	if cfg.Checkpoint.Type == "table" {
 		t, err := heldTable(cfg, log)
 		if err != nil {
 			return err
 		}
 		defer t.Close()
-		pos := heldStarted
-		if held {
-			pos = heldStopped
-		}
-		return t.Save(ctx, pos)
+		return t.Save(ctx, outboxcdc.Position(targetPrefix+state))
 	}
-	p := heldPath(cfg)
-	if !held {
+	if err := os.Remove(legacyHeldPath(cfg)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	p := targetPath(cfg)
+	if state == targetStarted {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil
 	}
-	data, _ := json.Marshal(heldState{State: "STOPPED", Since: time.Now().UTC()})
+	data, _ := json.Marshal(heldState{State: state, Since: time.Now().UTC()})
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, p)
+}
+
+// applyPause sets the gate as the kept target state says.
+func applyPause(g *outboxcdc.Gate, target string, log zerolog.Logger) {
+	if g == nil {
+		return
+	}
+	switch {
+	case target == targetPaused && !g.Paused():
+		log.Info().Msg("pausing: the connector was paused through the REST API")
+		g.Pause()
+	case target == targetStarted && g.Paused():
+		log.Info().Msg("resuming: the connector was resumed through the REST API")
+		g.Resume()
+	}
+}
+
+// watchTarget reads the kept target state every heldPoll while the
+// connector runs and applies it: a pause or resume to the gate, a stop
+// through stopped (once). A read that fails changes nothing.
+func watchTarget(ctx context.Context, cfg Config, ctl runControl, log zerolog.Logger, stopped func()) {
+	t := time.NewTicker(heldPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctl.target.Lock()
+		rctx, cancel := context.WithTimeout(ctx, heldPoll)
+		target, err := readTarget(rctx, cfg, log)
+		cancel()
+		if err == nil && target != targetStopped {
+			applyPause(ctl.gate, target, log)
+		}
+		ctl.target.Unlock()
+		if err == nil && target == targetStopped {
+			log.Info().Msg("stopping: the connector was stopped through the REST API on another replica")
+			stopped()
+			return
+		}
+	}
 }

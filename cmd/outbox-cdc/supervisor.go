@@ -94,6 +94,9 @@ type managed struct {
 	done   chan struct{} // closed when the run's goroutine returns
 	// gate pauses the connector's pipeline (PUT .../pause); it outlives runs.
 	gate *outboxcdc.Gate
+	// target orders the changes of the kept target state with the gate:
+	// the API's pause, resume and stop against a run's watchTarget.
+	target *sync.Mutex
 	// held: stopped by PUT .../stop, persisted beside the position
 	// (stopstate.go); Start leaves it stopped until resumed.
 	held bool
@@ -109,7 +112,7 @@ func newSupervisor(ctx context.Context, cs []Config, opts runOptions, log zerolo
 		conns: map[string]*managed{}, changed: make(chan struct{})}
 	for _, c := range cs {
 		s.order = append(s.order, c.Name)
-		s.conns[c.Name] = &managed{cfg: c, state: stateStopped, since: time.Now(), reg: prometheus.NewRegistry(), gate: outboxcdc.NewGate()}
+		s.conns[c.Name] = &managed{cfg: c, state: stateStopped, since: time.Now(), reg: prometheus.NewRegistry(), gate: outboxcdc.NewGate(), target: &sync.Mutex{}}
 	}
 	return s
 }
@@ -222,7 +225,7 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.setState(m, stateStarting, nil) // after a lost lock: live again
 		}
 		s.mu.Unlock()
-		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg), runControl{gate: m.gate, notHeld: func() {
+		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg), runControl{gate: m.gate, target: m.target, notHeld: func() {
 			s.mu.Lock()
 			m.held, m.polling = false, false
 			s.mu.Unlock()
