@@ -529,6 +529,34 @@ checkpoint:
   path: %q
 `, name, dsn, name, name, name, name, brokers[0], filepath.Join(t.TempDir(), "cp")))
 	p.waitStreaming(name)
+	// Driven through the third-party Connect client where it has a method,
+	// and its generic request for stop and offsets (KIP-875, newer than it).
+	cl := connect.NewClient("http://" + p.addr)
+	if names, _, err := cl.ListConnectors(); err != nil || len(names) != 1 || names[0] != name {
+		t.Fatalf("ListConnectors: %v %v", names, err)
+	}
+	if info, _, err := cl.GetConnector(name); err != nil || info.Config["connector.class"] != "outbox-cdc.postgres" {
+		t.Fatalf("GetConnector: %+v %v", info, err)
+	}
+	clientState := func() string {
+		st, _, err := cl.GetConnectorStatus(name)
+		if err != nil {
+			return err.Error()
+		}
+		return st.Connector.State
+	}
+	clientDo := func(method, path string, body any, v any) int {
+		t.Helper()
+		req, err := cl.NewRequest(method, path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cl.Do(req, v)
+		if resp == nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		return resp.StatusCode
+	}
 	insert := func(prefix string, n int) {
 		for i := 0; i < n; i++ {
 			if _, err := db.Exec("INSERT INTO "+name+".outbox_message (message_id, aggregate_type, aggregate_id, event_type, payload) VALUES ($1, 'ORDER', 'x', 'E', '{}')", fmt.Sprintf("%s-%d", prefix, i)); err != nil {
@@ -539,10 +567,10 @@ checkpoint:
 	insert("a", 10)
 	testenv.Eventually(t, 30*time.Second, "10 rows delivered", func() bool { return len(topicIDs(t, brokers, name, time.Second)) == 10 })
 
-	if code, b := p.do("PUT", "/connectors/"+name+"/pause", ""); code != 202 {
-		t.Fatalf("pause: %d %s", code, b)
+	if resp, err := cl.PauseConnector(name); err != nil || resp.StatusCode != 202 {
+		t.Fatalf("PauseConnector: %v %v", resp, err)
 	}
-	testenv.Eventually(t, 30*time.Second, "PAUSED", func() bool { return p.connectorState(name) == "PAUSED" })
+	testenv.Eventually(t, 30*time.Second, "PAUSED", func() bool { return clientState() == "PAUSED" })
 	insert("b", 50)
 	time.Sleep(2 * time.Second)
 	if n := len(topicIDs(t, brokers, name, time.Second)); n != 10 {
@@ -552,14 +580,15 @@ checkpoint:
 	if err := db.QueryRow("SELECT active FROM pg_replication_slots WHERE slot_name = $1", name).Scan(&active); err != nil || !active {
 		t.Fatalf("the slot while paused: active=%v %v", active, err)
 	}
-	if code, b := p.do("PUT", "/connectors/"+name+"/resume", ""); code != 202 {
-		t.Fatalf("resume: %d %s", code, b)
+	if resp, err := cl.ResumeConnector(name); err != nil || resp.StatusCode != 202 {
+		t.Fatalf("ResumeConnector: %v %v", resp, err)
 	}
 	testenv.Eventually(t, 60*time.Second, "60 rows delivered after resume", func() bool { return len(topicIDs(t, brokers, name, time.Second)) == 60 })
 
-	if code, b := p.do("PUT", "/connectors/"+name+"/stop", ""); code != 204 {
-		t.Fatalf("stop: %d %s", code, b)
+	if code := clientDo("PUT", "connectors/"+name+"/stop", nil, nil); code != 204 {
+		t.Fatalf("stop: %d", code)
 	}
+	testenv.Eventually(t, 30*time.Second, "STOPPED", func() bool { return clientState() == "STOPPED" })
 	code, b := p.do("GET", "/connectors/"+name+"/offsets", "")
 	var offs struct {
 		Offsets []struct {
