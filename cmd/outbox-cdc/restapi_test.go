@@ -589,14 +589,16 @@ checkpoint:
 		t.Fatalf("stop: %d", code)
 	}
 	testenv.Eventually(t, 30*time.Second, "STOPPED", func() bool { return clientState() == "STOPPED" })
-	code, b := p.do("GET", "/connectors/"+name+"/offsets", "")
 	var offs struct {
 		Offsets []struct {
 			Partition map[string]any    `json:"partition"`
 			Offset    map[string]uint64 `json:"offset"`
 		} `json:"offsets"`
 	}
-	if err := json.Unmarshal([]byte(b), &offs); code != 200 || err != nil || len(offs.Offsets) != 1 || offs.Offsets[0].Partition["server"] != name ||
+	code := clientDo("GET", "connectors/"+name+"/offsets", nil, &offs)
+	got, _ := json.Marshal(offs)
+	b := string(got)
+	if code != 200 || len(offs.Offsets) != 1 || offs.Offsets[0].Partition["server"] != name ||
 		offs.Offsets[0].Offset["lsn"] == 0 || offs.Offsets[0].Offset["lsn_commit"] != offs.Offsets[0].Offset["lsn"] {
 		t.Fatalf("GET offsets: %d %s", code, b)
 	}
