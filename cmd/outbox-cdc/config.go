@@ -225,7 +225,7 @@ func configFromNode(root *yaml.Node, path string, env map[string]string, checkEn
 	}
 	kind, ok := sinkKinds[cfg.Sink.Type]
 	if !ok {
-		return Config{}, nil, configErrorf("sink.type: unknown sink %q (want %s)", cfg.Sink.Type, sinkTypeNames)
+		return Config{}, nil, configErrorf("sink.type: unknown sink %q (want %s)", cfg.Sink.Type, sinkTypeNames())
 	}
 	if kind.dest != nil {
 		cfg.Route.Destination, cfg.Route.Topic = kind.dest, kind.dest.Default

@@ -86,8 +86,8 @@ var sinkKinds = map[string]sinkKind{
 	},
 }
 
-// sinkTypeNames lists the sink types for messages.
-const sinkTypeNames = "kafka, rabbitmq, nats, redis or stdout"
+// sinkTypeNames lists the sink types for messages, from sinkKinds.
+func sinkTypeNames() string { return kindNames(sinkKinds) }
 
 // deadLetterTopic is pipeline.dlq_topic when dead letters are on, else "".
 func (c Config) deadLetterTopic() string {
@@ -135,7 +135,7 @@ func (c Config) fixedDestinations() []string {
 func (c Config) validateSink() error {
 	k, ok := sinkKinds[c.Sink.Type]
 	if !ok {
-		return configErrorf("sink.type: unknown sink %q (want %s)", c.Sink.Type, sinkTypeNames)
+		return configErrorf("sink.type: unknown sink %q (want %s)", c.Sink.Type, sinkTypeNames())
 	}
 	if err := k.validate(c); err != nil {
 		return sectionError("sink", err)

@@ -94,7 +94,7 @@ func TestBrokerSinkConfigErrors(t *testing.T) {
 		{"wildcard subject", "route:\n  topic: \"o.*.{aggregate_id}\"\nsink:\n  type: nats\n  url: nats://h:4222\n", "not allowed in a NATS subject"},
 		{"dlq subject", "pipeline:\n  on_error: dlq\n  dlq_topic: \"a..b\"\nsink:\n  type: nats\n  url: nats://h:4222\n", "pipeline.dlq_topic"},
 		{"trim both", "sink:\n  type: redis\n  url: redis://h:6379\n  max_len: 5\n  min_id_age: 1h\n", "sink.max_len"},
-		{"unknown type", "sink:\n  type: kinesis\n", "want kafka, rabbitmq, nats, redis or stdout"},
+		{"unknown type", "sink:\n  type: kinesis\n", "want kafka, nats, rabbitmq, redis or stdout"},
 		{"missing ca file", "sink:\n  type: redis\n  url: rediss://h:6379\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", "sink.tls.ca_file"},
 		{"tls keys without tls", "sink:\n  type: rabbitmq\n  url: amqp://h/\n  tls:\n    server_name: x\n", "sink.tls.enabled"},
 	} {

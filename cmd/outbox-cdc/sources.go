@@ -220,12 +220,18 @@ func mysqlDSN(c Config) (string, error) {
 }
 
 // sourceTypeNames lists the source types for messages.
-func sourceTypeNames() string {
-	names := make([]string, 0, len(sourceKinds))
-	for n := range sourceKinds {
+func sourceTypeNames() string { return kindNames(sourceKinds) }
+
+// kindNames lists a registry's kinds for messages: "a, b or c", sorted.
+func kindNames[K any](kinds map[string]K) string {
+	names := make([]string, 0, len(kinds))
+	for n := range kinds {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	if len(names) == 1 {
+		return names[0]
+	}
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
