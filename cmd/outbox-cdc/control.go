@@ -49,13 +49,16 @@ func (s *supervisor) Resume(ctx context.Context, name string) error {
 }
 
 // release starts a connector that was stopped through the API (its kept
-// stop already replaced by the caller).
+// stop already replaced by the caller). With the stop shared through the
+// checkpoint table (sharedHold) a replica that runs the connector finds
+// the resume itself within heldPoll, and one that does not (placement
+// runs it elsewhere) must not start it.
 func (s *supervisor) release(ctx context.Context, m *managed) error {
 	s.mu.Lock()
 	held := m.held
 	m.held = false
 	s.mu.Unlock()
-	if !held {
+	if !held || sharedHold(m.cfg) {
 		return nil
 	}
 	return s.Start(m.cfg.Name)
@@ -80,10 +83,14 @@ func (s *supervisor) Hold(ctx context.Context, name string) error {
 	s.mu.Unlock()
 	m.gate.Resume() // a resumed connector runs, not paused
 	m.target.Unlock()
+	running := s.running(m)
 	if err := s.Stop(name); err != nil {
 		return err
 	}
-	if sharedHold(m.cfg) {
+	// A connector not running here (placement runs it on another
+	// replica) stays stopped: it starts when it is assigned here, and
+	// finds the stop then.
+	if sharedHold(m.cfg) && running {
 		// Back to standby, looking for a resume (from any replica).
 		s.mu.Lock()
 		m.polling = true
@@ -163,5 +170,20 @@ func (s *supervisor) loadHeld(ctx context.Context) {
 			s.log.Info().Str("connector", name).Str("resume", "PUT /connectors/"+name+"/resume").
 				Msg("not starting: the connector was stopped through the REST API (the stop is kept in the checkpoint store)")
 		}
+	}
+}
+
+// running reports whether m has a run (standby, starting, running).
+func (s *supervisor) running(m *managed) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.done == nil {
+		return false
+	}
+	select {
+	case <-m.done:
+		return false
+	default:
+		return true
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -204,6 +205,42 @@ connectors:
 	}
 	if !active(a) {
 		t.Fatal("the first replica lost its connector when the second joined")
+	}
+
+	// A stop sent to the replica that does not run the connector stops it
+	// on the one that does, and leaves it stopped (not a standby competing
+	// for the lock) where placement did not put it; a resume sent there
+	// starts it again on the first replica.
+	send := func(p *proc, method, path string) (int, string) {
+		req, _ := http.NewRequest(method, "http://"+p.addr+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	restState := func(p *proc) string {
+		_, body := send(p, "GET", "/connectors/"+name+"/status")
+		var st restStatus
+		json.Unmarshal([]byte(body), &st)
+		return st.Connector.State
+	}
+	if code, body := send(b, "PUT", "/connectors/"+name+"/stop"); code != 204 {
+		t.Fatalf("stop on the replica without the connector: %d %s", code, body)
+	}
+	testenv.Eventually(t, 30*time.Second, "the first replica stopped the connector", func() bool { return restState(a) == "STOPPED" && !active(a) })
+	time.Sleep(time.Second)
+	if _, st := get(b, "/readyz"); len(st.Connectors) != 1 || st.Connectors[0].State != stateStopped {
+		t.Fatalf("after the stop, the replica placement gave nothing: %+v, want the connector stopped", st)
+	}
+	if code, body := send(b, "PUT", "/connectors/"+name+"/resume"); code != 202 {
+		t.Fatalf("resume on the replica without the connector: %d %s", code, body)
+	}
+	testenv.Eventually(t, 30*time.Second, "the first replica streams again after the resume", func() bool { return active(a) })
+	if _, st := get(b, "/readyz"); len(st.Connectors) != 1 || st.Connectors[0].State != stateStopped {
+		t.Fatalf("after the resume, the replica placement gave nothing: %+v, want the connector stopped", st)
 	}
 
 	a.cancel()
