@@ -687,34 +687,7 @@ func TestRESTAPIAuth(t *testing.T) {
 // PATCH on the standby takes the HA lock and writes; PUT .../resume on the
 // standby starts the connector on one replica, which delivers the row.
 func TestRESTAPIStopWithHA(t *testing.T) {
-	testenv.MySQL(t)
-	dsn, suffix := privateDatabase(t, "resth_")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
-		t.Fatal(err)
-	}
-	_, brokers := testenv.Kafka(t)
-	name := "resth-" + suffix
-	body := fmt.Sprintf(`name: %s
-source:
-  type: mysql
-  dsn: %q
-  table: outbox_message
-route:
-  preset: seed
-  topic: %q
-sink:
-  brokers: [%q]
-checkpoint:
-  type: table
-ha:
-  enabled: true
-  check_interval: 200ms
-`, name, dsn, name, brokers[0])
+	db, name, brokers, body := haRestConnector(t, "resth")
 	a := startRestProcess(t, body)
 	a.waitStreaming(name)
 	b := startRestProcess(t, body)
@@ -762,34 +735,7 @@ ha:
 // stop sent to the standby stops the active. Before, the pause closed only
 // the standby's own gate: the active kept streaming.
 func TestRESTAPIPauseReachesActive(t *testing.T) {
-	testenv.MySQL(t)
-	dsn, suffix := privateDatabase(t, "restp_")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
-		t.Fatal(err)
-	}
-	_, brokers := testenv.Kafka(t)
-	name := "restp-" + suffix
-	body := fmt.Sprintf(`name: %s
-source:
-  type: mysql
-  dsn: %q
-  table: outbox_message
-route:
-  preset: seed
-  topic: %q
-sink:
-  brokers: [%q]
-checkpoint:
-  type: table
-ha:
-  enabled: true
-  check_interval: 200ms
-`, name, dsn, name, brokers[0])
+	db, name, brokers, body := haRestConnector(t, "restp")
 	a := startRestProcess(t, body)
 	a.waitStreaming(name)
 	b := startRestProcess(t, body)
@@ -838,4 +784,41 @@ ha:
 	if n := topicIDs(t, brokers, name, time.Second)["three-0"]; n != 0 {
 		t.Fatal("a replica streamed after a stop sent to the standby")
 	}
+}
+
+// haRestConnector makes a private MariaDB database with the seed outbox
+// table and a Kafka broker, and returns the database, a connector name
+// (prefix and a random suffix) and its configuration: HA with the
+// checkpoint table, for several in-process replicas (startRestProcess).
+func haRestConnector(t *testing.T, prefix string) (db *sql.DB, name string, brokers []string, body string) {
+	t.Helper()
+	testenv.MySQL(t)
+	dsn, suffix := privateDatabase(t, prefix+"_")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
+		t.Fatal(err)
+	}
+	_, brokers = testenv.Kafka(t)
+	name = prefix + "-" + suffix
+	body = fmt.Sprintf(`name: %s
+source:
+  type: mysql
+  dsn: %q
+  table: outbox_message
+route:
+  preset: seed
+  topic: %q
+sink:
+  brokers: [%q]
+checkpoint:
+  type: table
+ha:
+  enabled: true
+  check_interval: 200ms
+`, name, dsn, name, brokers[0])
+	return db, name, brokers, body
 }
