@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -38,6 +39,46 @@ import (
 type restAPI struct {
 	sup  *supervisor
 	auth HTTPConfig // http.auth.token, http.read_only, http.tls.client_auth
+
+	mu      sync.Mutex
+	holders map[string]holderSeen // connector → its holder, read from the checkpoint table
+}
+
+// holderSeen is a holder read at a time.
+type holderSeen struct {
+	worker string
+	at     time.Time
+}
+
+// holderTTL is how long a holder read from the checkpoint table is reused.
+const holderTTL = 2 * time.Second
+
+// holder returns the worker id of the replica holding the connector's HA
+// lock as kept in the checkpoint table (sharedHold), "" when not known.
+func (a *restAPI) holder(name string) string {
+	cfg, ok := a.sup.config(name)
+	if !ok || !sharedHold(cfg) {
+		return ""
+	}
+	a.mu.Lock()
+	h, ok := a.holders[name]
+	a.mu.Unlock()
+	if ok && time.Since(h.at) < holderTTL {
+		return h.worker
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	w, err := readHolder(ctx, cfg, a.sup.log)
+	if err != nil {
+		w = ""
+	}
+	a.mu.Lock()
+	if a.holders == nil {
+		a.holders = map[string]holderSeen{}
+	}
+	a.holders[name] = holderSeen{worker: w, at: time.Now()}
+	a.mu.Unlock()
+	return w
 }
 
 // allowed answers 403 or 401 for a change the listener does not take
@@ -215,6 +256,10 @@ func (a *restAPI) status(name string) restStatus {
 		rs.State = "RESTARTING"
 	default: // standby, or stopped (placement runs it elsewhere, or the process stops)
 		rs.State = "UNASSIGNED"
+		// Name the replica that runs it, as Connect's REST does on any worker.
+		if h := a.holder(name); h != "" {
+			rs.WorkerID = h
+		}
 	}
 	out := restStatus{Name: name, Connector: rs, Type: "source", Tasks: []restTaskState{}}
 	if rs.State != "STOPPED" { // a stopped connector has no tasks, as in Connect

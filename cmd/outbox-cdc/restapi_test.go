@@ -692,6 +692,13 @@ func TestRESTAPIStopWithHA(t *testing.T) {
 	a.waitStreaming(name)
 	b := startRestProcess(t, body)
 	testenv.Eventually(t, 30*time.Second, "b standby", func() bool { return b.connectorState(name) == "UNASSIGNED" })
+	// The standby names the replica that runs the connector, as Connect's
+	// REST does on any worker.
+	_, got := b.do("GET", "/connectors/"+name+"/status", "")
+	var bst restStatus
+	if err := json.Unmarshal([]byte(got), &bst); err != nil || bst.Connector.WorkerID != a.addr || len(bst.Tasks) != 1 || bst.Tasks[0].WorkerID != a.addr {
+		t.Fatalf("the standby's status: %s, want worker_id %s (the active replica)", got, a.addr)
+	}
 	insertRows(t, db, "one", 1)
 	testenv.Eventually(t, 30*time.Second, "one delivered", func() bool { return topicIDs(t, brokers, name, time.Second)["one-0"] == 1 })
 

@@ -73,6 +73,11 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 	case target == targetStopped:
 		return errHeld
 	default:
+		if sharedHold(cfg) && ctl.worker != "" {
+			if err := writeHolder(ctx, cfg, ctl.worker, log); err != nil {
+				log.Warn().Err(err).Msg("cannot name this replica as the connector's holder in the checkpoint table; other replicas' REST status will not say where it runs")
+			}
+		}
 		if ctl.target != nil {
 			ctl.target.Lock()
 			applyPause(ctl.gate, target, log)

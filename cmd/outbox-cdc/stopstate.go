@@ -45,7 +45,10 @@ const (
 // pause gate, and notHeld, called when the run found the connector not
 // stopped through the API (resumed, perhaps on another replica).
 type runControl struct {
-	gate *outboxcdc.Gate
+	// worker is this replica's worker id (host:port), kept in the
+	// checkpoint table when the run takes the HA lock (writeHolder).
+	worker string
+	gate   *outboxcdc.Gate
 	// target is held while the kept target state is read and applied.
 	target  *sync.Mutex
 	notHeld func()
@@ -209,4 +212,46 @@ func watchTarget(ctx context.Context, cfg Config, ctl runControl, log zerolog.Lo
 			return
 		}
 	}
+}
+
+// The replica holding a connector's HA lock names itself in the
+// checkpoint table (sharedHold), in a row under the connector name with
+// ".worker" appended, so that the REST API of every other replica reports
+// where the connector runs (Connect's worker_id). The row names the last
+// holder: after it died, until another takes the lock, it is stale.
+const holderSuffix = ".worker"
+
+const holderPrefix = "worker:"
+
+func holderTable(cfg Config, log zerolog.Logger) (*checkpoint.Table, error) {
+	dsn, err := cfg.sourceDSN()
+	if err != nil {
+		return nil, err
+	}
+	return checkpoint.NewTable(cfg.Source.Type, dsn, cfg.Checkpoint.TableConfig, cfg.Name+holderSuffix, log)
+}
+
+// writeHolder keeps worker as the connector's holder.
+func writeHolder(ctx context.Context, cfg Config, worker string, log zerolog.Logger) error {
+	t, err := holderTable(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	return t.Save(ctx, outboxcdc.Position(holderPrefix+worker))
+}
+
+// readHolder returns the worker id of the connector's last holder, "" if
+// none was kept.
+func readHolder(ctx context.Context, cfg Config, log zerolog.Logger) (string, error) {
+	t, err := holderTable(cfg, log)
+	if err != nil {
+		return "", err
+	}
+	defer t.Close()
+	pos, _, found, err := t.Peek(ctx)
+	if err != nil || !found {
+		return "", err
+	}
+	return strings.TrimPrefix(string(pos), holderPrefix), nil
 }

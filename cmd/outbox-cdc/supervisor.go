@@ -225,7 +225,7 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.setState(m, stateStarting, nil) // after a lost lock: live again
 		}
 		s.mu.Unlock()
-		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg), runControl{gate: m.gate, target: m.target, notHeld: func() {
+		err := runOne(ctx, m.cfg, s.opts, log, prometheus.WrapRegistererWith(prometheus.Labels{"connector": m.cfg.Name}, reg), runControl{worker: s.workerID, gate: m.gate, target: m.target, notHeld: func() {
 			s.mu.Lock()
 			m.held, m.polling = false, false
 			s.mu.Unlock()
