@@ -131,6 +131,35 @@ func TestCheckPublicationCreatable(t *testing.T) {
 	e.exec(`REVOKE CREATE ON DATABASE ` + dbIdent + ` FROM ` + roleIdent)
 	mustFail("owner only", publication(), []string{"GRANT CREATE ON DATABASE"}, "ALTER TABLE")
 
+	// source.tables with a pattern: the publication covers the whole
+	// schema, which only a superuser may create, whatever the role owns.
+	tables := cfg
+	tables.Table, tables.Tables = "", []string{"public." + e.table + "*"}
+	var r outboxcdc.CheckResult
+	for _, c := range Check(ctx, tables, "test", seedCols, "") {
+		if c.Name == "postgres.publication" {
+			r = c
+		}
+	}
+	if r.Status != outboxcdc.CheckFail || !strings.Contains(r.Detail, "FOR TABLES IN SCHEMA needs a superuser") ||
+		!strings.Contains(r.Fix, `FOR TABLES IN SCHEMA "public"`) {
+		t.Fatalf("schema publication: %+v, want a failure naming the superuser", r)
+	}
+	func() {
+		s, err := New(tables, "test", seedCols, zerolog.Nop(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := pgx.Connect(ctx, tables.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close(ctx)
+		if _, err := db.Exec(ctx, s.createPublicationSQL()); err == nil {
+			t.Fatal("check failed, but the role created the schema publication")
+		}
+	}()
+
 	// A publication a superuser created: nothing to create.
 	e.exec(`ALTER TABLE ` + e.table + ` OWNER TO current_user`)
 	e.exec(`CREATE PUBLICATION ` + pgx.Identifier{e.pub}.Sanitize() + ` FOR TABLE ` + e.table + ` WITH (publish = 'insert')`)
