@@ -576,8 +576,7 @@ func Check(ctx context.Context, cfg Config, name string, cols outboxcdc.Columns,
 	defer db.Close()
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return []outboxcdc.CheckResult{outboxcdc.Fail("mysql.connect", fmt.Sprintf("%s: %v", s.redacted(), classifyConnErr(err)),
-			"check source.dsn (host, port, user, password) and that the server is up")}
+		return []outboxcdc.CheckResult{connectResult(s.redacted(), classifyConnErr(err))}
 	}
 	out := []outboxcdc.CheckResult{outboxcdc.Pass("mysql.connect", s.redacted()+", "+version)}
 	info := serverInfo{version: version, flavor: mysql.MySQLFlavor}
@@ -625,6 +624,18 @@ func Check(ctx context.Context, cfg Config, name string, cols outboxcdc.Columns,
 
 	out = append(out, positionResult(ctx, db, &info, cfg, from))
 	return out
+}
+
+// connectResult is the failure of the first query: the fix is the
+// remedy of the error's cause (a wrong password, a database the user may
+// not use, a certificate source.tls does not accept), else the checks of
+// a connection that did not get through.
+func connectResult(dsn string, err error) outboxcdc.CheckResult {
+	fix := outboxcdc.Hint(err)
+	if fix == "" {
+		fix = "check the host and port in source.dsn and that the server is up and reachable from here"
+	}
+	return outboxcdc.Fail("mysql.connect", dsn+": "+outboxcdc.Cause(err), fix)
 }
 
 // grantResult looks for REPLICATION SLAVE among the global grants of the

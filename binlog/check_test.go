@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
+	mysqldriver "github.com/go-sql-driver/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -366,5 +367,79 @@ func checkAgainst(t *testing.T, f *fixture) {
 		if r.OK || !strings.Contains(r.Detail, tc.want) || r.Fix == "" {
 			t.Errorf("%s: %+v, want a failure with %q and a fix", tc.fail, r, tc.want)
 		}
+	}
+}
+
+// TestAccessHintsMatchCause: `check` (and run, through the same
+// classification) gives each refused connection the remedy of its own
+// cause on the real server: a wrong password, a database the user may not
+// use, a database that does not exist and a certificate source.tls does
+// not accept each get their own fix, and none of them is told to grant
+// replication privileges.
+func TestAccessHintsMatchCause(t *testing.T) {
+	f := newFixture(t)
+	base, err := mysqldriver.ParseDSN(f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := uniqueName("hint")
+	f.exec("CREATE USER '" + user + "'@'%' IDENTIFIED BY 'right-pw'")
+	t.Cleanup(func() { f.db.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
+	as := func(u, pw, db string) string {
+		c := base.Clone()
+		c.User, c.Passwd, c.DBName = u, pw, db
+		return c.FormatDSN()
+	}
+	cases := []struct {
+		name   string
+		mutate func(*Config)
+		want   []string // in the fix
+		detail string   // in the detail
+	}{
+		{"wrong password (1045)", func(c *Config) { c.DSN = as(user, "wrong-pw", base.DBName) },
+			[]string{"user and password in source.dsn"}, "1045"},
+		{"no access to the database (1044)", func(c *Config) { c.DSN = as(user, "right-pw", base.DBName) },
+			[]string{"no access to the database", "GRANT SELECT ON"}, "1044"},
+		{"unknown database (1049)", func(c *Config) { c.DSN = as(base.User, base.Passwd, uniqueName("nodb")) },
+			[]string{"does not exist", "database in source.dsn"}, "1049"},
+		{"certificate not verified", func(c *Config) {
+			c.TLS = TLSConfig{Mode: TLSVerifyFull}
+			c.TLS.CAFile = testenv.NewCerts(t).CA
+		}, []string{"source.tls"}, "certificate"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := Check(context.Background(), f.config(tc.mutate), "hints", seedColumns, "")
+			if len(res) != 1 || res[0].Name != "mysql.connect" || res[0].OK {
+				t.Fatalf("want one failed mysql.connect, got %+v", res)
+			}
+			r := res[0]
+			for _, w := range tc.want {
+				if !strings.Contains(r.Fix, w) {
+					t.Errorf("fix %q does not contain %q", r.Fix, w)
+				}
+			}
+			if strings.Contains(r.Fix, "REPLICATION") || strings.Contains(r.Fix, "(host, port, user, password)") {
+				t.Errorf("fix %q names another cause", r.Fix)
+			}
+			if !strings.Contains(r.Detail, tc.detail) {
+				t.Errorf("detail %q does not contain %q", r.Detail, tc.detail)
+			}
+			// run classifies the same refusal with the same remedy.
+			cfg := f.config(tc.mutate)
+			dsn, err := cfg.ConnDSN()
+			if err != nil {
+				t.Fatal(err)
+			}
+			db, err := sql.Open("mysql", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			cerr := classifyConnErr(db.PingContext(context.Background()))
+			if h := outboxcdc.Hint(cerr); h != r.Fix || outboxcdc.IsTransient(cerr) {
+				t.Errorf("run's classification: hint %q (transient %v), want the permanent %q", h, outboxcdc.IsTransient(cerr), r.Fix)
+			}
+		})
 	}
 }

@@ -31,6 +31,8 @@ var (
 	ErrTable = errors.New("outbox table unusable")
 	// ErrAccess: the user lacks a privilege or cannot log in.
 	ErrAccess = errors.New("access denied")
+	// ErrDatabase: the database source.dsn names does not exist.
+	ErrDatabase = errors.New("unknown database")
 	// ErrUnsupported: the binlog holds something this source cannot turn
 	// into outbox events safely (e.g. an XA PREPARE with outbox rows).
 	ErrUnsupported = errors.New("unsupported binlog content")
@@ -45,6 +47,7 @@ func transient(err error) error { return outboxcdc.Transient(err) }
 const (
 	erAccessDenied       = 1045 // ER_ACCESS_DENIED_ERROR
 	erDBAccessDenied     = 1044 // ER_DBACCESS_DENIED_ERROR
+	erBadDB              = 1049 // ER_BAD_DB_ERROR
 	erSpecificAccess     = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR
 	erTableAccess        = 1142 // ER_TABLEACCESS_DENIED_ERROR
 	erMasterFatalReading = 1236 // ER_MASTER_FATAL_ERROR_READING_BINLOG
@@ -95,8 +98,16 @@ func classifyConnErr(err error) error {
 	code, msg := serverCode(err)
 	switch code {
 	case 0:
-	case erAccessDenied, erDBAccessDenied, erSpecificAccess, erTableAccess:
-		return joinSentinel(ErrAccess, err, "grant the connector's user REPLICATION SLAVE, REPLICATION CLIENT and SELECT on the outbox table")
+	case erAccessDenied:
+		return joinSentinel(ErrAccess, err, "the server refused the login: check the user and password in source.dsn, and that the user may connect from this host")
+	case erDBAccessDenied:
+		return joinSentinel(ErrAccess, err, "the user has no access to the database named in source.dsn: GRANT SELECT ON <database>.<outbox table> TO <user>, or fix the database in source.dsn")
+	case erBadDB:
+		return joinSentinel(ErrDatabase, err, "the database named in source.dsn does not exist on this server: fix the database in source.dsn, or point it at the server that holds the outbox")
+	case erSpecificAccess:
+		return joinSentinel(ErrAccess, err, "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO <user> (MariaDB 10.5+: also BINLOG MONITOR)")
+	case erTableAccess:
+		return joinSentinel(ErrAccess, err, "GRANT SELECT ON <database>.<outbox table> TO <user>")
 	case erSlaveSameID:
 		return joinSentinel(ErrServerIDConflict, err, "another replica or connector uses this server_id: give each connector its own server_id (or a unique connector name)")
 	case erMasterFatalReading:
@@ -135,7 +146,7 @@ func missingColumns(qualified string, missing, have []string) error {
 }
 
 func isSentinel(err error) bool {
-	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrUnsupported, ErrTLS, ErrSchema} {
+	for _, s := range []error{ErrServerSettings, ErrPositionGone, ErrServerIDConflict, ErrTable, ErrAccess, ErrDatabase, ErrUnsupported, ErrTLS, ErrSchema} {
 		if errors.Is(err, s) {
 			return true
 		}

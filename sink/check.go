@@ -127,14 +127,25 @@ func topicResult(n TopicNeed, topics []string, autoCreate *bool) outboxcdc.Check
 			more = fmt.Sprintf(" and %d more", len(match)-len(shown))
 		}
 		detail := fmt.Sprintf("%s: %d existing: %s%s", n, len(match), strings.Join(shown, ", "), more)
-		if !n.Exact {
-			detail += "; topics not created yet need " + auto
+		if n.Exact || autoCreate != nil && *autoCreate {
+			if !n.Exact {
+				detail += "; topics not created yet are created on first write: " + auto
+			}
+			return outboxcdc.Pass(name, detail)
 		}
-		return outboxcdc.Pass(name, detail)
+		// A row whose routing value names a topic not created yet fails
+		// when the broker does not create it; whether it does is unknown
+		// or no.
+		return outboxcdc.Warn(name, detail+"; a topic not created yet needs the broker to create it, and "+auto,
+			"create every topic the route can write to before rows need it, or set auto.create.topics.enable=true on the brokers")
 	}
 	if autoCreate != nil && !*autoCreate {
 		return outboxcdc.Fail(name, n.String()+": none exists and the broker has auto.create.topics.enable=false",
 			"create the topics the route writes to before starting, or set auto.create.topics.enable=true on the brokers")
+	}
+	if autoCreate == nil {
+		return outboxcdc.Warn(name, n.String()+": none exists yet, and whether the broker creates it on first write is unknown: "+auto,
+			"create the topics the route writes to before starting, or confirm auto.create.topics.enable=true on the brokers (and, with ACLs, CREATE for the connector's user)")
 	}
 	return outboxcdc.Pass(name, n.String()+": none exists yet; created on first write: "+auto)
 }

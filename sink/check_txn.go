@@ -75,20 +75,27 @@ func checkTransactional(cfg KafkaConfig, tcfg TxnConfig) []outboxcdc.CheckResult
 		}
 		admin, err := sarama.NewClusterAdminFromClient(client)
 		if err != nil {
-			return append(out, outboxcdc.Pass("kafka.progress_topic", t+" exists with one partition (cleanup.policy not checked: "+err.Error()+")"))
+			return append(out, outboxcdc.Warn("kafka.progress_topic", t+" exists with one partition; its cleanup.policy could not be read ("+err.Error()+"): "+
+				"without compaction its progress record expires after retention.ms", "check that "+t+" has cleanup.policy=compact (kafka-configs --describe --entity-type topics --entity-name "+t+")"))
 		}
 		entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: t, ConfigNames: []string{"cleanup.policy"}})
 		if err != nil {
-			return append(out, outboxcdc.Pass("kafka.progress_topic", t+" exists with one partition (cleanup.policy not readable: "+err.Error()+"; grant DESCRIBE_CONFIGS)"))
+			return append(out, outboxcdc.Warn("kafka.progress_topic", t+" exists with one partition; its cleanup.policy is not readable here ("+err.Error()+"): "+
+				"without compaction its progress record expires after retention.ms", "grant the connector's user DESCRIBE_CONFIGS on "+t+", or check that it has cleanup.policy=compact"))
 		}
 		for _, e := range entries {
-			if e.Name == "cleanup.policy" && !strings.Contains(e.Value, "compact") {
+			if e.Name != "cleanup.policy" {
+				continue
+			}
+			if !strings.Contains(e.Value, "compact") {
 				return append(out, outboxcdc.Fail("kafka.progress_topic",
 					fmt.Sprintf("%s has cleanup.policy=%s: its progress record expires after retention.ms", t, e.Value),
 					"kafka-configs --alter --entity-type topics --entity-name "+t+" --add-config cleanup.policy=compact"))
 			}
+			return append(out, outboxcdc.Pass("kafka.progress_topic", t+" exists with one partition, compacted"))
 		}
-		return append(out, outboxcdc.Pass("kafka.progress_topic", t+" exists with one partition, compacted"))
+		return append(out, outboxcdc.Warn("kafka.progress_topic", t+" exists with one partition; the broker does not report its cleanup.policy: "+
+			"without compaction its progress record expires after retention.ms", "check that "+t+" has cleanup.policy=compact"))
 	}
 	return append(out, outboxcdc.Pass("kafka.progress_topic",
 		tcfg.ProgressTopic+" does not exist yet; the connector creates it (1 partition, cleanup.policy=compact), which needs CREATE on it"))

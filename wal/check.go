@@ -25,7 +25,8 @@ import (
 // as every connect of Run proves it (identity.go). name is the
 // connector name from which unset slot and publication names derive. It
 // changes nothing: a missing slot or publication that Run would create is
-// reported as passing with what Run will do.
+// reported as passing with what Run will do, or failing when the role
+// cannot create it.
 func Check(ctx context.Context, cfg Config, name string, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult {
 	s, err := New(cfg, name, cols, zerolog.Nop(), nil, nil)
 	if err != nil {
@@ -159,18 +160,12 @@ func (s *Source) checkPublication(ctx context.Context, db *pgx.Conn) outboxcdc.C
 	var pubInsert bool
 	err := db.QueryRow(ctx, `SELECT pubinsert FROM pg_publication WHERE pubname = $1`, pub).Scan(&pubInsert)
 	tableIdent := pgx.Identifier{s.schema, s.table}.Sanitize()
-	create := "CREATE PUBLICATION " + pgx.Identifier{pub}.Sanitize()
-	if s.table != "" {
-		create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert')"
-	} else if s.pats != nil {
-		target, _, _ := s.publicationTarget()
-		create += " FOR " + target + " WITH (publish = 'insert')"
-	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && s.cfg.Create:
-		return outboxcdc.Pass(name, fmt.Sprintf("publication %q does not exist yet; the connector creates it (source.create: true; the role must own the table)", pub))
+		return s.checkCreatePublication(ctx, db)
 	case errors.Is(err, pgx.ErrNoRows):
-		return outboxcdc.Fail(name, fmt.Sprintf("publication %q does not exist and source.create is false", pub), "run "+create+"; as the table's owner, or set source.create: true")
+		return outboxcdc.Fail(name, fmt.Sprintf("publication %q does not exist and source.create is false", pub),
+			"run "+s.createPublicationSQL()+"; as the table's owner (or a superuser), or set source.create: true")
 	case err != nil:
 		return outboxcdc.Fail(name, err.Error(), "check the connection")
 	case s.table == "":
@@ -189,6 +184,93 @@ func (s *Source) checkPublication(ctx context.Context, db *pgx.Conn) outboxcdc.C
 			"ALTER PUBLICATION "+pgx.Identifier{pub}.Sanitize()+" ADD TABLE "+tableIdent+";")
 	}
 	return outboxcdc.Pass(name, fmt.Sprintf("publication %q publishes inserts of %s", pub, tableIdent))
+}
+
+// createPublicationSQL is the statement the connector runs to create the
+// publication (ensurePublication, ensureTablesPublication).
+func (s *Source) createPublicationSQL() string {
+	create := "CREATE PUBLICATION " + pgx.Identifier{s.cfg.Publication}.Sanitize()
+	switch {
+	case s.table != "":
+		publish := "insert"
+		if s.cols.OnUpdate != "" && s.cols.OnUpdate != "skip" {
+			publish = "insert, update"
+		}
+		create += " FOR TABLE " + pgx.Identifier{s.schema, s.table}.Sanitize() + " WITH (publish = '" + publish + "')"
+	case s.pats != nil:
+		target, _, _ := s.publicationTarget()
+		create += " FOR " + target + " WITH (publish = 'insert')"
+	}
+	return create
+}
+
+// checkCreatePublication judges, for a publication that does not exist
+// yet and source.create: true, whether the role can create it as the
+// connector will: PostgreSQL wants the CREATE privilege on the database
+// and ownership of every table named FOR TABLE, and a superuser for FOR
+// TABLES IN SCHEMA and FOR ALL TABLES. A role that cannot fails here
+// rather than at the first start ("permission denied for database",
+// "must be owner of table").
+func (s *Source) checkCreatePublication(ctx context.Context, db *pgx.Conn) outboxcdc.CheckResult {
+	const name = "postgres.publication"
+	pub := s.cfg.Publication
+	create := s.createPublicationSQL() + ";"
+	var user, dbName string
+	var super, canCreate bool
+	if err := db.QueryRow(ctx, `SELECT current_user, current_database(), r.rolsuper, has_database_privilege(current_database(), 'CREATE')
+		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&user, &dbName, &super, &canCreate); err != nil {
+		return outboxcdc.Fail(name, err.Error(), "check the connection")
+	}
+	if super {
+		return outboxcdc.Pass(name, fmt.Sprintf("publication %q does not exist yet; the connector creates it (source.create: true) as role %s, a superuser", pub, user))
+	}
+	roleIdent := pgx.Identifier{user}.Sanitize()
+	asSuperuser := "have a superuser run " + create + " (the connector then uses it)"
+	_, schemas, all := s.publicationTarget()
+	if s.pats != nil && (all || len(schemas) > 0) {
+		what := "FOR ALL TABLES"
+		if !all {
+			what = "FOR TABLES IN SCHEMA"
+		}
+		return outboxcdc.Fail(name, fmt.Sprintf("publication %q does not exist, and role %s cannot create it: a publication %s needs a superuser", pub, user, what),
+			asSuperuser)
+	}
+	var tables [][2]string
+	if s.table != "" {
+		tables = append(tables, [2]string{s.schema, s.table})
+	}
+	for _, p := range s.pats {
+		if p.literal() {
+			tables = append(tables, [2]string{p.schema, p.table})
+		}
+	}
+	var missing, grants []string
+	if !canCreate {
+		missing = append(missing, "the CREATE privilege on database "+dbName)
+		grants = append(grants, "GRANT CREATE ON DATABASE "+pgx.Identifier{dbName}.Sanitize()+" TO "+roleIdent+";")
+	}
+	for _, t := range tables {
+		ident := pgx.Identifier{t[0], t[1]}.Sanitize()
+		var owns bool
+		var owner string
+		err := db.QueryRow(ctx, `SELECT pg_has_role(current_user, c.relowner, 'USAGE'), pg_get_userbyid(c.relowner)
+			FROM pg_class c WHERE c.oid = to_regclass($1)`, ident).Scan(&owns, &owner)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			continue // a missing table is postgres.table's failure
+		case err != nil:
+			return outboxcdc.Fail(name, err.Error(), "check the connection")
+		case !owns:
+			missing = append(missing, fmt.Sprintf("ownership of %s (owned by %s)", ident, owner))
+			grants = append(grants, "ALTER TABLE "+ident+" OWNER TO "+roleIdent+";")
+		}
+	}
+	if len(missing) == 0 {
+		return outboxcdc.Pass(name, fmt.Sprintf("publication %q does not exist yet; the connector creates it (source.create: true): role %s has CREATE on database %s and owns the outbox table", pub, user, dbName))
+	}
+	return outboxcdc.Fail(name, fmt.Sprintf("publication %q does not exist, and role %s cannot create it: it lacks %s (the connector would fail at start with \"permission denied\" or \"must be owner\")",
+		pub, user, strings.Join(missing, " and ")),
+		asSuperuser+"; or let the role create it: "+strings.Join(grants, " "))
 }
 
 func (s *Source) checkSlot(ctx context.Context, db *pgx.Conn, from outboxcdc.Position) []outboxcdc.CheckResult {
@@ -300,8 +382,9 @@ func (s *Source) checkPosition(ckpt pglogrepl.LSN, claimed Identity, srv *server
 	}
 	switch {
 	case !claimed.Known():
-		return outboxcdc.Pass(name, fmt.Sprintf("the checkpoint (LSN %s) can be resumed from the slot (confirmed %s); it carries no server identity (written by an earlier version, or set by hand), "+
-			"so only that it is not ahead of this server's WAL is proven, not its system and timeline; the connector records this server's at its next checkpoint", ckpt, si.confirmed))
+		return outboxcdc.Warn(name, fmt.Sprintf("the checkpoint (LSN %s) can be resumed from the slot (confirmed %s); it carries no server identity (written by an earlier version, or set by hand), "+
+			"so only that it is not ahead of this server's WAL is proven, not its system and timeline", ckpt, si.confirmed),
+			"make sure source.dsn reaches the server the checkpoint was written against; the connector records this server's identity at its next checkpoint")
 	case claimed != srv.id:
 		return outboxcdc.Pass(name, fmt.Sprintf("the checkpoint (LSN %s on %s) lies on this server's history, before its fork at %s, and the slot (confirmed %s) has not passed it",
 			ckpt, claimed, pl.fork, si.confirmed))

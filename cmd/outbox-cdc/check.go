@@ -19,9 +19,11 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
-// runCheck is `outbox-cdc check --config FILE [--json]`: it connects to the
-// source, the sink and the checkpoint store and prints one line per check.
-// Exit status 0 when every check passed, 1 when one failed, 2 for a usage or
+// runCheck is `outbox-cdc check --config FILE [--connector NAME] [--json]`:
+// it connects to the source, the sink and the checkpoint store of every
+// connector of the file (or the one --connector names) and prints one line
+// per check, in one block per connector. Exit status 0 when no check
+// failed (warnings included), 1 when one failed, 2 for a usage or
 // configuration error. It changes nothing anywhere.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	var o checkOptions
@@ -29,38 +31,83 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	if code, ok := c.parse(c.flags(checkFlags(&o)), args, stdout, stderr); !ok {
 		return code
 	}
-	cfg, err := loadConnectorConfig(o.config, o.connector, environ())
+	pc, err := loadProcessConfig(o.config, environ())
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
 		return 2
 	}
+	cfgs := pc.Connectors
+	if o.connector != "" || len(cfgs) == 1 {
+		cfg, err := pickConnector(pc, o.connector)
+		if err != nil {
+			fmt.Fprintf(stderr, "outbox-cdc: %v\n", err)
+			return 2
+		}
+		cfgs = []Config{cfg}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
 
-	results := checkAll(ctx, cfg)
-	failed := 0
-	for _, r := range results {
-		if !r.OK {
-			failed++
+	var all []outboxcdc.CheckResult
+	blocks := make([][]outboxcdc.CheckResult, len(cfgs))
+	for i, cfg := range cfgs {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		blocks[i] = checkAll(cctx, cfg)
+		cancel()
+		for j := range blocks[i] {
+			blocks[i][j].Connector = cfg.Name
 		}
+		all = append(all, blocks[i]...)
 	}
+	failed, warned := countChecks(all)
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(results); err != nil {
+		if all == nil {
+			all = []outboxcdc.CheckResult{}
+		}
+		if err := enc.Encode(all); err != nil {
 			fmt.Fprintf(stderr, "outbox-cdc check: %v\n", err)
 			return 1
 		}
 	} else {
-		printChecks(stdout, results)
-		fmt.Fprintf(stdout, "%d checks, %d failed\n", len(results), failed)
+		for i, cfg := range cfgs {
+			if len(cfgs) > 1 {
+				if i > 0 {
+					fmt.Fprintln(stdout)
+				}
+				f, w := countChecks(blocks[i])
+				fmt.Fprintf(stdout, "== connector %s: %s\n", cfg.Name, checkSummary(len(blocks[i]), f, w))
+			}
+			printChecks(stdout, blocks[i])
+		}
+		if len(cfgs) > 1 {
+			fmt.Fprintln(stdout)
+			fmt.Fprintf(stdout, "%d connectors, ", len(cfgs))
+		}
+		fmt.Fprintln(stdout, checkSummary(len(all), failed, warned))
 	}
 	if failed > 0 {
 		return 1
 	}
 	return 0
+}
+
+// countChecks counts the failures and the warnings among results.
+func countChecks(results []outboxcdc.CheckResult) (failed, warned int) {
+	for _, r := range results {
+		switch {
+		case !r.OK:
+			failed++
+		case r.Warned():
+			warned++
+		}
+	}
+	return failed, warned
+}
+
+func checkSummary(n, failed, warned int) string {
+	return fmt.Sprintf("%d checks, %d failed, %d warnings", n, failed, warned)
 }
 
 // checkOptions are the check command's flags.
@@ -72,8 +119,8 @@ type checkOptions struct {
 func checkFlags(o *checkOptions) func(*flag.FlagSet) {
 	return func(fs *flag.FlagSet) {
 		configFlag(&o.config)(fs)
-		connectorFlag(&o.connector, "the connector to check")(fs)
-		fs.BoolVar(&o.json, "json", false, "print the results as a JSON array")
+		fs.StringVar(&o.connector, "connector", "", "check only the connector called `name` (default: every connector of the file)")
+		fs.BoolVar(&o.json, "json", false, "print the results as a JSON array (each with its connector and status: pass, warn or fail)")
 	}
 }
 
@@ -146,7 +193,9 @@ func checkProgress(ctx context.Context, cfg Config, kind string, witness outboxc
 	p, err := sink.ReadProgress(ctx, cfg.Sink.KafkaConfig, cfg.Sink.ProgressTopic, cfg.Name, kind)
 	switch {
 	case err != nil && !errors.Is(err, sink.ErrProgressUntrusted) && !errors.Is(err, outboxcdc.ErrForeignPosition):
-		return "", outboxcdc.Pass(name, fmt.Sprintf("progress topic %s not readable here (%v); witness %s: %s", cfg.Sink.ProgressTopic, err, fmt.Sprint(witness), orNone(seen)))
+		return "", outboxcdc.Warn(name, fmt.Sprintf("progress topic %s not readable here (%v); witness %s: %s; the source's position checks cannot judge the saved position",
+			cfg.Sink.ProgressTopic, err, fmt.Sprint(witness), orNone(seen)),
+			"check sink.brokers and that the connector's user may read "+cfg.Sink.ProgressTopic+", then run check again")
 	case err != nil:
 		return "", outboxcdc.Fail(name, err.Error(), "write a valid progress record with `outbox-cdc position set`, or a tombstone for the connector's key deliberately")
 	case !p.Position.IsZero():
@@ -202,8 +251,8 @@ func topicNeeds(cfg Config) []sink.TopicNeed {
 	return needs
 }
 
-// printChecks prints one line per check: PASS/FAIL, the name, what was
-// found and, for a failure, the fix.
+// printChecks prints one line per check: PASS, WARN or FAIL, the name,
+// what was found and, for a failure or a warning, the fix.
 func printChecks(w io.Writer, results []outboxcdc.CheckResult) {
 	width := 0
 	for _, r := range results {
@@ -211,11 +260,14 @@ func printChecks(w io.Writer, results []outboxcdc.CheckResult) {
 	}
 	for _, r := range results {
 		status := "PASS"
-		if !r.OK {
+		switch {
+		case !r.OK:
 			status = "FAIL"
+		case r.Warned():
+			status = "WARN"
 		}
 		line := fmt.Sprintf("%s  %-*s  %s", status, width, r.Name, oneLine(r.Detail))
-		if !r.OK && r.Fix != "" {
+		if status != "PASS" && r.Fix != "" {
 			line += "  -> fix: " + oneLine(r.Fix)
 		}
 		fmt.Fprintln(w, strings.TrimRight(line, " "))

@@ -30,10 +30,13 @@ status 1: what was not checkpointed is sent again at the next start.
 
 Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on a
 configuration or usage error (reported before anything is contacted).`},
-	{name: "check", summary: "connect to the source, the sink and the checkpoint store and check every prerequisite (exit 0: all pass)",
+	{name: "check", summary: "connect to the source, the sink and the checkpoint store and check every prerequisite (exit 0: none failed)",
 		args: "--config FILE [--connector NAME] [--json]",
-		details: `It changes nothing anywhere. Exit status: 0 when every check passed, 1 when
-one failed, 2 on a configuration or usage error.`},
+		details: `It changes nothing anywhere. Every connector of the file is checked, one block
+each, unless --connector names one. Each line is PASS (proven), WARN (could
+not be proven from here: read its fix) or FAIL (run will fail). Exit status:
+0 when none failed (warnings included), 1 when one failed, 2 on a
+configuration or usage error.`},
 	{name: "config print", summary: "print the effective configuration, passwords redacted, with the values derived from it",
 		args: "--config FILE [--connector NAME]"},
 	{name: "position show", summary: "print the connector's saved position and where it is kept",

@@ -117,15 +117,15 @@ func TestLoadProcessConfigListMistakes(t *testing.T) {
 	}
 }
 
-// TestConnectorFlag: with several connectors, check, config print and the
-// position commands need --connector, and say which names there are.
+// TestConnectorFlag: with several connectors, config print and the
+// position commands need --connector, and say which names there are;
+// check (which checks them all without it) refuses an unknown name too.
 func TestConnectorFlag(t *testing.T) {
 	dir := t.TempDir()
 	file := strings.ReplaceAll(twoConnectors, "/tmp/billing.checkpoint", dir+"/billing.checkpoint")
 	p := writeFile(t, file)
 	for _, args := range [][]string{
 		{"config", "print", "--config", p},
-		{"check", "--config", p},
 		{"position", "show", "--config", p},
 		{"position", "set", "--config", p, "--to", "0/16B3748"},
 		{"position", "import-debezium", "--config", p, "--offset", "-"},
@@ -142,6 +142,11 @@ func TestConnectorFlag(t *testing.T) {
 	}
 
 	var out, errOut strings.Builder
+	if code := run([]string{"check", "--config", p, "--connector", "shipping"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `--connector "shipping": no such connector`) {
+		t.Errorf("check --connector shipping: exit %d, stderr %q", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
 	if code := run([]string{"config", "print", "--config", p, "--connector", "billing"}, &out, &errOut); code != 0 {
 		t.Fatalf("config print --connector billing: exit %d: %s", code, errOut.String())
 	}

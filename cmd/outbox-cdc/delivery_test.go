@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
 func TestDeliveryConfig(t *testing.T) {
@@ -52,5 +59,44 @@ func TestDeliveryConfig(t *testing.T) {
 	if _, err := load("", map[string]string{"OUTBOX_CDC_DELIVERY": "exactly-once", "OUTBOX_CDC_SINK_TYPE": "stdout"}); err == nil ||
 		!strings.Contains(err.Error(), "sink.type kafka") {
 		t.Errorf("stdout exactly-once: %v", err)
+	}
+}
+
+// TestCheckProgressUnreadableWarns: in exactly-once mode, a progress topic
+// check cannot read (here the broker refuses ListOffsets) is a warning
+// with what to do, not a pass: the saved position is unknown, so the
+// source's position checks judge nothing.
+func TestCheckProgressUnreadableWarns(t *testing.T) {
+	kc, brokers := testenv.Kafka(t, kfake.SeedTopics(1, "orders.progress"))
+	kc.ControlKey(int16(kmsg.ListOffsets), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		req := kr.(*kmsg.ListOffsetsRequest)
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.Topics {
+			t := kmsg.NewListOffsetsResponseTopic()
+			t.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewListOffsetsResponseTopicPartition()
+				p.Partition, p.ErrorCode = rp.Partition, 29 // TOPIC_AUTHORIZATION_FAILED
+				t.Partitions = append(t.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+		return resp, nil, true
+	})
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	yaml := "name: orders\nsource:\n  type: mysql\n  dsn: \"u:p@tcp(127.0.0.1:3306)/db\"\n  table: outbox\nsink:\n  brokers: [\"" + brokers[0] + "\"]\n" +
+		"  progress_topic: orders.progress\ndelivery: exactly-once\ncheckpoint:\n  type: kafka\n  path: " + filepath.Join(dir, "witness") + "\n"
+	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, r := checkCheckpoint(context.Background(), cfg, cfg.Source.Type)
+	if !pos.IsZero() || r.Status != outboxcdc.CheckWarn || !r.OK || !strings.Contains(r.Detail, "not readable here") || r.Fix == "" {
+		t.Fatalf("unreadable progress topic: %q %+v, want a warning with a fix", pos, r)
 	}
 }

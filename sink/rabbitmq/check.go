@@ -75,10 +75,14 @@ func checkExchange(c *amqp.Connection, cfg Config, name string) outboxcdc.CheckR
 	return outboxcdc.Fail(check, fmt.Sprintf("exchange %q: %v", name, err), "check the exchange's settings")
 }
 
+// bindingsFix is how to settle bindings the check could not see.
+const bindingsFix = "make sure the consumers' queues are bound to the exchange before starting (rabbitmqctl list_bindings), " +
+	"or enable the management plugin on port 15672 for the user so that check can see them"
+
 // checkBindings asks the management API (http on port 15672 of the AMQP
 // host, same credentials) how many bindings have each exchange as their
 // source. AMQP itself cannot list bindings; without the API the check
-// says so and passes: an unroutable record stops the connector (mandatory
+// says so with a warning: an unroutable record stops the connector (mandatory
 // flag) instead of being dropped.
 func checkBindings(ctx context.Context, cfg Config, names []string) outboxcdc.CheckResult {
 	const check = "rabbitmq.bindings"
@@ -105,8 +109,8 @@ func checkBindings(ctx context.Context, cfg Config, names []string) outboxcdc.Ch
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			cancel()
-			return outboxcdc.Pass(check, "bindings not checked: the management API does not answer on port 15672 "+
-				"(AMQP cannot list bindings); a record no queue is bound for stops the connector (mandatory flag), nothing is dropped")
+			return outboxcdc.Warn(check, "bindings not checked: the management API does not answer on port 15672 "+
+				"(AMQP cannot list bindings); a record no queue is bound for stops the connector (mandatory flag), nothing is dropped", bindingsFix)
 		}
 		var bindings []struct {
 			Destination string `json:"destination"`
@@ -116,7 +120,8 @@ func checkBindings(ctx context.Context, cfg Config, names []string) outboxcdc.Ch
 		resp.Body.Close()
 		cancel()
 		if resp.StatusCode != http.StatusOK || err != nil {
-			return outboxcdc.Pass(check, fmt.Sprintf("bindings not checked: the management API answered %s", resp.Status))
+			return outboxcdc.Warn(check, fmt.Sprintf("bindings not checked: the management API answered %s "+
+				"(AMQP cannot list bindings); a record no queue is bound for stops the connector (mandatory flag), nothing is dropped", resp.Status), bindingsFix)
 		}
 		if len(bindings) == 0 {
 			return outboxcdc.Fail(check, fmt.Sprintf("no queue is bound to exchange %q: every record would be unroutable", name),

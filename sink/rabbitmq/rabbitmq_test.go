@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -289,6 +291,21 @@ func TestBrokerDownThenBack(t *testing.T) {
 	}
 }
 
+// managementAnswers reports whether the management API answers on port
+// 15672 of the AMQP URL's host.
+func managementAnswers(amqpURL string) bool {
+	u, err := url.Parse(amqpURL)
+	if err != nil {
+		return false
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(u.Hostname(), "15672"), time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
 // TestCheck: check passes for an existing exchange and fails, naming the
 // remedy, for a missing one (declare off) and for bad credentials.
 func TestCheck(t *testing.T) {
@@ -308,6 +325,16 @@ func TestCheck(t *testing.T) {
 		}
 		t.Fatalf("no %s in %+v", name, res)
 		return outboxcdc.CheckResult{}
+	}
+	// Bindings: seen through the management API when it answers; when it
+	// does not, check cannot prove a queue is bound and says so with a
+	// warning, not a pass.
+	if r := byName(res, "rabbitmq.bindings"); managementAnswers(f.url) {
+		if r.Status != outboxcdc.CheckPass {
+			t.Fatalf("bindings with the management API: %+v", r)
+		}
+	} else if r.Status != outboxcdc.CheckWarn || !r.OK || !strings.Contains(r.Detail, "not checked") || r.Fix == "" {
+		t.Fatalf("bindings without the management API: %+v, want a warning with a fix", r)
 	}
 	if r := byName(Check(ctx, testConfig(f.url, f.exchange+".missing")), "rabbitmq.exchange"); r.OK || !strings.Contains(r.Fix, "declare") {
 		t.Fatalf("missing exchange: %+v", r)
