@@ -138,3 +138,39 @@ func topicResult(n TopicNeed, topics []string, autoCreate *bool) outboxcdc.Check
 	}
 	return outboxcdc.Pass(name, n.String()+": none exists yet; created on first write: "+auto)
 }
+
+// ReachKafka returns nil when a broker of cfg answers a metadata request
+// within timeout: what a standby proves before it may take over a
+// connector whose active instance cannot deliver (ha.sink_unreachable_timeout).
+// It writes nothing and joins no transaction, so it never fences the
+// active instance's producer. A probe that outlives ctx ends by itself
+// within timeout.
+func ReachKafka(ctx context.Context, cfg KafkaConfig, timeout time.Duration) error {
+	sc, err := cfg.clientConfig()
+	if err != nil {
+		return err
+	}
+	sc.Net.DialTimeout, sc.Net.ReadTimeout, sc.Net.WriteTimeout = timeout, timeout, timeout
+	sc.Metadata.Retry.Max = 0
+	sc.Metadata.Full = false
+	done := make(chan error, 1)
+	go func() {
+		c, err := sarama.NewClient(cfg.Brokers, sc)
+		if err == nil {
+			// The bootstrap answered; the partition leaders are what the
+			// producer writes to, reached at the address they advertise.
+			var b *sarama.Broker
+			if b, err = c.Controller(); err == nil {
+				_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
+			}
+			c.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

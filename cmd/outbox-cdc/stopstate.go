@@ -34,6 +34,9 @@ import (
 type runControl struct {
 	gate    *outboxcdc.Gate
 	notHeld func()
+	// steppedDown: the connector's previous run on this replica stepped
+	// down (stepdown.go), so the next one waits out the hysteresis.
+	steppedDown bool
 }
 
 // sharedHold: the stop is kept where every replica reads it (the
