@@ -85,20 +85,24 @@ func (r *Readiness) ctx(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, r.cfg.CheckTimeout())
 }
 
-// Prove records that this instance reached the sink just now.
-func (r *Readiness) Prove(ctx context.Context) error {
+// Prove records that this instance reached the sink with a probe that
+// began at began (the proof is dated then, on the database's clock, so a
+// probe that began before the active instance's trouble never counts as
+// evidence after it).
+func (r *Readiness) Prove(ctx context.Context, began time.Time) error {
+	ago := max(0, time.Since(began)).Microseconds()
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	if err := r.create(ctx); err != nil {
 		return err
 	}
-	q := `INSERT INTO ` + ReadyTable + ` (lock_name, replica, proved_at) VALUES (?, ?, NOW(3))
-  ON DUPLICATE KEY UPDATE proved_at = NOW(3)`
+	q := `INSERT INTO ` + ReadyTable + ` (lock_name, replica, proved_at) VALUES (?, ?, NOW(3) - INTERVAL ? MICROSECOND)
+  ON DUPLICATE KEY UPDATE proved_at = VALUES(proved_at)`
 	if r.dialect == "postgres" {
-		q = `INSERT INTO ` + ReadyTable + ` (lock_name, replica, proved_at) VALUES ($1, $2, now())
-  ON CONFLICT (lock_name, replica) DO UPDATE SET proved_at = now()`
+		q = `INSERT INTO ` + ReadyTable + ` (lock_name, replica, proved_at) VALUES ($1, $2, now() - make_interval(secs => $3::float8 / 1e6))
+  ON CONFLICT (lock_name, replica) DO UPDATE SET proved_at = EXCLUDED.proved_at`
 	}
-	_, err := r.db.ExecContext(ctx, q, r.lock, r.replica)
+	_, err := r.db.ExecContext(ctx, q, r.lock, r.replica, ago)
 	return err
 }
 
@@ -118,15 +122,18 @@ func (r *Readiness) Withdraw(ctx context.Context) error {
 	return err
 }
 
-// OtherReady reports whether another instance proved within ProofFresh
-// that it reaches the sink, and which one.
-func (r *Readiness) OtherReady(ctx context.Context) (string, bool, error) {
+// OtherReady reports whether another instance proved that it reaches the
+// sink with a probe that began within ProofFresh and within the last
+// since (how long the active instance has not delivered: only a probe
+// that began after the trouble began shows the sink is reachable from
+// elsewhere, not merely that it was before), and which one.
+func (r *Readiness) OtherReady(ctx context.Context, since time.Duration) (string, bool, error) {
 	ctx, cancel := r.ctx(ctx)
 	defer cancel()
 	if err := r.create(ctx); err != nil {
 		return "", false, err
 	}
-	micros := r.cfg.ProofFresh().Microseconds()
+	micros := min(r.cfg.ProofFresh(), since).Microseconds()
 	q := `SELECT replica FROM ` + ReadyTable + ` WHERE lock_name = ? AND replica <> ?
   AND proved_at > NOW(3) - INTERVAL ? MICROSECOND ORDER BY proved_at DESC LIMIT 1`
 	if r.dialect == "postgres" {

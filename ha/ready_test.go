@@ -27,20 +27,33 @@ func TestReadinessProofs(t *testing.T) {
 				return r
 			}
 			active, standby := open("active"), open("standby")
-			if _, ok, err := active.OtherReady(ctx); err != nil || ok {
+			if _, ok, err := active.OtherReady(ctx, time.Hour); err != nil || ok {
 				t.Fatalf("before any proof: ready %v, %v", ok, err)
 			}
-			if err := active.Prove(ctx); err != nil {
+			if err := active.Prove(ctx, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok, err := active.OtherReady(ctx); err != nil || ok {
+			if _, ok, err := active.OtherReady(ctx, time.Hour); err != nil || ok {
 				t.Fatalf("its own proof counted: %v, %v", ok, err)
 			}
-			if err := standby.Prove(ctx); err != nil {
+			if err := standby.Prove(ctx, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if who, ok, err := active.OtherReady(ctx); err != nil || !ok || who != "standby" {
+			if who, ok, err := active.OtherReady(ctx, time.Hour); err != nil || !ok || who != "standby" {
 				t.Fatalf("fresh proof: %q %v, %v", who, ok, err)
+			}
+			// A probe that began before the active's trouble is no proof.
+			if err := standby.Prove(ctx, time.Now().Add(-time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := active.OtherReady(ctx, 500*time.Millisecond); err != nil || ok {
+				t.Fatalf("a probe older than the trouble counted: %v, %v", ok, err)
+			}
+			if _, ok, err := active.OtherReady(ctx, 2*time.Second); err != nil || !ok {
+				t.Fatalf("a probe younger than the trouble did not count: %v, %v", ok, err)
+			}
+			if err := standby.Prove(ctx, time.Now()); err != nil {
+				t.Fatal(err)
 			}
 			// A proof ages out: back-date it beyond ProofFresh.
 			age, ok, err := active.proofAge(ctx, "standby")
@@ -54,16 +67,16 @@ func TestReadinessProofs(t *testing.T) {
 			if _, err := b.db.Exec(q, LockName(connector)); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok, err := active.OtherReady(ctx); err != nil || ok {
+			if _, ok, err := active.OtherReady(ctx, time.Hour); err != nil || ok {
 				t.Fatalf("stale proof counted: %v, %v", ok, err)
 			}
-			if err := standby.Prove(ctx); err != nil {
+			if err := standby.Prove(ctx, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			if err := standby.Withdraw(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok, err := active.OtherReady(ctx); err != nil || ok {
+			if _, ok, err := active.OtherReady(ctx, time.Hour); err != nil || ok {
 				t.Fatalf("withdrawn proof counted: %v, %v", ok, err)
 			}
 		})

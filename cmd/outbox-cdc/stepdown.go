@@ -26,8 +26,9 @@ import (
 //     success in the readiness table beside the lock (ha.ReadyTable);
 //   - the active instance watches its sink writes (watchedSink): when it
 //     has had something to deliver and delivered nothing for
-//     sink_unreachable_timeout, and a standby's proof is fresh
-//     (ha.Config.ProofFresh), it steps down: it fences its checkpoint
+//     sink_unreachable_timeout, and a standby proved it reaches the sink
+//     with a probe that began after this instance's oldest undelivered
+//     write (and within ha.Config.ProofFresh), it steps down: it fences its checkpoint
 //     store, releases the lock, aborts the write in flight without
 //     draining (exactly-once: the open Kafka transaction is abandoned and
 //     the next instance's InitProducerId aborts it) and returns to
@@ -120,6 +121,7 @@ func (h *haState) startProver(ctx context.Context, probe func(context.Context) e
 		defer close(p.done)
 		failing := false
 		for {
+			began := time.Now()
 			pctx, c := context.WithTimeout(ctx, probeTimeout(h.cfg.HA))
 			err := p.probe(pctx)
 			c()
@@ -145,7 +147,7 @@ func (h *haState) startProver(ctx context.Context, probe func(context.Context) e
 					h.log.Info().Msg("standby: reaches the sink again")
 				}
 				failing = false
-				if err := r.Prove(ctx); err != nil && ctx.Err() == nil {
+				if err := r.Prove(ctx, began); err != nil && ctx.Err() == nil {
 					h.log.Warn().Err(err).Str("table", ha.ReadyTable).Msg("standby: cannot record that it reaches the sink")
 				}
 			}
@@ -214,7 +216,7 @@ func (h *haState) watchDelivery(ctx context.Context, w *sinkWatch, r *ha.Readine
 			logged = false
 			continue
 		}
-		who, ok, err := r.OtherReady(ctx)
+		who, ok, err := r.OtherReady(ctx, stalled)
 		if err != nil || !ok {
 			if !logged {
 				ev := h.log.Warn().Dur("undelivered_for", stalled.Round(time.Millisecond)).Dur("sink_unreachable_timeout", timeout)
