@@ -34,8 +34,8 @@ type Readiness struct {
 	cfg     Config
 	log     zerolog.Logger
 
-	once    sync.Once
-	created error
+	mu      sync.Mutex
+	created bool
 }
 
 // NewReadiness opens the readiness records of connector for the source
@@ -60,25 +60,28 @@ func NewReadiness(kind, dsn, connector, replica string, cfg Config, log zerolog.
 func (r *Readiness) Close() error { return r.db.Close() }
 
 func (r *Readiness) create(ctx context.Context) error {
-	r.once.Do(func() {
-		q := `CREATE TABLE IF NOT EXISTS ` + ReadyTable + ` (
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.created {
+		return nil
+	}
+	q := `CREATE TABLE IF NOT EXISTS ` + ReadyTable + ` (
   lock_name VARCHAR(64) NOT NULL,
   replica VARCHAR(255) NOT NULL,
   proved_at TIMESTAMP(3) NOT NULL,
   PRIMARY KEY (lock_name, replica))`
-		if r.dialect == "postgres" {
-			q = `CREATE TABLE IF NOT EXISTS ` + ReadyTable + ` (
+	if r.dialect == "postgres" {
+		q = `CREATE TABLE IF NOT EXISTS ` + ReadyTable + ` (
   lock_name TEXT NOT NULL,
   replica TEXT NOT NULL,
   proved_at TIMESTAMPTZ NOT NULL,
   PRIMARY KEY (lock_name, replica))`
-		}
-		_, r.created = r.db.ExecContext(ctx, q)
-		if r.created != nil {
-			r.created = fmt.Errorf("creating %s: %w", ReadyTable, r.created)
-		}
-	})
-	return r.created
+	}
+	if _, err := r.db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("creating %s: %w", ReadyTable, err)
+	}
+	r.created = true
+	return nil
 }
 
 func (r *Readiness) ctx(ctx context.Context) (context.Context, context.CancelFunc) {

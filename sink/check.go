@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -151,26 +152,50 @@ func ReachKafka(ctx context.Context, cfg KafkaConfig, timeout time.Duration) err
 		return err
 	}
 	sc.Net.DialTimeout, sc.Net.ReadTimeout, sc.Net.WriteTimeout = timeout, timeout, timeout
-	sc.Metadata.Retry.Max = 0
-	sc.Metadata.Full = false
 	done := make(chan error, 1)
-	go func() {
-		c, err := sarama.NewClient(cfg.Brokers, sc)
-		if err == nil {
-			// The bootstrap answered; the partition leaders are what the
-			// producer writes to, reached at the address they advertise.
-			var b *sarama.Broker
-			if b, err = c.Controller(); err == nil {
-				_, err = b.ApiVersions(&sarama.ApiVersionsRequest{})
-			}
-			c.Close()
-		}
-		done <- err
-	}()
+	go func() { done <- reachKafka(cfg.Brokers, sc) }()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// reachKafka asks a bootstrap broker for the cluster's brokers (no
+// topics), then every broker it advertises for its API versions: the
+// producer writes to the partition leaders at the addresses they
+// advertise, so those must answer, not only the bootstrap address.
+func reachKafka(seeds []string, sc *sarama.Config) error {
+	var meta *sarama.MetadataResponse
+	var err error
+	for _, addr := range seeds {
+		b := sarama.NewBroker(addr)
+		if err = b.Open(sc); err != nil {
+			continue
+		}
+		meta, err = b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
+		b.Close()
+		if err == nil {
+			break
+		}
+	}
+	if meta == nil {
+		if err == nil {
+			err = errors.New("no bootstrap broker configured")
+		}
+		return err
+	}
+	for _, adv := range meta.Brokers {
+		b := sarama.NewBroker(adv.Addr())
+		if err := b.Open(sc); err != nil {
+			return err
+		}
+		_, err := b.ApiVersions(&sarama.ApiVersionsRequest{})
+		b.Close()
+		if err != nil {
+			return fmt.Errorf("broker %s: %w", adv.Addr(), err)
+		}
+	}
+	return nil
 }

@@ -252,10 +252,12 @@ func (h *haState) stepDown() {
 }
 
 // abortWithoutDrain ends the active run at once, as a lost lock does:
-// no checkpoint is saved any more (fenced), the sink is closed, which
-// abandons the write in flight (exactly-once: the open transaction, which
-// the next instance's InitProducerId aborts), the lifecycle marks nothing
-// more, and the run's context is cancelled. Safe to call more than once.
+// no checkpoint is saved any more (fenced), the run's context is
+// cancelled, and the sink is closed, which abandons the write in flight
+// (exactly-once: the open transaction, which the next instance's
+// InitProducerId aborts; a commit that still reaches the broker first is
+// consistent, as the next instance reads the progress only after it) and
+// the lifecycle marks nothing more. Safe to call more than once.
 func (h *haState) abortWithoutDrain() {
 	h.fenced.Store(true)
 	h.endOnce.Do(func() { close(h.lostCh) })
@@ -265,11 +267,14 @@ func (h *haState) abortWithoutDrain() {
 	abort, cancel := h.abort, h.cancel
 	h.abort = nil
 	h.mu.Unlock()
-	if abort != nil {
-		abort()
-	}
+	// Cancel first: closing a sink whose broker is silent can take its
+	// close timeout, and the source must let go of the database (binlog
+	// server id, replication slot) for the next active instance at once.
 	if cancel != nil {
 		cancel()
+	}
+	if abort != nil {
+		abort()
 	}
 }
 

@@ -181,7 +181,7 @@ func testHASinkCut(t *testing.T, b *backend, delivery, checkpoint string) {
 	got := cons.waitFor(t, len(want), 60*time.Second)
 	got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 	checkDelivery(t, got, want, 3, delivery == "exactly-once")
-	for _, c := range []*testenv.Connector{standby, active} {
+	for _, c := range []*testenv.Connector{active, standby} { // the standby first, or it takes over while stopping
 		if err := c.Stop(15 * time.Second); err != nil {
 			t.Fatalf("SIGTERM exit: %v", err)
 		}
@@ -228,7 +228,7 @@ func TestHASinkCutBothKeepsLock(t *testing.T) {
 		if strings.Contains(standby.Log(), "lock acquired") {
 			t.Fatalf("the standby took the lock:\n%s", standby.Log())
 		}
-		for _, c := range []*testenv.Connector{standby, active} {
+		for _, c := range []*testenv.Connector{standby, active} { // the standby first, or it takes over while stopping
 			if err := c.Stop(15 * time.Second); err != nil {
 				t.Fatalf("SIGTERM exit: %v", err)
 			}
