@@ -80,11 +80,15 @@ type Config struct {
 	// session_timeout/2 (docs/delivery.md, takeover bounds). At least 3
 	// check intervals.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
-	// SinkUnreachableTimeout is how long the active instance may go
-	// without delivering anything it has to deliver before it steps down
-	// for a standby that can reach the sink (see Readiness). It steps
-	// down only when a standby proved the sink reachable within
-	// ProofFresh, so an outage of the sink itself never moves the lock.
+	// SinkUnreachableTimeout is how long the active instance may hold
+	// records it cannot deliver to the sink before it steps down for a
+	// standby that reaches the sink: it gives the lock up without
+	// draining and waits as a standby, and the standby streams within
+	// this timeout + 2 check intervals. Only a standby that reached the
+	// sink after the delivery stopped counts, so an outage of the sink
+	// itself never moves the lock (docs/delivery.md, stepping down). At
+	// least the sink's own write timeout (sink.produce_timeout, or
+	// sink.ack_timeout) and 2 check intervals.
 	SinkUnreachableTimeout time.Duration `yaml:"sink_unreachable_timeout"`
 }
 
