@@ -87,8 +87,7 @@ type Config struct {
 	// this timeout + 2 check intervals. Only a standby that reached the
 	// sink after the delivery stopped counts, so an outage of the sink
 	// itself never moves the lock (docs/delivery.md, stepping down). At
-	// least the sink's own write timeout (sink.produce_timeout, or
-	// sink.ack_timeout) and 2 check intervals.
+	// least sink.produce_timeout (Kafka) and 2 check intervals.
 	SinkUnreachableTimeout time.Duration `yaml:"sink_unreachable_timeout"`
 }
 

@@ -50,26 +50,17 @@ var replicaID = func() string {
 	return host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b)
 }()
 
-// validateStepDown checks ha.sink_unreachable_timeout against the sink's
-// own bound on one write: a shorter timeout would step down on a write
-// that is merely slow.
+// validateStepDown checks ha.sink_unreachable_timeout against Kafka's
+// bound on one produce request: a shorter timeout would step down while a
+// write may still succeed. (The other brokers' sink.ack_timeout only says
+// when the sink gives a silent connection up and sends again; stepping
+// down earlier is what the timeout is for.)
 func (c Config) validateStepDown() error {
-	if !c.HA.Enabled {
+	if !c.HA.Enabled || c.Sink.Type != "kafka" {
 		return nil
 	}
-	key, d := "", time.Duration(0)
-	switch c.Sink.Type {
-	case "kafka":
-		key, d = "sink.produce_timeout", c.Sink.KafkaConfig.ProduceTimeout
-	case "rabbitmq":
-		key, d = "sink.ack_timeout", c.Sink.RabbitMQ.AckTimeout
-	case "nats":
-		key, d = "sink.ack_timeout", c.Sink.NATS.AckTimeout
-	case "redis":
-		key, d = "sink.ack_timeout", c.Sink.Redis.AckTimeout
-	}
-	if key != "" && c.HA.SinkUnreachableTimeout < d {
-		return configErrorf("ha.sink_unreachable_timeout: %s is shorter than %s (%s): an instance would step down while a write may still succeed; raise it to at least %s", c.HA.SinkUnreachableTimeout, key, d, d)
+	if d := c.Sink.KafkaConfig.ProduceTimeout; c.HA.SinkUnreachableTimeout < d {
+		return configErrorf("ha.sink_unreachable_timeout: %s is shorter than sink.produce_timeout (%s): an instance would step down while a write may still succeed; raise it to at least %s (or lower sink.produce_timeout)", c.HA.SinkUnreachableTimeout, d, d)
 	}
 	return nil
 }
