@@ -80,12 +80,21 @@ type Config struct {
 	// session_timeout/2 (docs/delivery.md, takeover bounds). At least 3
 	// check intervals.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// SinkUnreachableTimeout is how long the active instance may hold
+	// records it cannot deliver to the sink before it steps down for a
+	// standby that reaches the sink: it gives the lock up without
+	// draining and waits as a standby, and the standby streams within
+	// this timeout + 2 check intervals. Only a standby that reached the
+	// sink after the delivery stopped counts, so an outage of the sink
+	// itself never moves the lock (docs/delivery.md, stepping down). At
+	// least sink.produce_timeout (Kafka) and 2 check intervals.
+	SinkUnreachableTimeout time.Duration `yaml:"sink_unreachable_timeout"`
 }
 
 // DefaultConfig returns the defaults (disabled, 1s checks, 10s session
-// timeout).
+// timeout, 10s without delivery before stepping down).
 func DefaultConfig() Config {
-	return Config{CheckInterval: time.Second, SessionTimeout: 10 * time.Second}
+	return Config{CheckInterval: time.Second, SessionTimeout: 10 * time.Second, SinkUnreachableTimeout: 10 * time.Second}
 }
 
 // Validate checks the configuration.
@@ -97,6 +106,10 @@ func (c Config) Validate() error {
 		return outboxcdc.KeyErrorf("session_timeout", "", "%s is outside 2s..1h", c.SessionTimeout)
 	case c.SessionTimeout < 3*c.CheckInterval:
 		return outboxcdc.KeyErrorf("session_timeout", "", "%s must be at least 3 × ha.check_interval (%s), so that the active instance notices a lost lock before the database frees it for a standby", c.SessionTimeout, c.CheckInterval)
+	case c.SinkUnreachableTimeout < time.Second || c.SinkUnreachableTimeout > time.Hour:
+		return outboxcdc.KeyErrorf("sink_unreachable_timeout", "", "%s is outside 1s..1h", c.SinkUnreachableTimeout)
+	case c.SinkUnreachableTimeout < 2*c.CheckInterval:
+		return outboxcdc.KeyErrorf("sink_unreachable_timeout", "", "%s must be at least 2 × ha.check_interval (%s)", c.SinkUnreachableTimeout, c.CheckInterval)
 	}
 	return nil
 }
@@ -116,6 +129,16 @@ func (c Config) ActiveStopsWithin() time.Duration { return c.CheckInterval + c.C
 func (c Config) TakeoverWithin() time.Duration {
 	return time.Duration(math.Ceil(c.SessionTimeout.Seconds()))*time.Second + c.CheckInterval
 }
+
+// ProofFresh is how recent a standby's proof that it reaches the sink
+// must be for the active instance to step down for it: three standby
+// probes (one every check_interval), at least 3s.
+func (c Config) ProofFresh() time.Duration { return max(3*c.CheckInterval, 3*time.Second) }
+
+// StepDownWithin bounds the time from the active instance's last
+// delivery to a standby holding the lock, when a standby reaches the
+// sink: the timeout, one check of the active instance, one standby retry.
+func (c Config) StepDownWithin() time.Duration { return c.SinkUnreachableTimeout + 2*c.CheckInterval }
 
 // conn is the lock connection's settings: the session timeout on the
 // server, keepalives at a fifth of it, reads bounded by the longest

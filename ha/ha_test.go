@@ -276,6 +276,11 @@ func TestConfigBounds(t *testing.T) {
 	if got := c.TakeoverWithin(); got != 11*time.Second {
 		t.Fatalf("TakeoverWithin = %s", got)
 	}
+	c.SinkUnreachableTimeout = 500 * time.Millisecond
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "sink_unreachable_timeout:") {
+		t.Fatalf("0.5s sink_unreachable_timeout: %v", err)
+	}
+	c.SinkUnreachableTimeout = DefaultConfig().SinkUnreachableTimeout
 	c.SessionTimeout = 2 * time.Second
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "3 × ha.check_interval") {
 		t.Fatalf("session timeout below 3 check intervals: %v", err)

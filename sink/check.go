@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -148,4 +149,64 @@ func topicResult(n TopicNeed, topics []string, autoCreate *bool) outboxcdc.Check
 			"create the topics the route writes to before starting, or confirm auto.create.topics.enable=true on the brokers (and, with ACLs, CREATE for the connector's user)")
 	}
 	return outboxcdc.Pass(name, n.String()+": none exists yet; created on first write: "+auto)
+}
+
+// ReachKafka returns nil when a broker of cfg answers a metadata request
+// within timeout: what a standby proves before it may take over a
+// connector whose active instance cannot deliver (ha.sink_unreachable_timeout).
+// It writes nothing and joins no transaction, so it never fences the
+// active instance's producer. A probe that outlives ctx ends by itself
+// within timeout.
+func ReachKafka(ctx context.Context, cfg KafkaConfig, timeout time.Duration) error {
+	sc, err := cfg.clientConfig()
+	if err != nil {
+		return err
+	}
+	sc.Net.DialTimeout, sc.Net.ReadTimeout, sc.Net.WriteTimeout = timeout, timeout, timeout
+	done := make(chan error, 1)
+	go func() { done <- reachKafka(cfg.Brokers, sc) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// reachKafka asks a bootstrap broker for the cluster's brokers (no
+// topics), then every broker it advertises for its API versions: the
+// producer writes to the partition leaders at the addresses they
+// advertise, so those must answer, not only the bootstrap address.
+func reachKafka(seeds []string, sc *sarama.Config) error {
+	var meta *sarama.MetadataResponse
+	var err error
+	for _, addr := range seeds {
+		b := sarama.NewBroker(addr)
+		if err = b.Open(sc); err != nil {
+			continue
+		}
+		meta, err = b.GetMetadata(sarama.NewMetadataRequest(sc.Version, []string{}))
+		b.Close()
+		if err == nil {
+			break
+		}
+	}
+	if meta == nil {
+		if err == nil {
+			err = errors.New("no bootstrap broker configured")
+		}
+		return err
+	}
+	for _, adv := range meta.Brokers {
+		b := sarama.NewBroker(adv.Addr())
+		if err := b.Open(sc); err != nil {
+			return err
+		}
+		_, err := b.ApiVersions(&sarama.ApiVersionsRequest{})
+		b.Close()
+		if err != nil {
+			return fmt.Errorf("broker %s: %w", adv.Addr(), err)
+		}
+	}
+	return nil
 }

@@ -385,6 +385,9 @@ func (c Config) Validate() error {
 	if err := c.validateDelivery(); err != nil {
 		return err
 	}
+	if err := c.validateStepDown(); err != nil { // stepdown.go
+		return err
+	}
 	if err := c.Lifecycle.Validate(); err != nil {
 		return sectionError("lifecycle", err)
 	}

@@ -155,8 +155,17 @@ type haState struct {
 	// fenced is set the moment the lock is found lost, before anything
 	// else happens: from then on no checkpoint is saved. lostCh is closed
 	// right after.
-	fenced atomic.Bool
-	lostCh chan struct{}
+	fenced  atomic.Bool
+	lostCh  chan struct{}
+	endOnce sync.Once // closes lostCh
+
+	// Stepping down (stepdown.go): afterStepDown is set when the previous
+	// run of the connector stepped down; ready records the standby's
+	// proofs, nil when stepping down is off (HA off, stdout, no table);
+	// watch sees the sink's writes.
+	afterStepDown bool
+	readyRec      *ha.Readiness
+	watch         *sinkWatch
 
 	mu      sync.Mutex
 	ready   readiness // the pipeline once active
@@ -164,6 +173,9 @@ type haState struct {
 	abort   func() // closes the sink and the lifecycle without draining
 	lost    bool
 	release func()
+	// cancel ends the active run; steppedDown: it ended by stepDown.
+	cancel      context.CancelFunc
+	steppedDown bool
 }
 
 func newHAState(cfg Config, log zerolog.Logger, reg prometheus.Registerer) *haState {
@@ -208,14 +220,36 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 	h.log.Info().Str("lock", ha.LockName(h.cfg.Name)).Dur("session_timeout", h.cfg.HA.SessionTimeout).
 		Dur("takeover_within", h.cfg.HA.TakeoverWithin()).
 		Msg("high availability: taking the lock (standby until it is free)")
+	var pr *prover
+	if probe := sinkProbe(h.cfg); probe != nil {
+		r, err := ha.NewReadiness(h.cfg.Source.Type, dsn, h.cfg.Name, replicaID, h.cfg.HA, h.lockLog)
+		if err != nil {
+			h.log.Warn().Err(err).Msg("cannot open the HA readiness table: this instance will not step down for a standby when it cannot reach the sink")
+		} else {
+			h.readyRec, h.watch = r, &sinkWatch{}
+			pr = h.startProver(ctx, probe, r)
+		}
+	}
+	if pr != nil && h.afterStepDown {
+		if err := h.holdAfterStepDown(ctx, pr); err != nil {
+			pr.end()
+			h.closeReadiness()
+			return nil, err
+		}
+	}
 	lost, release, err := l.Lock(ctx)
+	if pr != nil {
+		pr.end()
+	}
 	if err != nil {
+		h.closeReadiness()
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	h.mu.Lock()
 	h.standby = false
 	h.release = release
+	h.cancel = cancel
 	h.mu.Unlock()
 	h.active.Set(1)
 	go func() {
@@ -225,7 +259,7 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 			return
 		}
 		h.fenced.Store(true)
-		close(h.lostCh)
+		h.endOnce.Do(func() { close(h.lostCh) })
 		h.log.Error().Msg("lost the HA lock: aborting the write in flight and saving no further checkpoint; a standby takes over")
 		h.active.Set(0)
 		h.mu.Lock()
@@ -253,6 +287,9 @@ func (h *haState) activate(r readiness, abort func()) {
 func (h *haState) err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.steppedDown {
+		return errSteppedDown
+	}
 	if h.lost {
 		return fmt.Errorf("lost the HA lock %q; another instance may take over", ha.LockName(h.cfg.Name))
 	}
@@ -269,6 +306,29 @@ func (h *haState) releaseLock() {
 		r()
 	}
 	h.active.Set(0)
+}
+
+// closeReadiness closes the readiness records (stepdown.go).
+func (h *haState) closeReadiness() {
+	if h.readyRec != nil {
+		h.readyRec.Close()
+	}
+}
+
+// watchSink wraps the sink so that the active instance sees whether it
+// delivers (stepdown.go); s unchanged when stepping down is off.
+func (h *haState) watchSink(s outboxcdc.Sink) outboxcdc.Sink {
+	if h.watch == nil {
+		return s
+	}
+	return h.watch.watch(s)
+}
+
+// startWatch starts watching delivery once the pipeline runs.
+func (h *haState) startWatch(ctx context.Context) {
+	if h.watch != nil {
+		go h.watchDelivery(ctx, h.watch, h.readyRec)
+	}
 }
 
 // errLockLost is the error of a checkpoint save after the lock was lost.

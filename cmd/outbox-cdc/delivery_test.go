@@ -43,13 +43,15 @@ func TestDeliveryConfig(t *testing.T) {
 		t.Fatalf("exactly-once with a table witness: %+v %v", cfg.Checkpoint, err)
 	}
 	for extra, want := range map[string]string{
-		"delivery: twice\n":                               "delivery:",
-		"checkpoint:\n  type: kafka\n":                    "needs delivery: exactly-once",
-		"delivery: exactly-once\nsink:\n  type: stdout\n": "", // duplicate key: any error
-		"checkpoint:\n  type: table\n  table: \"a;b\"\n":  "checkpoint.table",
-		"ha:\n  enabled: true\n  check_interval: 1ms\n":   "ha.check_interval",
-		"ha:\n  enabled: true\n  session_timeout: 1s\n":   "ha.session_timeout",
-		"ha:\n  enabled: true\n  check_interval: 5s\n":    "3 × ha.check_interval",
+		"delivery: twice\n":                                         "delivery:",
+		"checkpoint:\n  type: kafka\n":                              "needs delivery: exactly-once",
+		"delivery: exactly-once\nsink:\n  type: stdout\n":           "", // duplicate key: any error
+		"checkpoint:\n  type: table\n  table: \"a;b\"\n":            "checkpoint.table",
+		"ha:\n  enabled: true\n  check_interval: 1ms\n":             "ha.check_interval",
+		"ha:\n  enabled: true\n  session_timeout: 1s\n":             "ha.session_timeout",
+		"ha:\n  enabled: true\n  check_interval: 5s\n":              "3 × ha.check_interval",
+		"ha:\n  enabled: true\n  sink_unreachable_timeout: 5s\n":    "ha.sink_unreachable_timeout: 5s is shorter than sink.produce_timeout (10s)",
+		"ha:\n  enabled: true\n  sink_unreachable_timeout: 500ms\n": "ha.sink_unreachable_timeout",
 	} {
 		_, err := load(extra, nil)
 		if err == nil || !strings.Contains(err.Error(), want) {

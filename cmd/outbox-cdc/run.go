@@ -53,6 +53,7 @@ func runConnector(ctx context.Context, cfg Config, opts runOptions, logOut io.Wr
 // logs why a connector stopped, once.
 func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger, reg prometheus.Registerer, ctl runControl, started func(*haState)) error {
 	role := newHAState(cfg, log, reg)
+	role.afterStepDown = ctl.steppedDown
 	started(role)
 	ctx, err := role.acquire(ctx)
 	if err != nil {
@@ -63,6 +64,7 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 		return fmt.Errorf("cannot take the HA lock: %w", err)
 	}
 	defer role.releaseLock()
+	defer role.closeReadiness()
 	// Once the lock is held (a standby that takes over too): a connector
 	// stopped through the REST API stays stopped, one paused starts paused
 	// (stopstate.go).
@@ -95,6 +97,7 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 	defer b.close()
 	b.p.SetGate(ctl.gate)
 	role.activate(b.p, b.abort)
+	role.startWatch(ctx)
 
 	// A lifecycle that cannot mark stops the connector (gracefully: what
 	// was received is still delivered and checkpointed).
@@ -194,6 +197,7 @@ func build(ctx context.Context, cfg Config, opts runOptions, role *haState, log 
 	if err != nil {
 		return nil, err
 	}
+	snk = role.watchSink(snk) // stepdown.go
 
 	cp, witness, table, closeCP, err := openCheckpoint(cfg, kind, log) // cp nil in exactly-once mode: the sink stores it
 	if err != nil {

@@ -52,6 +52,9 @@ type runControl struct {
 	// target is held while the kept target state is read and applied.
 	target  *sync.Mutex
 	notHeld func()
+	// steppedDown: the connector's previous run on this replica stepped
+	// down (stepdown.go), so the next one waits out the hysteresis.
+	steppedDown bool
 }
 
 // sharedHold: the stop is kept where every replica reads it (the

@@ -216,6 +216,7 @@ func (s *supervisor) Restart(name string) error {
 func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 	defer close(done)
 	log := s.log.With().Str("connector", m.cfg.Name).Logger()
+	steppedDown := false // the last run stepped down (stepdown.go)
 	for {
 		reg := prometheus.NewRegistry()
 		var role *haState
@@ -229,7 +230,7 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.mu.Lock()
 			m.held, m.polling = false, false
 			s.mu.Unlock()
-		}},
+		}, steppedDown: steppedDown},
 			func(r *haState) {
 				role = r
 				s.mu.Lock()
@@ -237,8 +238,23 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 				s.mu.Unlock()
 			})
 		lost := role != nil && role.err() != nil
+		steppedDown = errors.Is(err, errSteppedDown)
 		s.mu.Lock()
 		switch {
+		case steppedDown:
+			// Also with one connector in the process: it stays up as a
+			// standby, proving it reaches the sink (stepdown.go).
+			s.setState(m, stateStandby, nil)
+			m.role = nil
+			s.mu.Unlock()
+			if ctx.Err() != nil {
+				s.mu.Lock()
+				s.setState(m, stateStopped, nil)
+				s.mu.Unlock()
+				return
+			}
+			log.Warn().Msg("stepped down: back to standby with fresh connections")
+			continue
 		case err == nil:
 			s.setState(m, stateStopped, nil)
 			s.mu.Unlock()
