@@ -1,0 +1,302 @@
+package sqs
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
+)
+
+// The tests run against goaws, a Go SQS emulator built from the module
+// proxy at a pinned version (go install into a cache directory, once per
+// machine), on a free port. goaws speaks the AWS query protocol only, so
+// the sink runs with sink.protocol: query here.
+//
+// goaws's own SendMessageBatch drops the entries' message attributes,
+// checks no size and never fails a single entry. So the tests put a small
+// splitter in front of it (batchSplitter): it turns each SendMessageBatch
+// into one SendMessage per entry, in entry order, and assembles the batch
+// answer from their answers, which gives per-entry results (a message
+// over the queue's maximum size fails alone) and a place to inject an
+// entry's failure. What goaws does not reproduce of a FIFO queue is in
+// docs/sinks.md ("What the SQS emulator does not reproduce").
+const goawsModule = "github.com/Admiral-Piett/goaws/app/cmd@v0.4.5"
+
+var (
+	goawsOnce sync.Once
+	goawsBin  string
+	goawsErr  error
+)
+
+// goawsBinary builds goaws once per machine (the module and build caches
+// make later builds instant).
+func goawsBinary(t *testing.T) string {
+	t.Helper()
+	goawsOnce.Do(func() {
+		dir := filepath.Join(os.TempDir(), "outbox-cdc-test-goaws-v0.4.5")
+		bin := filepath.Join(dir, "cmd")
+		if _, err := os.Stat(bin); err == nil {
+			goawsBin = bin
+			return
+		}
+		cmd := exec.Command("go", "install", goawsModule)
+		cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			goawsErr = fmt.Errorf("go install %s: %v: %s", goawsModule, err, out)
+			return
+		}
+		goawsBin = bin
+	})
+	if goawsErr != nil {
+		testenv.Unavailable(t, "the goaws SQS emulator: %v", goawsErr)
+	}
+	return goawsBin
+}
+
+// emulator is one goaws process with the queues it was started with, and
+// the splitter in front of it.
+type emulator struct {
+	addr     string // goaws
+	endpoint string // the splitter, for the sink
+	split    *batchSplitter
+}
+
+type queueSpec struct {
+	name    string
+	maxSize int // MaximumMessageSize; 0: 256 KiB
+}
+
+// startEmulator starts goaws with queues and stops it at the end of t.
+func startEmulator(t *testing.T, queues ...queueSpec) *emulator {
+	t.Helper()
+	bin := goawsBinary(t)
+	addr := testenv.FreeAddr(t)
+	_, port, _ := strings.Cut(addr, ":")
+	var b strings.Builder
+	fmt.Fprintf(&b, "Local:\n  Host: 127.0.0.1\n  Port: %s\n  Region: us-east-1\n  AccountId: \"100010001000\"\n  EnableDuplicates: false\n", port)
+	b.WriteString("  QueueAttributeDefaults:\n    VisibilityTimeout: 300\n    ReceiveMessageWaitTimeSeconds: 0\n    MaximumMessageSize: 262144\n  Queues:\n")
+	for _, q := range queues {
+		fmt.Fprintf(&b, "    - Name: %s\n", q.name)
+		if q.maxSize > 0 {
+			fmt.Fprintf(&b, "      MaximumMessageSize: %d\n", q.maxSize)
+		}
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "goaws.yaml")
+	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "goaws.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-config", conf, "Local")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := http.Get("http://" + addr + "/health")
+		if err == nil {
+			r.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("goaws did not answer on %s: %v\n%s", addr, err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e := &emulator{addr: addr, split: &batchSplitter{target: "http://" + addr + "/", fail: map[string]string{}}}
+	srv := httptest.NewServer(e.split)
+	t.Cleanup(srv.Close)
+	e.endpoint = srv.URL
+	return e
+}
+
+// batchSplitter forwards every request to goaws, a SendMessageBatch as one
+// SendMessage per entry. fail maps a deduplication id (the message id) to
+// an error code its next entry fails with once (SenderFault false).
+type batchSplitter struct {
+	target string
+
+	mu      sync.Mutex
+	fail    map[string]string
+	batches []int // entries per SendMessageBatch seen
+}
+
+func (b *batchSplitter) failOnce(dedupID, code string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fail[dedupID] = code
+}
+
+var entryKey = regexp.MustCompile(`^SendMessageBatchRequestEntry\.(\d+)\.(.+)$`)
+
+func (b *batchSplitter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	form, err := url.ParseQuery(string(body))
+	if err != nil || form.Get("Action") != "SendMessageBatch" {
+		b.forward(w, r.Header.Get("Content-Type"), body)
+		return
+	}
+	entries := map[string]url.Values{}
+	var order []string
+	for k, vs := range form {
+		m := entryKey.FindStringSubmatch(k)
+		if m == nil {
+			continue
+		}
+		if _, ok := entries[m[1]]; !ok {
+			entries[m[1]] = url.Values{"Action": {"SendMessage"}, "Version": {form.Get("Version")}, "QueueUrl": {form.Get("QueueUrl")}}
+			order = append(order, m[1])
+		}
+		entries[m[1]][m[2]] = vs
+	}
+	sortNumeric(order)
+	b.mu.Lock()
+	b.batches = append(b.batches, len(order))
+	b.mu.Unlock()
+	var out strings.Builder
+	out.WriteString(`<SendMessageBatchResponse xmlns="http://queue.amazonaws.com/doc/2012-11-05/"><SendMessageBatchResult>`)
+	for _, n := range order {
+		e := entries[n]
+		id := e.Get("Id")
+		e.Del("Id")
+		b.mu.Lock()
+		code, inject := b.fail[e.Get("MessageDeduplicationId")]
+		delete(b.fail, e.Get("MessageDeduplicationId"))
+		b.mu.Unlock()
+		if inject {
+			fmt.Fprintf(&out, `<BatchResultErrorEntry><Id>%s</Id><Code>%s</Code><Message>injected</Message><SenderFault>false</SenderFault></BatchResultErrorEntry>`, id, code)
+			continue
+		}
+		resp, err := http.Post(b.target, "application/x-www-form-urlencoded", strings.NewReader(e.Encode()))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		rb, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			var er struct {
+				Type    string `xml:"Error>Type"`
+				Code    string `xml:"Error>Code"`
+				Message string `xml:"Error>Message"`
+			}
+			xml.Unmarshal(rb, &er)
+			fmt.Fprintf(&out, `<BatchResultErrorEntry><Id>%s</Id><Code>%s</Code><Message>%s</Message><SenderFault>%t</SenderFault></BatchResultErrorEntry>`,
+				id, xmlText(er.Code), xmlText(er.Message), er.Type != "Receiver")
+			continue
+		}
+		var ok struct {
+			MessageID string `xml:"SendMessageResult>MessageId"`
+			MD5       string `xml:"SendMessageResult>MD5OfMessageBody"`
+			Seq       string `xml:"SendMessageResult>SequenceNumber"`
+		}
+		if err := xml.Unmarshal(rb, &ok); err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		fmt.Fprintf(&out, `<SendMessageBatchResultEntry><Id>%s</Id><MessageId>%s</MessageId><MD5OfMessageBody>%s</MD5OfMessageBody></SendMessageBatchResultEntry>`,
+			id, ok.MessageID, ok.MD5)
+	}
+	out.WriteString(`</SendMessageBatchResult><ResponseMetadata><RequestId>0</RequestId></ResponseMetadata></SendMessageBatchResponse>`)
+	w.Header().Set("Content-Type", "text/xml")
+	io.WriteString(w, out.String())
+}
+
+func (b *batchSplitter) forward(w http.ResponseWriter, ctype string, body []byte) {
+	resp, err := http.Post(b.target, ctype, bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+func xmlText(s string) string {
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(s))
+	return b.String()
+}
+
+func sortNumeric(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && (len(s[j]) < len(s[j-1]) || len(s[j]) == len(s[j-1]) && s[j] < s[j-1]); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// received is one message read back from goaws.
+type received struct {
+	body  string
+	attrs map[string]string
+}
+
+// drain reads every message of queue (receive, then delete) in the
+// emulator's order.
+func (e *emulator) drain(t *testing.T, queue string) []received {
+	t.Helper()
+	cfg := testConfig(e.endpoint)
+	ac, err := loadAWS(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client(cfg, ac, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	qu := "http://" + e.addr + "/100010001000/" + queue
+	var out []received
+	for {
+		r, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(qu), MaxNumberOfMessages: 10,
+			MessageAttributeNames: []string{"All"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Messages) == 0 {
+			return out
+		}
+		for _, m := range r.Messages {
+			got := received{body: aws.ToString(m.Body), attrs: map[string]string{}}
+			for k, v := range m.MessageAttributes {
+				got.attrs[k] = aws.ToString(v.StringValue) + string(v.BinaryValue)
+			}
+			out = append(out, got)
+			if _, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(qu), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+var _ = types.QueueAttributeNameAll
