@@ -2,7 +2,6 @@ package sqs
 
 import (
 	"bytes"
-	"context"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -17,10 +16,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -182,8 +177,8 @@ func (b *batchSplitter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.mu.Lock()
 	b.batches = append(b.batches, len(order))
 	b.mu.Unlock()
-	var out strings.Builder
-	out.WriteString(`<SendMessageBatchResponse xmlns="http://queue.amazonaws.com/doc/2012-11-05/"><SendMessageBatchResult>`)
+	// SQS lists the successful entries, then the failed ones.
+	var out, failed strings.Builder
 	for _, n := range order {
 		e := entries[n]
 		id := e.Get("Id")
@@ -193,7 +188,7 @@ func (b *batchSplitter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		delete(b.fail, e.Get("MessageDeduplicationId"))
 		b.mu.Unlock()
 		if inject {
-			fmt.Fprintf(&out, `<BatchResultErrorEntry><Id>%s</Id><Code>%s</Code><Message>injected</Message><SenderFault>false</SenderFault></BatchResultErrorEntry>`, id, code)
+			fmt.Fprintf(&failed, `<BatchResultErrorEntry><Id>%s</Id><Code>%s</Code><Message>injected</Message><SenderFault>false</SenderFault></BatchResultErrorEntry>`, id, code)
 			continue
 		}
 		resp, err := http.Post(b.target, "application/x-www-form-urlencoded", strings.NewReader(e.Encode()))
@@ -210,7 +205,7 @@ func (b *batchSplitter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				Message string `xml:"Error>Message"`
 			}
 			xml.Unmarshal(rb, &er)
-			fmt.Fprintf(&out, `<BatchResultErrorEntry><Id>%s</Id><Code>%s</Code><Message>%s</Message><SenderFault>%t</SenderFault></BatchResultErrorEntry>`,
+			fmt.Fprintf(&failed, `<BatchResultErrorEntry><Id>%s</Id><Code>%s</Code><Message>%s</Message><SenderFault>%t</SenderFault></BatchResultErrorEntry>`,
 				id, xmlText(er.Code), xmlText(er.Message), er.Type != "Receiver")
 			continue
 		}
@@ -226,9 +221,10 @@ func (b *batchSplitter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(&out, `<SendMessageBatchResultEntry><Id>%s</Id><MessageId>%s</MessageId><MD5OfMessageBody>%s</MD5OfMessageBody></SendMessageBatchResultEntry>`,
 			id, ok.MessageID, ok.MD5)
 	}
+	out.WriteString(failed.String())
 	out.WriteString(`</SendMessageBatchResult><ResponseMetadata><RequestId>0</RequestId></ResponseMetadata></SendMessageBatchResponse>`)
 	w.Header().Set("Content-Type", "text/xml")
-	io.WriteString(w, out.String())
+	io.WriteString(w, `<SendMessageBatchResponse xmlns="http://queue.amazonaws.com/doc/2012-11-05/"><SendMessageBatchResult>`+out.String())
 }
 
 func (b *batchSplitter) forward(w http.ResponseWriter, ctype string, body []byte) {
@@ -264,39 +260,58 @@ type received struct {
 }
 
 // drain reads every message of queue (receive, then delete) in the
-// emulator's order.
+// emulator's order, over plain HTTP with the query protocol (the test
+// reads goaws with its own words, not through the SDK under test). A
+// FIFO queue is read one message at a time: goaws hides, without
+// returning them, the messages of a group it finds locked while it fills
+// a receive of several.
 func (e *emulator) drain(t *testing.T, queue string) []received {
 	t.Helper()
-	cfg := testConfig(e.endpoint)
-	ac, err := loadAWS(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := client(cfg, ac, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	qu := "http://" + e.addr + "/100010001000/" + queue
-	var out []received
-	for {
-		r, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: aws.String(qu), MaxNumberOfMessages: 10,
-			MessageAttributeNames: []string{"All"}})
+	post := func(form url.Values) []byte {
+		resp, err := http.PostForm("http://"+e.addr+"/", form)
 		if err != nil {
 			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %v %s", form.Get("Action"), resp.StatusCode, err, b)
+		}
+		return b
+	}
+	max := "10"
+	if IsFIFO(queue) {
+		max = "1"
+	}
+	var out []received
+	for {
+		var r struct {
+			Messages []struct {
+				Body    string `xml:"Body"`
+				Receipt string `xml:"ReceiptHandle"`
+				Attrs   []struct {
+					Name   string `xml:"Name"`
+					String string `xml:"Value>StringValue"`
+					Binary string `xml:"Value>BinaryValue"`
+				} `xml:"MessageAttribute"`
+			} `xml:"ReceiveMessageResult>Message"`
+		}
+		b := post(url.Values{"Action": {"ReceiveMessage"}, "QueueUrl": {qu}, "MaxNumberOfMessages": {max},
+			"MessageAttributeName.1": {"All"}})
+		if err := xml.Unmarshal(b, &r); err != nil {
+			t.Fatalf("ReceiveMessage: %v: %s", err, b)
 		}
 		if len(r.Messages) == 0 {
 			return out
 		}
 		for _, m := range r.Messages {
-			got := received{body: aws.ToString(m.Body), attrs: map[string]string{}}
-			for k, v := range m.MessageAttributes {
-				got.attrs[k] = aws.ToString(v.StringValue) + string(v.BinaryValue)
+			got := received{body: m.Body, attrs: map[string]string{}}
+			for _, a := range m.Attrs {
+				got.attrs[a.Name] = a.String + a.Binary
 			}
 			out = append(out, got)
-			if _, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(qu), ReceiptHandle: m.ReceiptHandle}); err != nil {
-				t.Fatal(err)
-			}
+			post(url.Values{"Action": {"DeleteMessage"}, "QueueUrl": {qu}, "ReceiptHandle": {m.Receipt}})
 		}
 	}
 }
-
-var _ = types.QueueAttributeNameAll
