@@ -334,3 +334,25 @@ func TestEmulatorDownThenBack(t *testing.T) {
 		})
 	}
 }
+
+// TestCheck: check resolves the credentials, finds an existing queue and
+// says it is FIFO, and fails for a missing one with the remedy; a
+// template is passed over; a write to a missing queue is a permanent
+// error naming the row.
+func TestCheck(t *testing.T) {
+	e := startEmulator(t, queueSpec{name: "c.fifo"})
+	cfg := testConfig(e.endpoint)
+	res := Check(context.Background(), cfg, "c.fifo", "missing", "{aggregate_type}")
+	if len(res) != 4 || !res[0].OK || !res[1].OK || !strings.Contains(res[1].Detail, "FIFO") ||
+		res[2].OK || !strings.Contains(res[2].Fix, "create the queue") || !res[3].OK {
+		t.Fatalf("%+v", res)
+	}
+	s := newSink(t, cfg)
+	recs := records("c.fifo", 3, 3)
+	recs[1].Topic = "missing"
+	err := s.Write(context.Background(), recs)
+	var be *broker.Error
+	if !errors.As(err, &be) || !be.Permanent || be.Index != 1 {
+		t.Fatalf("missing queue: %v", err)
+	}
+}
