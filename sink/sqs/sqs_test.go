@@ -76,8 +76,8 @@ func seqOf(body string) int {
 // aggregate in commit order, with its message id, key and headers as
 // attributes, in batches of at most ten.
 func TestFIFOOrderPerGroup(t *testing.T) {
-	e := startEmulator(t, queueSpec{name: "orders.fifo"})
-	s := newSink(t, testConfig(e.endpoint))
+	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "orders.fifo"})
+	s := newSink(t, testConfig(e.Endpoint))
 	recs := records("orders.fifo", 500, 7)
 	recs[3].Value = nil // a tombstone
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -85,16 +85,16 @@ func TestFIFOOrderPerGroup(t *testing.T) {
 	if err := s.Write(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
-	got := e.drain(t, "orders.fifo")
+	got := e.Drain(t, "orders.fifo")
 	if len(got) != len(recs) {
 		t.Fatalf("%d messages for %d records", len(got), len(recs))
 	}
 	last := map[string]int{}
 	for _, m := range got {
-		k := m.attrs[AttrKey]
-		seq := seqOf(m.body)
-		if m.attrs[AttrBody] == "null" {
-			if m.body != "null" || m.attrs[AttrMessageID] != "m-3" {
+		k := m.Attrs[AttrKey]
+		seq := seqOf(m.Body)
+		if m.Attrs[AttrBody] == "null" {
+			if m.Body != "null" || m.Attrs[AttrMessageID] != "m-3" {
 				t.Fatalf("tombstone: %+v", m)
 			}
 			seq = 3
@@ -103,22 +103,21 @@ func TestFIFOOrderPerGroup(t *testing.T) {
 			t.Fatalf("aggregate %s: seq %d after %d", k, seq, p)
 		}
 		last[k] = seq
-		if m.attrs["event_type"] != "ORDER_CREATED" || m.attrs[AttrMessageID] != fmt.Sprintf("m-%d", seq) {
-			t.Fatalf("attributes: %+v", m.attrs)
+		if m.Attrs["event_type"] != "ORDER_CREATED" || m.Attrs[AttrMessageID] != fmt.Sprintf("m-%d", seq) {
+			t.Fatalf("attributes: %+v", m.Attrs)
 		}
-		if _, ok := m.attrs["nullable"]; ok {
-			t.Fatalf("a NULL header became an attribute: %+v", m.attrs)
+		if _, ok := m.Attrs["nullable"]; ok {
+			t.Fatalf("a NULL header became an attribute: %+v", m.Attrs)
 		}
 	}
-	e.split.mu.Lock()
-	defer e.split.mu.Unlock()
-	for _, n := range e.split.batches {
+	batches := e.Batches()
+	for _, n := range batches {
 		if n > MaxBatch {
 			t.Fatalf("a batch of %d entries", n)
 		}
 	}
-	if len(e.split.batches) != 50 {
-		t.Fatalf("%d batches for 500 records", len(e.split.batches))
+	if len(batches) != 50 {
+		t.Fatalf("%d batches for 500 records", len(batches))
 	}
 }
 
@@ -127,22 +126,22 @@ func TestFIFOOrderPerGroup(t *testing.T) {
 // entries are not sent twice, and the later records of its aggregate are
 // held back until it is delivered.
 func TestPartialBatchFailure(t *testing.T) {
-	e := startEmulator(t, queueSpec{name: "orders.fifo"})
-	s := newSink(t, testConfig(e.endpoint))
+	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "orders.fifo"})
+	s := newSink(t, testConfig(e.Endpoint))
 	recs := records("orders.fifo", 100, 5) // agg-2 is m-2, m-7, m-12, ...
-	e.split.failOnce("m-12", "InternalError")
+	e.FailOnce("m-12", "InternalError")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := s.Write(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
-	got := e.drain(t, "orders.fifo")
+	got := e.Drain(t, "orders.fifo")
 	count := map[string]int{}
 	var agg2 []int
 	for _, m := range got {
-		count[m.attrs[AttrMessageID]]++
-		if m.attrs[AttrKey] == "agg-2" {
-			agg2 = append(agg2, seqOf(m.body))
+		count[m.Attrs[AttrMessageID]]++
+		if m.Attrs[AttrKey] == "agg-2" {
+			agg2 = append(agg2, seqOf(m.Body))
 		}
 	}
 	for i, r := range recs {
@@ -169,8 +168,8 @@ func TestPartialBatchFailure(t *testing.T) {
 // message size) fails alone as a permanent error naming its record; the
 // batch's other entries are delivered.
 func TestEntryRefused(t *testing.T) {
-	e := startEmulator(t, queueSpec{name: "small.fifo", maxSize: 2048})
-	s := newSink(t, testConfig(e.endpoint))
+	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "small.fifo", MaxSize: 2048})
+	s := newSink(t, testConfig(e.Endpoint))
 	recs := records("small.fifo", 6, 6)
 	recs[4].Value = []byte(`{"seq":4,"pad":"` + strings.Repeat("x", 4000) + `"}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -180,10 +179,10 @@ func TestEntryRefused(t *testing.T) {
 	if !errors.As(err, &be) || !be.Permanent || be.Index != 4 {
 		t.Fatalf("want a permanent error for record 4, got %v", err)
 	}
-	got := e.drain(t, "small.fifo")
+	got := e.Drain(t, "small.fifo")
 	ids := map[string]bool{}
 	for _, m := range got {
-		ids[m.attrs[AttrMessageID]] = true
+		ids[m.Attrs[AttrMessageID]] = true
 	}
 	for _, id := range []string{"m-0", "m-1", "m-2", "m-3", "m-5"} {
 		if !ids[id] {
@@ -199,8 +198,8 @@ func TestEntryRefused(t *testing.T) {
 // sent, as a permanent error naming it (pipeline.on_error applies); also
 // a payload that is not text with body_encoding text.
 func TestTooLarge(t *testing.T) {
-	e := startEmulator(t, queueSpec{name: "q.fifo"})
-	cfg := testConfig(e.endpoint)
+	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "q.fifo"})
+	cfg := testConfig(e.Endpoint)
 	cfg.MaxMessageBytes = 4096
 	s := newSink(t, cfg)
 	recs := records("q.fifo", 3, 3)
@@ -229,8 +228,8 @@ func TestTooLarge(t *testing.T) {
 // EnableDuplicates on, which this harness does not model: the test checks
 // the ids SQS would deduplicate on.
 func TestDeduplicationID(t *testing.T) {
-	e := startEmulator(t, queueSpec{name: "d.fifo"}, queueSpec{name: "plain"})
-	s := newSink(t, testConfig(e.endpoint))
+	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "d.fifo"}, testenv.GoawsQueue{Name: "plain"})
+	s := newSink(t, testConfig(e.Endpoint))
 	c := &conn{s: s}
 	r := records("d.fifo", 1, 1)[0]
 	m := &broker.Msg{Rec: &r}
@@ -259,7 +258,7 @@ func TestDeduplicationID(t *testing.T) {
 	if err := s.Write(context.Background(), records("plain", 20, 3)); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.drain(t, "plain"); len(got) != 20 {
+	if got := e.Drain(t, "plain"); len(got) != 20 {
 		t.Fatalf("%d of 20 on the standard queue", len(got))
 	}
 }
@@ -271,8 +270,8 @@ func TestDeduplicationID(t *testing.T) {
 func TestEmulatorDownThenBack(t *testing.T) {
 	for _, mode := range []string{"cut", "silence"} {
 		t.Run(mode, func(t *testing.T) {
-			e := startEmulator(t, queueSpec{name: "o.fifo"})
-			p := testenv.NewProxy(t, strings.TrimPrefix(e.endpoint, "http://"))
+			e := testenv.Goaws(t, testenv.GoawsQueue{Name: "o.fifo"})
+			p := testenv.NewProxy(t, strings.TrimPrefix(e.Endpoint, "http://"))
 			cfg := testConfig("http://" + p.Addr())
 			cfg.AckTimeout = time.Second
 			s := newSink(t, cfg)
@@ -309,16 +308,16 @@ func TestEmulatorDownThenBack(t *testing.T) {
 			if werr != nil {
 				t.Fatalf("Write after heal: %v", werr)
 			}
-			got := e.drain(t, "o.fifo")
+			got := e.Drain(t, "o.fifo")
 			seen := map[string]bool{}
 			last := map[string]int{}
 			for _, m := range got {
-				id := m.attrs[AttrMessageID]
+				id := m.Attrs[AttrMessageID]
 				if !strings.HasPrefix(id, "n-") {
 					continue
 				}
 				seen[id] = true
-				last[m.attrs[AttrKey]] = seqOf(m.body)
+				last[m.Attrs[AttrKey]] = seqOf(m.Body)
 			}
 			for i := range recs {
 				if !seen[fmt.Sprintf("n-%d", i)] {
@@ -340,8 +339,8 @@ func TestEmulatorDownThenBack(t *testing.T) {
 // template is passed over; a write to a missing queue is a permanent
 // error naming the row.
 func TestCheck(t *testing.T) {
-	e := startEmulator(t, queueSpec{name: "c.fifo"})
-	cfg := testConfig(e.endpoint)
+	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "c.fifo"})
+	cfg := testConfig(e.Endpoint)
 	res := Check(context.Background(), cfg, "c.fifo", "missing", "{aggregate_type}")
 	if len(res) != 4 || !res[0].OK || !res[1].OK || !strings.Contains(res[1].Detail, "FIFO") ||
 		res[2].OK || !strings.Contains(res[2].Fix, "create the queue") || !res[3].OK {

@@ -1,4 +1,4 @@
-package sqs
+package testenv
 
 import (
 	"bytes"
@@ -16,14 +16,12 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
-// The tests run against goaws, a Go SQS emulator built from the module
-// proxy at a pinned version (go install into a cache directory, once per
-// machine), on a free port. goaws speaks the AWS query protocol only, so
-// the sink runs with sink.protocol: query here.
+// Goaws runs goaws, a Go SQS emulator built from the module proxy at a
+// pinned version (go install into a cache directory, once per machine),
+// on a free port. goaws speaks the AWS query protocol only, so the SQS
+// sink runs with sink.protocol: query against it.
 //
 // goaws's own SendMessageBatch drops the entries' message attributes,
 // checks no size and never fails a single entry. So the tests put a small
@@ -33,6 +31,9 @@ import (
 // over the queue's maximum size fails alone) and a place to inject an
 // entry's failure. What goaws does not reproduce of a FIFO queue is in
 // docs/sinks.md ("What the SQS emulator does not reproduce").
+//
+// goaws listens on all addresses of the machine (it takes no listen
+// address), on a free port; the tests send to loopback only.
 const goawsModule = "github.com/Admiral-Piett/goaws/app/cmd@v0.4.5"
 
 var (
@@ -43,7 +44,7 @@ var (
 
 // goawsBinary builds goaws once per machine (the module and build caches
 // make later builds instant).
-func goawsBinary(t *testing.T) string {
+func goawsBinary(t testing.TB) string {
 	t.Helper()
 	goawsOnce.Do(func() {
 		dir := filepath.Join(os.TempDir(), "outbox-cdc-test-goaws-v0.4.5")
@@ -62,37 +63,52 @@ func goawsBinary(t *testing.T) string {
 		goawsBin = bin
 	})
 	if goawsErr != nil {
-		testenv.Unavailable(t, "the goaws SQS emulator: %v", goawsErr)
+		Unavailable(t, "the goaws SQS emulator: %v", goawsErr)
 	}
 	return goawsBin
 }
 
-// emulator is one goaws process with the queues it was started with, and
-// the splitter in front of it.
-type emulator struct {
-	addr     string // goaws
-	endpoint string // the splitter, for the sink
+// GoawsServer is one goaws process with the queues it was started with,
+// and the splitter in front of it.
+type GoawsServer struct {
+	// Addr is goaws's host:port.
+	Addr string
+	// Endpoint is the splitter's URL: the sink's sink.endpoint.
+	Endpoint string
 	split    *batchSplitter
 }
 
-type queueSpec struct {
-	name    string
-	maxSize int // MaximumMessageSize; 0: 256 KiB
+// GoawsQueue is a queue goaws creates at start (a name ending in .fifo
+// makes a FIFO queue).
+type GoawsQueue struct {
+	Name    string
+	MaxSize int // MaximumMessageSize; 0: 256 KiB
 }
 
-// startEmulator starts goaws with queues and stops it at the end of t.
-func startEmulator(t *testing.T, queues ...queueSpec) *emulator {
+// FailOnce makes the next batch entry with the deduplication id fail once
+// with code (SenderFault false).
+func (e *GoawsServer) FailOnce(dedupID, code string) { e.split.failOnce(dedupID, code) }
+
+// Batches returns the number of entries of each SendMessageBatch seen.
+func (e *GoawsServer) Batches() []int {
+	e.split.mu.Lock()
+	defer e.split.mu.Unlock()
+	return append([]int(nil), e.split.batches...)
+}
+
+// Goaws starts goaws with queues and stops it at the end of t.
+func Goaws(t testing.TB, queues ...GoawsQueue) *GoawsServer {
 	t.Helper()
 	bin := goawsBinary(t)
-	addr := testenv.FreeAddr(t)
+	addr := FreeAddr(t)
 	_, port, _ := strings.Cut(addr, ":")
 	var b strings.Builder
 	fmt.Fprintf(&b, "Local:\n  Host: 127.0.0.1\n  Port: %s\n  Region: us-east-1\n  AccountId: \"100010001000\"\n  EnableDuplicates: false\n", port)
 	b.WriteString("  QueueAttributeDefaults:\n    VisibilityTimeout: 300\n    ReceiveMessageWaitTimeSeconds: 0\n    MaximumMessageSize: 262144\n  Queues:\n")
 	for _, q := range queues {
-		fmt.Fprintf(&b, "    - Name: %s\n", q.name)
-		if q.maxSize > 0 {
-			fmt.Fprintf(&b, "      MaximumMessageSize: %d\n", q.maxSize)
+		fmt.Fprintf(&b, "    - Name: %s\n", q.Name)
+		if q.MaxSize > 0 {
+			fmt.Fprintf(&b, "      MaximumMessageSize: %d\n", q.MaxSize)
 		}
 	}
 	dir := t.TempDir()
@@ -127,10 +143,10 @@ func startEmulator(t *testing.T, queues ...queueSpec) *emulator {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	e := &emulator{addr: addr, split: &batchSplitter{target: "http://" + addr + "/", fail: map[string]string{}}}
+	e := &GoawsServer{Addr: addr, split: &batchSplitter{target: "http://" + addr + "/", fail: map[string]string{}}}
 	srv := httptest.NewServer(e.split)
 	t.Cleanup(srv.Close)
-	e.endpoint = srv.URL
+	e.Endpoint = srv.URL
 	return e
 }
 
@@ -253,23 +269,23 @@ func sortNumeric(s []string) {
 	}
 }
 
-// received is one message read back from goaws.
-type received struct {
-	body  string
-	attrs map[string]string
+// SQSMessage is one message read back from goaws.
+type SQSMessage struct {
+	Body  string
+	Attrs map[string]string // message attributes, String or Binary value
 }
 
-// drain reads every message of queue (receive, then delete) in the
+// Drain reads every message of queue (receive, then delete) in the
 // emulator's order, over plain HTTP with the query protocol (the test
 // reads goaws with its own words, not through the SDK under test). A
 // FIFO queue is read one message at a time: goaws hides, without
 // returning them, the messages of a group it finds locked while it fills
 // a receive of several.
-func (e *emulator) drain(t *testing.T, queue string) []received {
+func (e *GoawsServer) Drain(t testing.TB, queue string) []SQSMessage {
 	t.Helper()
-	qu := "http://" + e.addr + "/100010001000/" + queue
+	qu := "http://" + e.Addr + "/100010001000/" + queue
 	post := func(form url.Values) []byte {
-		resp, err := http.PostForm("http://"+e.addr+"/", form)
+		resp, err := http.PostForm("http://"+e.Addr+"/", form)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,10 +297,10 @@ func (e *emulator) drain(t *testing.T, queue string) []received {
 		return b
 	}
 	max := "10"
-	if IsFIFO(queue) {
+	if strings.HasSuffix(queue, ".fifo") {
 		max = "1"
 	}
-	var out []received
+	var out []SQSMessage
 	for {
 		var r struct {
 			Messages []struct {
@@ -306,9 +322,9 @@ func (e *emulator) drain(t *testing.T, queue string) []received {
 			return out
 		}
 		for _, m := range r.Messages {
-			got := received{body: m.Body, attrs: map[string]string{}}
+			got := SQSMessage{Body: m.Body, Attrs: map[string]string{}}
 			for _, a := range m.Attrs {
-				got.attrs[a.Name] = a.String + a.Binary
+				got.Attrs[a.Name] = a.String + a.Binary
 			}
 			out = append(out, got)
 			post(url.Values{"Action": {"DeleteMessage"}, "QueueUrl": {qu}, "ReceiptHandle": {m.Receipt}})
