@@ -34,11 +34,15 @@
 //	                            other characters than ASCII punctuation and
 //	                            alphanumerics); "-" for an empty key
 //	MessageDeduplicationId      FIFO: the message id, the same way
-//	attributes                  outbox_cdc.message_id, outbox_cdc.key, and
+//	attributes                  message_id, outbox_cdc.key, and
 //	                            each route header (String when valid text,
 //	                            else Binary; a repeated name keeps its last
 //	                            value; a NULL value is left out). SQS takes
-//	                            at most 10 attributes a message.
+//	                            at most 10 attributes a message: the headers
+//	                            past the ninth go together into the attribute
+//	                            outbox_cdc.headers, a JSON object of name to
+//	                            value (a value that is not text under
+//	                            "<name>.base64", base64-encoded).
 package sqs
 
 import (
@@ -46,6 +50,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -72,10 +77,14 @@ import (
 
 // Attribute names the sink adds.
 const (
-	AttrMessageID = "outbox_cdc.message_id"
+	AttrMessageID = "message_id"
 	AttrKey       = "outbox_cdc.key"
 	AttrBody      = "outbox_cdc.body"
+	AttrHeaders   = "outbox_cdc.headers"
 )
+
+// MaxAttributes is the most message attributes SQS takes on a message.
+const MaxAttributes = 10
 
 // Sink is the SQS sink; it implements outboxcdc.Sink.
 type Sink struct {
@@ -429,10 +438,29 @@ func (c *conn) entry(m *broker.Msg, idx int, fifo bool) (types.SendMessageBatchR
 	if len(r.Key) > 0 {
 		attrs[AttrKey] = stringOrBinary(r.Key)
 	}
+	// SQS takes at most MaxAttributes: the headers past the last that
+	// fits go together into one (AttrHeaders), a JSON object.
+	var more map[string]string
 	for _, h := range r.Headers {
-		if h.Value != nil {
-			attrs[h.Key] = stringOrBinary(h.Value)
+		if h.Value == nil {
+			continue
 		}
+		if _, ok := attrs[h.Key]; !ok && len(attrs) >= MaxAttributes-1 {
+			if more == nil {
+				more = map[string]string{}
+			}
+			if validText(h.Value) {
+				more[h.Key] = string(h.Value)
+			} else {
+				more[h.Key+".base64"] = base64.StdEncoding.EncodeToString(h.Value)
+			}
+			continue
+		}
+		attrs[h.Key] = stringOrBinary(h.Value)
+	}
+	if more != nil {
+		j, _ := json.Marshal(more)
+		attrs[AttrHeaders] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(string(j))}
 	}
 	size := len(body)
 	for k, v := range attrs {

@@ -2,6 +2,7 @@ package sqs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -353,5 +354,31 @@ func TestCheck(t *testing.T) {
 	var be *broker.Error
 	if !errors.As(err, &be) || !be.Permanent || be.Index != 1 {
 		t.Fatalf("missing queue: %v", err)
+	}
+}
+
+// TestManyHeaders: SQS takes ten attributes a message; the headers past
+// the ninth go together into outbox_cdc.headers (JSON), so a dead-letter
+// record with its outbox_cdc.error* headers is still accepted.
+func TestManyHeaders(t *testing.T) {
+	c := &conn{s: &Sink{cfg: DefaultConfig()}}
+	r := records("q.fifo", 1, 1)[0]
+	for i := 0; i < 12; i++ {
+		r.Headers = append(r.Headers, outboxcdc.Header{Key: fmt.Sprintf("h%d", i), Value: []byte(fmt.Sprintf("v%d", i))})
+	}
+	r.Headers = append(r.Headers, outboxcdc.Header{Key: "bin", Value: []byte{0xff, 0}})
+	e, _, err := c.entry(&broker.Msg{Rec: &r}, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.MessageAttributes) != MaxAttributes {
+		t.Fatalf("%d attributes", len(e.MessageAttributes))
+	}
+	var more map[string]string
+	if err := json.Unmarshal([]byte(*e.MessageAttributes[AttrHeaders].StringValue), &more); err != nil {
+		t.Fatal(err)
+	}
+	if more["h11"] != "v11" || more["bin.base64"] != "/wA=" || len(more)+len(e.MessageAttributes)-1 != 2+1+13 {
+		t.Fatalf("overflow %v", more)
 	}
 }
