@@ -110,7 +110,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	}
 	s := &Sink{cfg: cfg, aws: ac, urls: map[string]string{},
 		log: log.With().Str("component", "sink").Str("sink", "sqs").Logger()}
-	s.log.Info().Str("region", ac.Region).Str("endpoint", cfg.Endpoint).Str("protocol", cfg.Protocol).
+	s.log.Info().Str("region", ac.Region).Str("endpoint", outboxcdc.RedactDSN(cfg.Endpoint)).Str("protocol", cfg.Protocol).
 		Msg("sqs sink starting (SendMessageBatch, per-entry results)")
 	w, err := broker.New("sqs", cfg.Config, s.dial, s.log, reg)
 	if err != nil {
