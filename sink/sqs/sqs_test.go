@@ -44,6 +44,23 @@ func testConfig(endpoint string) Config {
 	return c
 }
 
+// protocols runs f once per wire protocol: json through the test's JSON
+// 1.0 front (testenv.Goaws translates it into the query protocol goaws
+// speaks), and query straight to the splitter.
+func protocols(t *testing.T, f func(t *testing.T, endpoint func(*testenv.GoawsServer) Config)) {
+	for _, p := range []string{ProtocolJSON, ProtocolQuery} {
+		t.Run(p, func(t *testing.T) {
+			f(t, func(e *testenv.GoawsServer) Config {
+				c := testConfig(e.Endpoint)
+				if p == ProtocolJSON {
+					c.Endpoint, c.Protocol = e.JSONEndpoint, ProtocolJSON
+				}
+				return c
+			})
+		})
+	}
+}
+
 func records(queue string, n, keys int) []outboxcdc.Record {
 	rs := make([]outboxcdc.Record, n)
 	for i := range rs {
@@ -77,49 +94,51 @@ func seqOf(body string) int {
 // aggregate in commit order, with its message id, key and headers as
 // attributes, in batches of at most ten.
 func TestFIFOOrderPerGroup(t *testing.T) {
-	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "orders.fifo"})
-	s := newSink(t, testConfig(e.Endpoint))
-	recs := records("orders.fifo", 500, 7)
-	recs[3].Value = nil // a tombstone
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := s.Write(ctx, recs); err != nil {
-		t.Fatal(err)
-	}
-	got := e.Drain(t, "orders.fifo")
-	if len(got) != len(recs) {
-		t.Fatalf("%d messages for %d records", len(got), len(recs))
-	}
-	last := map[string]int{}
-	for _, m := range got {
-		k := m.Attrs[AttrKey]
-		seq := seqOf(m.Body)
-		if m.Attrs[AttrBody] == "null" {
-			if m.Body != "null" || m.Attrs[AttrMessageID] != "m-3" {
-				t.Fatalf("tombstone: %+v", m)
+	protocols(t, func(t *testing.T, cfgOf func(*testenv.GoawsServer) Config) {
+		e := testenv.Goaws(t, testenv.GoawsQueue{Name: "orders.fifo"})
+		s := newSink(t, cfgOf(e))
+		recs := records("orders.fifo", 500, 7)
+		recs[3].Value = nil // a tombstone
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := s.Write(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		got := e.Drain(t, "orders.fifo")
+		if len(got) != len(recs) {
+			t.Fatalf("%d messages for %d records", len(got), len(recs))
+		}
+		last := map[string]int{}
+		for _, m := range got {
+			k := m.Attrs[AttrKey]
+			seq := seqOf(m.Body)
+			if m.Attrs[AttrBody] == "null" {
+				if m.Body != "null" || m.Attrs[AttrMessageID] != "m-3" {
+					t.Fatalf("tombstone: %+v", m)
+				}
+				seq = 3
 			}
-			seq = 3
+			if p, ok := last[k]; ok && seq <= p {
+				t.Fatalf("aggregate %s: seq %d after %d", k, seq, p)
+			}
+			last[k] = seq
+			if m.Attrs["event_type"] != "ORDER_CREATED" || m.Attrs[AttrMessageID] != fmt.Sprintf("m-%d", seq) {
+				t.Fatalf("attributes: %+v", m.Attrs)
+			}
+			if _, ok := m.Attrs["nullable"]; ok {
+				t.Fatalf("a NULL header became an attribute: %+v", m.Attrs)
+			}
 		}
-		if p, ok := last[k]; ok && seq <= p {
-			t.Fatalf("aggregate %s: seq %d after %d", k, seq, p)
+		batches := e.Batches()
+		for _, n := range batches {
+			if n > MaxBatch {
+				t.Fatalf("a batch of %d entries", n)
+			}
 		}
-		last[k] = seq
-		if m.Attrs["event_type"] != "ORDER_CREATED" || m.Attrs[AttrMessageID] != fmt.Sprintf("m-%d", seq) {
-			t.Fatalf("attributes: %+v", m.Attrs)
+		if len(batches) != 50 {
+			t.Fatalf("%d batches for 500 records", len(batches))
 		}
-		if _, ok := m.Attrs["nullable"]; ok {
-			t.Fatalf("a NULL header became an attribute: %+v", m.Attrs)
-		}
-	}
-	batches := e.Batches()
-	for _, n := range batches {
-		if n > MaxBatch {
-			t.Fatalf("a batch of %d entries", n)
-		}
-	}
-	if len(batches) != 50 {
-		t.Fatalf("%d batches for 500 records", len(batches))
-	}
+	})
 }
 
 // TestPartialBatchFailure: an entry that fails in a batch is sent again,
@@ -127,72 +146,76 @@ func TestFIFOOrderPerGroup(t *testing.T) {
 // entries are not sent twice, and the later records of its aggregate are
 // held back until it is delivered.
 func TestPartialBatchFailure(t *testing.T) {
-	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "orders.fifo"})
-	s := newSink(t, testConfig(e.Endpoint))
-	recs := records("orders.fifo", 100, 5) // agg-2 is m-2, m-7, m-12, ...
-	e.FailOnce("m-12", "InternalError")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := s.Write(ctx, recs); err != nil {
-		t.Fatal(err)
-	}
-	got := e.Drain(t, "orders.fifo")
-	count := map[string]int{}
-	var agg2 []int
-	for _, m := range got {
-		count[m.Attrs[AttrMessageID]]++
-		if m.Attrs[AttrKey] == "agg-2" {
-			agg2 = append(agg2, seqOf(m.Body))
+	protocols(t, func(t *testing.T, cfgOf func(*testenv.GoawsServer) Config) {
+		e := testenv.Goaws(t, testenv.GoawsQueue{Name: "orders.fifo"})
+		s := newSink(t, cfgOf(e))
+		recs := records("orders.fifo", 100, 5) // agg-2 is m-2, m-7, m-12, ...
+		e.FailOnce("m-12", "InternalError")
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := s.Write(ctx, recs); err != nil {
+			t.Fatal(err)
 		}
-	}
-	for i, r := range recs {
-		want := 1
-		if r.MessageID == "m-17" { // accepted in the failed entry's batch, after it: sent again after it
-			want = 2
+		got := e.Drain(t, "orders.fifo")
+		count := map[string]int{}
+		var agg2 []int
+		for _, m := range got {
+			count[m.Attrs[AttrMessageID]]++
+			if m.Attrs[AttrKey] == "agg-2" {
+				agg2 = append(agg2, seqOf(m.Body))
+			}
 		}
-		if count[r.MessageID] != want {
-			t.Fatalf("record %d (%s, %s): %d copies, want %d", i, r.MessageID, r.Key, count[r.MessageID], want)
+		for i, r := range recs {
+			want := 1
+			if r.MessageID == "m-17" { // accepted in the failed entry's batch, after it: sent again after it
+				want = 2
+			}
+			if count[r.MessageID] != want {
+				t.Fatalf("record %d (%s, %s): %d copies, want %d", i, r.MessageID, r.Key, count[r.MessageID], want)
+			}
 		}
-	}
-	// agg-2: m-2, m-7 (first batch), m-17 (first batch, accepted after
-	// the failed m-12), then m-12 and m-17 again, then the rest in order.
-	want := []int{2, 7, 17, 12, 17}
-	for s := 22; s < 100; s += 5 {
-		want = append(want, s)
-	}
-	if fmt.Sprint(agg2) != fmt.Sprint(want) {
-		t.Fatalf("agg-2 order %v, want %v", agg2, want)
-	}
+		// agg-2: m-2, m-7 (first batch), m-17 (first batch, accepted after
+		// the failed m-12), then m-12 and m-17 again, then the rest in order.
+		want := []int{2, 7, 17, 12, 17}
+		for s := 22; s < 100; s += 5 {
+			want = append(want, s)
+		}
+		if fmt.Sprint(agg2) != fmt.Sprint(want) {
+			t.Fatalf("agg-2 order %v, want %v", agg2, want)
+		}
+	})
 }
 
 // TestEntryRefused: an entry SQS refuses (larger than the queue's maximum
 // message size) fails alone as a permanent error naming its record; the
 // batch's other entries are delivered.
 func TestEntryRefused(t *testing.T) {
-	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "small.fifo", MaxSize: 2048})
-	s := newSink(t, testConfig(e.Endpoint))
-	recs := records("small.fifo", 6, 6)
-	recs[4].Value = []byte(`{"seq":4,"pad":"` + strings.Repeat("x", 4000) + `"}`)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := s.Write(ctx, recs)
-	var be *broker.Error
-	if !errors.As(err, &be) || !be.Permanent || be.Index != 4 {
-		t.Fatalf("want a permanent error for record 4, got %v", err)
-	}
-	got := e.Drain(t, "small.fifo")
-	ids := map[string]bool{}
-	for _, m := range got {
-		ids[m.Attrs[AttrMessageID]] = true
-	}
-	for _, id := range []string{"m-0", "m-1", "m-2", "m-3", "m-5"} {
-		if !ids[id] {
-			t.Fatalf("%s of the same batch not delivered: %v", id, ids)
+	protocols(t, func(t *testing.T, cfgOf func(*testenv.GoawsServer) Config) {
+		e := testenv.Goaws(t, testenv.GoawsQueue{Name: "small.fifo", MaxSize: 2048})
+		s := newSink(t, cfgOf(e))
+		recs := records("small.fifo", 6, 6)
+		recs[4].Value = []byte(`{"seq":4,"pad":"` + strings.Repeat("x", 4000) + `"}`)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := s.Write(ctx, recs)
+		var be *broker.Error
+		if !errors.As(err, &be) || !be.Permanent || be.Index != 4 {
+			t.Fatalf("want a permanent error for record 4, got %v", err)
 		}
-	}
-	if ids["m-4"] {
-		t.Fatal("the refused record was stored")
-	}
+		got := e.Drain(t, "small.fifo")
+		ids := map[string]bool{}
+		for _, m := range got {
+			ids[m.Attrs[AttrMessageID]] = true
+		}
+		for _, id := range []string{"m-0", "m-1", "m-2", "m-3", "m-5"} {
+			if !ids[id] {
+				t.Fatalf("%s of the same batch not delivered: %v", id, ids)
+			}
+		}
+		if ids["m-4"] {
+			t.Fatal("the refused record was stored")
+		}
+	})
 }
 
 // TestTooLarge: a record above max_message_bytes is refused before it is
@@ -340,21 +363,23 @@ func TestEmulatorDownThenBack(t *testing.T) {
 // template is passed over; a write to a missing queue is a permanent
 // error naming the row.
 func TestCheck(t *testing.T) {
-	e := testenv.Goaws(t, testenv.GoawsQueue{Name: "c.fifo"})
-	cfg := testConfig(e.Endpoint)
-	res := Check(context.Background(), cfg, "c.fifo", "missing", "{aggregate_type}")
-	if len(res) != 4 || !res[0].OK || !res[1].OK || !strings.Contains(res[1].Detail, "FIFO") ||
-		res[2].OK || !strings.Contains(res[2].Fix, "create the queue") || !res[3].OK {
-		t.Fatalf("%+v", res)
-	}
-	s := newSink(t, cfg)
-	recs := records("c.fifo", 3, 3)
-	recs[1].Topic = "missing"
-	err := s.Write(context.Background(), recs)
-	var be *broker.Error
-	if !errors.As(err, &be) || !be.Permanent || be.Index != 1 {
-		t.Fatalf("missing queue: %v", err)
-	}
+	protocols(t, func(t *testing.T, cfgOf func(*testenv.GoawsServer) Config) {
+		e := testenv.Goaws(t, testenv.GoawsQueue{Name: "c.fifo"})
+		cfg := cfgOf(e)
+		res := Check(context.Background(), cfg, "c.fifo", "missing", "{aggregate_type}")
+		if len(res) != 4 || !res[0].OK || !res[1].OK || !strings.Contains(res[1].Detail, "FIFO") ||
+			res[2].OK || !strings.Contains(res[2].Fix, "create the queue") || !res[3].OK {
+			t.Fatalf("%+v", res)
+		}
+		s := newSink(t, cfg)
+		recs := records("c.fifo", 3, 3)
+		recs[1].Topic = "missing"
+		err := s.Write(context.Background(), recs)
+		var be *broker.Error
+		if !errors.As(err, &be) || !be.Permanent || be.Index != 1 {
+			t.Fatalf("missing queue: %v", err)
+		}
+	})
 }
 
 // TestManyHeaders: SQS takes ten attributes a message; the headers past

@@ -73,9 +73,13 @@ func goawsBinary(t testing.TB) string {
 type GoawsServer struct {
 	// Addr is goaws's host:port.
 	Addr string
-	// Endpoint is the splitter's URL: the sink's sink.endpoint.
+	// Endpoint is the splitter's URL: the sink's sink.endpoint with
+	// sink.protocol query.
 	Endpoint string
-	split    *batchSplitter
+	// JSONEndpoint speaks SQS's AWS JSON 1.0 protocol (the sink's default)
+	// in front of the splitter, translating the operations the sink uses.
+	JSONEndpoint string
+	split        *batchSplitter
 }
 
 // GoawsQueue is a queue goaws creates at start (a name ending in .fifo
@@ -147,6 +151,9 @@ func Goaws(t testing.TB, queues ...GoawsQueue) *GoawsServer {
 	srv := httptest.NewServer(e.split)
 	t.Cleanup(srv.Close)
 	e.Endpoint = srv.URL
+	js := httptest.NewServer(&jsonFront{next: e.split})
+	t.Cleanup(js.Close)
+	e.JSONEndpoint = js.URL
 	return e
 }
 
