@@ -15,7 +15,9 @@ import (
 // TestSQS holds the Amazon SQS sink to the contract against goaws (its
 // own process per test, built from the module proxy, behind a
 // testenv.Proxy), with FIFO queues per aggregate type, read back with
-// plain query-protocol requests (receive, then delete). goaws does not
+// plain query-protocol requests (receive, then delete). The connector
+// speaks its default protocol, AWS JSON 1.0, through testenv's
+// translating front. goaws does not
 // model SQS's deduplication window, so copies after kill -9 are counted
 // as for RabbitMQ (SQS itself would drop them within five minutes).
 func TestSQS(t *testing.T) { Run(t, sqsTarget{}) }
@@ -35,11 +37,13 @@ func (sqsTarget) Prepare(t *testing.T, o Options) *Setup {
 		t.Setenv(k, v)
 	}
 	g := testenv.Goaws(t, specs...)
-	p := testenv.NewProxy(t, strings.TrimPrefix(g.Endpoint, "http://"))
+	// The default protocol (AWS JSON 1.0), through the test's translating
+	// front.
+	p := testenv.NewProxy(t, strings.TrimPrefix(g.JSONEndpoint, "http://"))
 	s := &Setup{
 		Topic:    "st-{aggregate_type}.fifo",
 		DLQTopic: "st-dlq.fifo",
-		Sink: fmt.Sprintf("  type: sqs\n  region: us-east-1\n  endpoint: %q\n  protocol: query\n  ack_timeout: 5s\n  retry_backoff_max: 1s\n  ready_interval: 500ms\n",
+		Sink: fmt.Sprintf("  type: sqs\n  region: us-east-1\n  endpoint: %q\n  ack_timeout: 5s\n  retry_backoff_max: 1s\n  ready_interval: 500ms\n",
 			"http://"+p.Addr()),
 		Down: func(*testing.T) { p.Silence(); p.Cut() },
 		Up:   func(*testing.T) { p.Heal() },

@@ -20,8 +20,9 @@ import (
 
 // Goaws runs goaws, a Go SQS emulator built from the module proxy at a
 // pinned version (go install into a cache directory, once per machine),
-// on a free port. goaws speaks the AWS query protocol only, so the SQS
-// sink runs with sink.protocol: query against it.
+// on a free port. goaws speaks the AWS query protocol only: the SQS sink
+// reaches it with sink.protocol query at Endpoint, or with its default
+// JSON 1.0 protocol at JSONEndpoint, a translating front (goaws_json.go).
 //
 // goaws's own SendMessageBatch drops the entries' message attributes,
 // checks no size and never fails a single entry. So the tests put a small
