@@ -8,9 +8,11 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aws/smithy-go"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -405,5 +407,63 @@ func TestManyHeaders(t *testing.T) {
 	}
 	if more["h11"] != "v11" || more["bin.base64"] != "/wA=" || len(more)+len(e.MessageAttributes)-1 != 2+1+13 {
 		t.Fatalf("overflow %v", more)
+	}
+}
+
+// TestRegionAndProfile: the region comes from sink.region, else from the
+// profile in the shared configuration file; none at all is a
+// configuration error naming sink.region.
+func TestRegionAndProfile(t *testing.T) {
+	f := t.TempDir() + "/config"
+	if err := os.WriteFile(f, []byte("[profile relay]\nregion = eu-west-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_CONFIG_FILE", f)
+	cfg := DefaultConfig()
+	cfg.Profile = "relay"
+	ac, err := loadAWS(context.Background(), cfg)
+	if err != nil || ac.Region != "eu-west-2" {
+		t.Fatalf("profile region: %q %v", ac.Region, err)
+	}
+	cfg.Region = "ap-south-1"
+	if ac, _ := loadAWS(context.Background(), cfg); ac.Region != "ap-south-1" {
+		t.Fatalf("sink.region: %q", ac.Region)
+	}
+	cfg = DefaultConfig()
+	if _, err := loadAWS(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "region") {
+		t.Fatalf("no region: %v", err)
+	}
+	cfg.Profile = "absent"
+	if _, err := loadAWS(context.Background(), cfg); err == nil {
+		t.Fatal("a missing profile loaded")
+	}
+}
+
+// TestClassify: SQS's error codes decide retry or stop.
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		code      string
+		fault     smithy.ErrorFault
+		transient bool
+		noRecord  bool
+	}{
+		{"RequestThrottled", smithy.FaultClient, true, false},
+		{"ThrottlingException", smithy.FaultUnknown, true, false},
+		{"SomethingNew", smithy.FaultServer, true, false},
+		{"AWS.SimpleQueueService.NonExistentQueue", smithy.FaultClient, false, false},
+		{"InvalidClientTokenId", smithy.FaultClient, false, true},
+		{"AccessDenied", smithy.FaultClient, false, true},
+		{"InvalidParameterValue", smithy.FaultClient, false, false},
+	} {
+		err := classify(&smithy.GenericAPIError{Code: tc.code, Fault: tc.fault})
+		if outboxcdc.IsTransient(err) != tc.transient {
+			t.Errorf("%s: transient %v", tc.code, outboxcdc.IsTransient(err))
+		}
+		if got := strings.Contains(fmt.Sprintf("%T", err), "noRecord"); got != tc.noRecord {
+			t.Errorf("%s: names no record %v (%T)", tc.code, got, err)
+		}
+	}
+	if !outboxcdc.IsTransient(classify(fmt.Errorf("dial: %w", syscall.ECONNREFUSED))) {
+		t.Error("connection refused is not transient")
 	}
 }
