@@ -6,7 +6,10 @@
 #
 # Every name and address can be overridden (README.md, "Two commands"):
 #   SINK                  kafka (default: a Kafka-protocol broker started
-#                         here), rabbitmq, nats or redis (running services)
+#                         here), rabbitmq, nats or redis (running services),
+#                         or sqs (the goaws SQS emulator, built with go
+#                         install from the module proxy and started here
+#                         on a free port, FIFO queues)
 #   DEMO_DB               the MariaDB database created, then dropped at the
 #                         end (default outbox_demo_<pid>; an existing one is
 #                         refused)
@@ -32,7 +35,7 @@ RABBITMQ_URL=${DEMO_RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/}
 NATS_URL=${DEMO_NATS_URL:-nats://127.0.0.1:4222}
 REDIS_HOST=${DEMO_REDIS_HOST:-127.0.0.1}
 REDIS_PORT=${DEMO_REDIS_PORT:-6379}
-case "$SINK" in kafka|rabbitmq|nats|redis) ;; *) echo "SINK=$SINK: want kafka, rabbitmq, nats or redis" >&2; exit 2 ;; esac
+case "$SINK" in kafka|rabbitmq|nats|redis|sqs) ;; *) echo "SINK=$SINK: want kafka, rabbitmq, nats, redis or sqs" >&2; exit 2 ;; esac
 run_id=$$
 
 KAFKA_PORT=${DEMO_KAFKA_PORT:-0}
@@ -93,6 +96,33 @@ nats)
   create_stream: true
   stream_storage: memory"
   topic="demo$run_id.{aggregate_type}.{aggregate_id}"
+  ;;
+sqs)
+  # goaws speaks the AWS query protocol only (sink.protocol: query); it
+  # checks no credentials, but the AWS SDK wants some.
+  mkdir -p "$BIN/goaws"
+  [ -x "$BIN/goaws/cmd" ] || GOBIN="$(cd "$BIN" && pwd)/goaws" GOFLAGS=-mod=mod go install github.com/Admiral-Piett/goaws/app/cmd@v0.4.5
+  SQS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cat >"$work/goaws.yaml" <<YAML
+Local:
+  Host: 127.0.0.1
+  Port: $SQS_PORT
+  Region: us-east-1
+  AccountId: "100010001000"
+  Queues:
+    - Name: outbox-demo-ORDER.fifo
+    - Name: outbox-demo-PAYMENT.fifo
+YAML
+  "$BIN"/goaws/cmd -config "$work/goaws.yaml" Local >"$work/goaws.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$SQS_PORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
+  say "started the goaws SQS emulator on 127.0.0.1:$SQS_PORT (FIFO queues outbox-demo-ORDER.fifo, outbox-demo-PAYMENT.fifo)"
+  export AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo AWS_EC2_METADATA_DISABLED=true
+  sink_yaml="  type: sqs
+  region: us-east-1
+  endpoint: \"http://127.0.0.1:$SQS_PORT\"
+  protocol: query"
+  topic='outbox-demo-{aggregate_type}.fifo'
   ;;
 redis)
   prefix="outbox-demo-$run_id:"
@@ -210,6 +240,25 @@ redis)
     redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" --json XRANGE "$k" - +
   done
   [ "$n" -ge 4 ] || { echo "only $n of 4 entries arrived" >&2; exit 1; }
+  ;;
+sqs)
+  say "messages received from the SQS FIFO queues (group = aggregate id, deduplication id = message id): 4 expected, none from the rolled-back order"
+  n=0
+  for _ in $(seq 1 100); do
+    for q in outbox-demo-ORDER.fifo outbox-demo-PAYMENT.fifo; do
+      # One at a time: goaws hides the messages of a locked group from a receive of several.
+      while r=$(curl -fsS -d "Action=ReceiveMessage&MaxNumberOfMessages=1&MessageAttributeName.1=All&QueueUrl=http://127.0.0.1:$SQS_PORT/100010001000/$q" "http://127.0.0.1:$SQS_PORT/") &&
+        body=$(sed -n 's:.*<Body>\(.*\)</Body>.*:\1:p' <<<"$r") && [ -n "$body" ]; do
+        receipt=$(sed -n 's:.*<ReceiptHandle>\(.*\)</ReceiptHandle>.*:\1:p' <<<"$r")
+        echo "-- $q: $(sed 's/&#34;/"/g; s/&quot;/"/g; s/&lt;/</g; s/&gt;/>/g; s/&amp;/\&/g' <<<"$body")"
+        curl -fsS --data-urlencode "ReceiptHandle=$receipt" -d "Action=DeleteMessage&QueueUrl=http://127.0.0.1:$SQS_PORT/100010001000/$q" "http://127.0.0.1:$SQS_PORT/" >/dev/null
+        n=$((n + 1))
+      done
+    done
+    [ "$n" -ge 4 ] && break
+    sleep 0.2
+  done
+  [ "$n" -ge 4 ] || { echo "only $n of 4 messages arrived" >&2; exit 1; }
   ;;
 esac
 sleep 0.5

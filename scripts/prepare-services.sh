@@ -17,8 +17,11 @@
 #   kcat:       installed from Debian's packages when missing (e2e tests).
 #   Brokers:    RabbitMQ (5672), NATS with JetStream (4222) and Redis (6379)
 #               run on the machine already; this only waits for them to
-#               answer and installs redis-cli (redis-tools) when missing. It
-#               changes no broker setting and enables no plugin.
+#               answer and installs redis-cli (redis-tools) when missing.
+#               It enables RabbitMQ's rabbitmq_consistent_hash_exchange and
+#               rabbitmq_stream plugins when they are off (the
+#               consistent-hash routing and stream queue tests); it changes
+#               no other broker setting.
 #   Both (tests only): TLS with a test CA and server certificate generated
 #               once in $TLS_DIR (default /etc/outbox-cdc-test-tls; SAN
 #               localhost and 127.0.0.1), MariaDB's in
@@ -227,7 +230,33 @@ prepare_brokers() {
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools >/dev/null || { log "cannot install redis-cli"; exit 1; }
     }
   fi
+  prepare_rabbitmq_plugins
   log "brokers answer: RabbitMQ 5672, NATS 4222, Redis 6379"
+}
+
+# prepare_rabbitmq_plugins enables the plugins the RabbitMQ tests need,
+# only those not yet enabled (enabling is idempotent, but each call costs
+# seconds). Online when the node answers; --offline writes the enabled
+# plugins file for a node that is not running (it loads them at start).
+RABBITMQ_PLUGINS="rabbitmq_consistent_hash_exchange rabbitmq_stream"
+prepare_rabbitmq_plugins() {
+  if ! command -v rabbitmq-plugins >/dev/null 2>&1; then
+    log "rabbitmq-plugins not found: RabbitMQ runs elsewhere; enable $RABBITMQ_PLUGINS there"
+    return 0
+  fi
+  local enabled missing="" p
+  enabled=$(rabbitmq-plugins list -e -m 2>/dev/null || true)
+  for p in $RABBITMQ_PLUGINS; do
+    grep -qx "$p" <<<"$enabled" || missing="$missing $p"
+  done
+  [ -n "$missing" ] || return 0
+  log "enabling RabbitMQ plugins:$missing"
+  # shellcheck disable=SC2086
+  if ! rabbitmq-plugins enable $missing >/dev/null 2>&1; then
+    # shellcheck disable=SC2086
+    rabbitmq-plugins enable --offline $missing >/dev/null || { log "cannot enable RabbitMQ plugins:$missing"; exit 1; }
+  fi
+  wait_for "RabbitMQ on 127.0.0.1:5672" 60 bash -c "exec 3<>/dev/tcp/127.0.0.1/5672"
 }
 
 case "${1:-all}" in

@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
+	"github.com/outbox-cdc/outbox-cdc/sink/sqs"
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
@@ -60,7 +61,7 @@ type SourceConfig struct {
 // for another type its own section's keys do (see sinkKinds), and only
 // the chosen type's are used.
 type SinkConfig struct {
-	// Type is the broker: kafka, rabbitmq, nats, redis, or stdout (one
+	// Type is the broker: kafka, rabbitmq, nats, redis, sqs, or stdout (one
 	// JSON line per record, for trying things out).
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
@@ -68,6 +69,7 @@ type SinkConfig struct {
 	RabbitMQ         rabbitmq.Config    `yaml:"-"`
 	NATS             natsjs.Config      `yaml:"-"`
 	Redis            redisstream.Config `yaml:"-"`
+	SQS              sqs.Config         `yaml:"-"`
 }
 
 // CheckpointConfig selects the checkpoint store.
@@ -139,7 +141,8 @@ func defaultConfig() Config {
 		Route:    router.DefaultConfig(),
 		Delivery: deliveryAtLeastOnce,
 		Sink: SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig(),
-			RabbitMQ: rabbitmq.DefaultConfig(), NATS: natsjs.DefaultConfig(), Redis: redisstream.DefaultConfig()},
+			RabbitMQ: rabbitmq.DefaultConfig(), NATS: natsjs.DefaultConfig(), Redis: redisstream.DefaultConfig(),
+			SQS: sqs.DefaultConfig()},
 		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig(), TableConfig: checkpoint.DefaultTableConfig()},
 		HA:         ha.DefaultConfig(),
 		Lifecycle:  lifecycle.DefaultConfig(),

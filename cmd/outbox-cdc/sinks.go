@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
+	"github.com/outbox-cdc/outbox-cdc/sink/sqs"
 )
 
 // sinkKind is one sink.type: where its keys decode to, what route.topic
@@ -82,6 +83,17 @@ var sinkKinds = map[string]sinkKind{
 		},
 		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 			return redisstream.Check(ctx, cfg.Sink.Redis, cfg.fixedDestinations()...)
+		},
+	},
+	"sqs": {
+		config:   func(s *SinkConfig) any { return &s.SQS },
+		dest:     sqs.Destination,
+		validate: func(c Config) error { return c.Sink.SQS.Validate() },
+		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
+			return sqs.New(cfg.Sink.SQS, log, reg)
+		},
+		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
+			return sqs.Check(ctx, cfg.Sink.SQS, cfg.fixedDestinations()...)
 		},
 	},
 }

@@ -80,6 +80,18 @@ sink:
 	if cfg.Sink.Redis.MaxLen != 1000 || cfg.Route.Topic != "outbox:{aggregate_type}" {
 		t.Fatalf("redis from env: %+v, topic %q", cfg.Sink.Redis, cfg.Route.Topic)
 	}
+
+	cfg, err = loadConfig("", map[string]string{
+		"OUTBOX_CDC_SOURCE_DSN": "root:@tcp(db:3306)/x", "OUTBOX_CDC_SINK_TYPE": "sqs",
+		"OUTBOX_CDC_SINK_REGION": "eu-west-1", "OUTBOX_CDC_SINK_BODY_ENCODING": "base64",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sink.SQS.Region != "eu-west-1" || cfg.Sink.SQS.BodyEncoding != "base64" || cfg.Sink.SQS.MaxMessageBytes != 256<<10 ||
+		cfg.Route.Topic != "outbox-{aggregate_type}" {
+		t.Fatalf("sqs from env: %+v, topic %q", cfg.Sink.SQS, cfg.Route.Topic)
+	}
 }
 
 // TestBrokerSinkConfigErrors: mistakes name the key and exit 2 before
@@ -94,7 +106,11 @@ func TestBrokerSinkConfigErrors(t *testing.T) {
 		{"wildcard subject", "route:\n  topic: \"o.*.{aggregate_id}\"\nsink:\n  type: nats\n  url: nats://h:4222\n", "not allowed in a NATS subject"},
 		{"dlq subject", "pipeline:\n  on_error: dlq\n  dlq_topic: \"a..b\"\nsink:\n  type: nats\n  url: nats://h:4222\n", "pipeline.dlq_topic"},
 		{"trim both", "sink:\n  type: redis\n  url: redis://h:6379\n  max_len: 5\n  min_id_age: 1h\n", "sink.max_len"},
-		{"unknown type", "sink:\n  type: kinesis\n", "want kafka, nats, rabbitmq, redis or stdout"},
+		{"sqs protocol", "sink:\n  type: sqs\n  region: us-east-1\n  protocol: soap\n", "sink.protocol"},
+		{"sqs queue name", "route:\n  topic: \"a/{aggregate_type}\"\nsink:\n  type: sqs\n  region: us-east-1\n", "SQS queue name"},
+		{"sqs aggregate_id", "route:\n  topic: \"q-{aggregate_id}\"\nsink:\n  type: sqs\n  region: us-east-1\n", "{aggregate_id}"},
+		{"sqs endpoint", "sink:\n  type: sqs\n  endpoint: 127.0.0.1:4100\n", "sink.endpoint"},
+		{"unknown type", "sink:\n  type: kinesis\n", "want kafka, nats, rabbitmq, redis, sqs or stdout"},
 		{"missing ca file", "sink:\n  type: redis\n  url: rediss://h:6379\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", "sink.tls.ca_file"},
 		{"tls keys without tls", "sink:\n  type: rabbitmq\n  url: amqp://h/\n  tls:\n    server_name: x\n", "sink.tls.enabled"},
 	} {
