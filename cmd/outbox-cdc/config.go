@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/lifecycle"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/httpsink"
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
@@ -60,14 +61,15 @@ type SourceConfig struct {
 // for another type its own section's keys do (see sinkKinds), and only
 // the chosen type's are used.
 type SinkConfig struct {
-	// Type is the broker: kafka, rabbitmq, nats, redis, or stdout (one
-	// JSON line per record, for trying things out).
+	// Type is the broker: kafka, rabbitmq, nats, redis, http (webhooks),
+	// or stdout (one JSON line per record, for trying things out).
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
 	sink.TxnConfig   `yaml:",inline"`   // exactly-once only
 	RabbitMQ         rabbitmq.Config    `yaml:"-"`
 	NATS             natsjs.Config      `yaml:"-"`
 	Redis            redisstream.Config `yaml:"-"`
+	HTTP             httpsink.Config    `yaml:"-"`
 }
 
 // CheckpointConfig selects the checkpoint store.
@@ -114,7 +116,8 @@ func defaultConfig() Config {
 		Route:    router.DefaultConfig(),
 		Delivery: deliveryAtLeastOnce,
 		Sink: SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig(),
-			RabbitMQ: rabbitmq.DefaultConfig(), NATS: natsjs.DefaultConfig(), Redis: redisstream.DefaultConfig()},
+			RabbitMQ: rabbitmq.DefaultConfig(), NATS: natsjs.DefaultConfig(), Redis: redisstream.DefaultConfig(),
+			HTTP: httpsink.DefaultConfig()},
 		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig(), TableConfig: checkpoint.DefaultTableConfig()},
 		HA:         ha.DefaultConfig(),
 		Lifecycle:  lifecycle.DefaultConfig(),
