@@ -80,6 +80,22 @@ sink:
 	if cfg.Sink.Redis.MaxLen != 1000 || cfg.Route.Topic != "outbox:{aggregate_type}" {
 		t.Fatalf("redis from env: %+v, topic %q", cfg.Sink.Redis, cfg.Route.Topic)
 	}
+
+	cfg, err = loadConfig(writeFile(t, mysqlSource+`route:
+  topic: "https://hooks.example.com/in/{aggregate_type}"
+sink:
+  type: http
+  mode: batch
+  headers:
+    Authorization: Bearer t0psecret
+`), map[string]string{"OUTBOX_CDC_SINK_MAX_IN_FLIGHT": "4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cfg.http()
+	if h.Mode != "batch" || h.Headers["Authorization"] != "Bearer t0psecret" || h.MaxInFlight != 4 || h.Template != "https://hooks.example.com/in/{aggregate_type}" || h.AckTimeout != 10*time.Second {
+		t.Fatalf("http config %+v", h)
+	}
 }
 
 // TestBrokerSinkConfigErrors: mistakes name the key and exit 2 before
@@ -94,7 +110,12 @@ func TestBrokerSinkConfigErrors(t *testing.T) {
 		{"wildcard subject", "route:\n  topic: \"o.*.{aggregate_id}\"\nsink:\n  type: nats\n  url: nats://h:4222\n", "not allowed in a NATS subject"},
 		{"dlq subject", "pipeline:\n  on_error: dlq\n  dlq_topic: \"a..b\"\nsink:\n  type: nats\n  url: nats://h:4222\n", "pipeline.dlq_topic"},
 		{"trim both", "sink:\n  type: redis\n  url: redis://h:6379\n  max_len: 5\n  min_id_age: 1h\n", "sink.max_len"},
-		{"unknown type", "sink:\n  type: kinesis\n", "want kafka, rabbitmq, nats, redis or stdout"},
+		{"unknown type", "sink:\n  type: kinesis\n", "want kafka, rabbitmq, nats, redis, http or stdout"},
+		{"http without url", "sink:\n  type: http\n", "route.topic"},
+		{"http not a url", "route:\n  topic: \"ftp://h/{aggregate_type}\"\nsink:\n  type: http\n", "http:// or https://"},
+		{"http raw batch", "route:\n  topic: \"http://h/{aggregate_type}\"\nsink:\n  type: http\n  mode: batch\n  body: raw\n", "sink.body"},
+		{"http secret missing", "route:\n  topic: \"http://h/x\"\nsink:\n  type: http\n  signing_secret_file: /nonexistent/s\n", "sink.signing_secret_file"},
+		{"http dlq not a url", "route:\n  topic: \"http://h/x\"\npipeline:\n  on_error: dlq\n  dlq_topic: dead\nsink:\n  type: http\n", "pipeline.dlq_topic"},
 		{"missing ca file", "sink:\n  type: redis\n  url: rediss://h:6379\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", "sink.tls.ca_file"},
 		{"tls keys without tls", "sink:\n  type: rabbitmq\n  url: amqp://h/\n  tls:\n    server_name: x\n", "sink.tls.enabled"},
 	} {

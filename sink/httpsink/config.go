@@ -2,6 +2,7 @@ package httpsink
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -141,11 +142,13 @@ func (c Config) Validate() error {
 	if c.RetryAfterMax < 0 {
 		bad("retry_after_max", "must not be negative, got %s", c.RetryAfterMax)
 	}
+	// route.topic is no key of this section: wrapped, its error keeps its
+	// own name when the command puts the section's keys under sink.
 	if c.Template == "" {
-		errs = append(errs, outboxcdc.KeyErrorf("route.topic", "set route.topic to the receiver's URL, e.g. https://hooks.example.com/outbox/{aggregate_type}",
-			"is required with sink.type http"))
+		errs = append(errs, fmt.Errorf("%w", outboxcdc.KeyErrorf("route.topic", "set it to the receiver's URL, e.g. https://hooks.example.com/outbox/{aggregate_type}",
+			"is required with sink.type http")))
 	} else if why := urlProblem(strings.NewReplacer("{", "", "}", "").Replace(c.Template)); why != "" {
-		errs = append(errs, outboxcdc.KeyErrorf("route.topic", "", "%q %s", c.Template, why))
+		errs = append(errs, fmt.Errorf("%w", outboxcdc.KeyErrorf("route.topic", "", "%q %s", c.Template, why)))
 	}
 	if c.ProbeURL != "" {
 		if why := urlProblem(c.ProbeURL); why != "" {
