@@ -132,7 +132,7 @@ func (c Config) client(tc *tls.Config) *http.Client {
 	t := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           d.DialContext,
-		TLSClientConfig:       tc,
+		TLSClientConfig:       tc.Clone(), // the transport adds to it (NextProtos): one copy each
 		TLSHandshakeTimeout:   c.DialTimeout,
 		MaxIdleConnsPerHost:   c.MaxInFlight,
 		MaxConnsPerHost:       c.MaxInFlight,
