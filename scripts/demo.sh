@@ -10,6 +10,9 @@
 #                         or sqs (the goaws SQS emulator, built with go
 #                         install from the module proxy and started here
 #                         on a free port, FIFO queues)
+#                         or http (webhooks to test/webhook/receiver.py, a
+#                         receiver in Python started here that checks the
+#                         signatures)
 #   DEMO_DB               the MariaDB database created, then dropped at the
 #                         end (default outbox_demo_<pid>; an existing one is
 #                         refused)
@@ -35,7 +38,7 @@ RABBITMQ_URL=${DEMO_RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/}
 NATS_URL=${DEMO_NATS_URL:-nats://127.0.0.1:4222}
 REDIS_HOST=${DEMO_REDIS_HOST:-127.0.0.1}
 REDIS_PORT=${DEMO_REDIS_PORT:-6379}
-case "$SINK" in kafka|rabbitmq|nats|redis|sqs) ;; *) echo "SINK=$SINK: want kafka, rabbitmq, nats, redis or sqs" >&2; exit 2 ;; esac
+case "$SINK" in kafka|rabbitmq|nats|redis|sqs|http) ;; *) echo "SINK=$SINK: want kafka, rabbitmq, nats, redis, sqs or http" >&2; exit 2 ;; esac
 run_id=$$
 
 KAFKA_PORT=${DEMO_KAFKA_PORT:-0}
@@ -48,6 +51,10 @@ case "$DB" in *[!A-Za-z0-9_]*) echo "DEMO_DB=$DB: letters, digits and _ only" >&
 sql() { mariadb -uroot -h"$MYSQL_HOST" -P"$MYSQL_PORT" --protocol=TCP "$@"; }
 if [ "$SINK" = redis ] && ! command -v redis-cli >/dev/null; then
   echo "SINK=redis reads the streams with redis-cli: install it (Debian: redis-tools; make services does)" >&2
+  exit 2
+fi
+if [ "$SINK" = http ] && ! command -v python3 >/dev/null; then
+  echo "SINK=http receives the webhooks with test/webhook/receiver.py: install python3" >&2
   exit 2
 fi
 work=$(mktemp -d /tmp/outbox-cdc-demo.XXXXXX)
@@ -130,6 +137,19 @@ redis)
   url: \"redis://$REDIS_HOST:$REDIS_PORT/0\"
   max_len: 10000"
   topic="$prefix{aggregate_type}"
+  ;;
+http)
+  printf 'whsec_%s\n' "$(head -c 24 /dev/urandom | base64)" >"$work/webhook-secret"
+  chmod 600 "$work/webhook-secret"
+  python3 test/webhook/receiver.py --out "$work/received.jsonl" --secret-file "$work/webhook-secret" >"$work/receiver.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do grep -q LISTEN "$work/receiver.log" 2>/dev/null && break; sleep 0.1; done
+  recv_port=$(sed -n 's/^LISTEN \([0-9]*\)$/\1/p' "$work/receiver.log")
+  [ -n "$recv_port" ] || { cat "$work/receiver.log" >&2; echo "the webhook receiver did not start" >&2; exit 1; }
+  say "started a webhook receiver (test/webhook/receiver.py, checks every signature) on 127.0.0.1:$recv_port"
+  sink_yaml="  type: http
+  signing_secret_file: $work/webhook-secret"
+  topic="http://127.0.0.1:$recv_port/hooks/{aggregate_type}"
   ;;
 esac
 
@@ -259,6 +279,25 @@ sqs)
     sleep 0.2
   done
   [ "$n" -ge 4 ] || { echo "only $n of 4 messages arrived" >&2; exit 1; }
+http)
+  say "webhooks the receiver accepted (signature verified, webhook-id = message id): 4 expected, none from the rolled-back order"
+  for _ in $(seq 1 100); do
+    [ "$(wc -l <"$work/received.jsonl" 2>/dev/null || echo 0)" -ge 4 ] && break
+    sleep 0.2
+  done
+  python3 - "$work/received.jsonl" <<'PY'
+import base64, json, sys
+n = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    n += 1
+    print("POST %s  webhook-id=%s  signature_ok=%s" % (r["path"], r["headers"].get("webhook-id"), r["signature_ok"]))
+    print("  " + base64.b64decode(r.get("body", "")).decode())
+    if not r["signature_ok"]:
+        sys.exit("a request's signature did not verify")
+if n < 4:
+    sys.exit("only %d of 4 webhooks arrived" % n)
+PY
   ;;
 esac
 sleep 0.5

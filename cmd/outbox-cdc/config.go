@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/lifecycle"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/httpsink"
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
@@ -61,8 +62,8 @@ type SourceConfig struct {
 // for another type its own section's keys do (see sinkKinds), and only
 // the chosen type's are used.
 type SinkConfig struct {
-	// Type is the broker: kafka, rabbitmq, nats, redis, sqs, or stdout (one
-	// JSON line per record, for trying things out).
+	// Type is the broker: kafka, rabbitmq, nats, redis, sqs, http (webhooks),
+	// or stdout (one JSON line per record, for trying things out).
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
 	sink.TxnConfig   `yaml:",inline"`   // exactly-once only
@@ -70,6 +71,7 @@ type SinkConfig struct {
 	NATS             natsjs.Config      `yaml:"-"`
 	Redis            redisstream.Config `yaml:"-"`
 	SQS              sqs.Config         `yaml:"-"`
+	HTTP             httpsink.Config    `yaml:"-"`
 }
 
 // CheckpointConfig selects the checkpoint store.
@@ -142,7 +144,7 @@ func defaultConfig() Config {
 		Delivery: deliveryAtLeastOnce,
 		Sink: SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig(),
 			RabbitMQ: rabbitmq.DefaultConfig(), NATS: natsjs.DefaultConfig(), Redis: redisstream.DefaultConfig(),
-			SQS: sqs.DefaultConfig()},
+			SQS: sqs.DefaultConfig(), HTTP: httpsink.DefaultConfig()},
 		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig(), TableConfig: checkpoint.DefaultTableConfig()},
 		HA:         ha.DefaultConfig(),
 		Lifecycle:  lifecycle.DefaultConfig(),

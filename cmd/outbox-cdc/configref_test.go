@@ -411,6 +411,8 @@ func typeName(t reflect.Type) string {
 		return "list of " + typeName(t.Elem()) + "s"
 	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.Struct:
 		return "mapping of names to sections"
+	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String:
+		return "mapping of names to strings"
 	}
 	return t.String()
 }

@@ -11,6 +11,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/httpsink"
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
@@ -96,6 +97,15 @@ var sinkKinds = map[string]sinkKind{
 			return sqs.Check(ctx, cfg.Sink.SQS, cfg.fixedDestinations()...)
 		},
 	},
+	"http": {
+		config:   func(s *SinkConfig) any { return &s.HTTP },
+		dest:     httpsink.Destination,
+		validate: func(c Config) error { return c.http().Validate() },
+		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
+			return httpsink.New(cfg.http(), log, reg)
+		},
+		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult { return httpsink.Check(ctx, cfg.http()) },
+	},
 }
 
 // sinkTypeNames lists the sink types for messages, from sinkKinds.
@@ -124,6 +134,14 @@ func (c Config) nats() natsjs.Config {
 		n.Template = natsjs.DefaultTopic
 	}
 	return n
+}
+
+// http returns the HTTP sink's configuration: the URL template is
+// route.topic.
+func (c Config) http() httpsink.Config {
+	h := c.Sink.HTTP
+	h.Template, h.Name = c.Route.Topic, c.Name
+	return h
 }
 
 // fixedDestinations are the destinations known before any row: the route

@@ -92,6 +92,22 @@ sink:
 		cfg.Route.Topic != "outbox-{aggregate_type}" {
 		t.Fatalf("sqs from env: %+v, topic %q", cfg.Sink.SQS, cfg.Route.Topic)
 	}
+
+	cfg, err = loadConfig(writeFile(t, mysqlSource+`route:
+  topic: "https://hooks.example.com/in/{aggregate_type}"
+sink:
+  type: http
+  mode: batch
+  headers:
+    Authorization: Bearer t0psecret
+`), map[string]string{"OUTBOX_CDC_SINK_MAX_IN_FLIGHT": "4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cfg.http()
+	if h.Mode != "batch" || h.Headers["Authorization"] != "Bearer t0psecret" || h.MaxInFlight != 4 || h.Template != "https://hooks.example.com/in/{aggregate_type}" || h.AckTimeout != 10*time.Second {
+		t.Fatalf("http config %+v", h)
+	}
 }
 
 // TestBrokerSinkConfigErrors: mistakes name the key and exit 2 before
@@ -110,7 +126,12 @@ func TestBrokerSinkConfigErrors(t *testing.T) {
 		{"sqs queue name", "route:\n  topic: \"a/{aggregate_type}\"\nsink:\n  type: sqs\n  region: us-east-1\n", "SQS queue name"},
 		{"sqs aggregate_id", "route:\n  topic: \"q-{aggregate_id}\"\nsink:\n  type: sqs\n  region: us-east-1\n", "{aggregate_id}"},
 		{"sqs endpoint", "sink:\n  type: sqs\n  endpoint: 127.0.0.1:4100\n", "sink.endpoint"},
-		{"unknown type", "sink:\n  type: kinesis\n", "want kafka, nats, rabbitmq, redis, sqs or stdout"},
+		{"unknown type", "sink:\n  type: kinesis\n", "want http, kafka, nats, rabbitmq, redis, sqs or stdout"},
+		{"http without url", "sink:\n  type: http\n", "route.topic"},
+		{"http not a url", "route:\n  topic: \"ftp://h/{aggregate_type}\"\nsink:\n  type: http\n", "http:// or https://"},
+		{"http raw batch", "route:\n  topic: \"http://h/{aggregate_type}\"\nsink:\n  type: http\n  mode: batch\n  body: raw\n", "sink.body"},
+		{"http secret missing", "route:\n  topic: \"http://h/x\"\nsink:\n  type: http\n  signing_secret_file: /nonexistent/s\n", "sink.signing_secret_file"},
+		{"http dlq not a url", "route:\n  topic: \"http://h/x\"\npipeline:\n  on_error: dlq\n  dlq_topic: dead\nsink:\n  type: http\n", "pipeline.dlq_topic"},
 		{"missing ca file", "sink:\n  type: redis\n  url: rediss://h:6379\n  tls:\n    enabled: true\n    ca_file: /nonexistent/ca.pem\n", "sink.tls.ca_file"},
 		{"tls keys without tls", "sink:\n  type: rabbitmq\n  url: amqp://h/\n  tls:\n    server_name: x\n", "sink.tls.enabled"},
 	} {

@@ -143,6 +143,31 @@ type noRecord struct{ err error }
 func (e *noRecord) Error() string { return e.err.Error() }
 func (e *noRecord) Unwrap() error { return e.err }
 
+// RetryAfter marks a transient err with the wait the broker asked for
+// before the next attempt (an HTTP Retry-After): the Write waits at least
+// that long, longer when its own backoff is longer.
+func RetryAfter(err error, d time.Duration) error { return &retryAfter{err, d} }
+
+type retryAfter struct {
+	err error
+	d   time.Duration
+}
+
+func (e *retryAfter) Error() string { return e.err.Error() }
+func (e *retryAfter) Unwrap() error { return e.err }
+
+// askedWait is the longest wait the failed msgs asked for (RetryAfter).
+func askedWait(msgs []*Msg) time.Duration {
+	var d time.Duration
+	for _, m := range msgs {
+		var ra *retryAfter
+		if m.Err != nil && errors.As(m.Err, &ra) && ra.d > d {
+			d = ra.d
+		}
+	}
+	return d
+}
+
 // ErrClosed is the cause of the permanent error Write returns after Close.
 var ErrClosed = errors.New("sink is closed")
 
@@ -274,6 +299,9 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 		lastErr = &Error{Sink: w.sink, Index: first.Index, Dest: first.Rec.Topic, Err: first.Err}
 		w.failed(lastErr)
 		wait := b.Next()
+		if asked := askedWait(next); asked > wait {
+			wait = asked
+		}
 		// One warning when a Write starts failing, then one per
 		// WarnInterval while it keeps failing; every attempt at debug.
 		warns.Event(&w.log).Err(lastErr).Int("attempt", n).Int("resend", len(next)).Int("records", len(records)).
