@@ -12,10 +12,11 @@
 //
 //   - OrderPerKey: every record of several Writes lands once, intact,
 //     each key's records in the order they were written.
-//   - AckedMeansLanded: a Write that returned nil has every one of its
-//     records readable at once, also while the broker keeps dropping
-//     connections; nothing acknowledged is missing. This is what lets the
-//     pipeline checkpoint after a nil Write.
+//   - AckedMeansLanded: a Write whose records were lost on the way (sent
+//     into a silent path, then the connection cut) returns nil only once
+//     every one of its records is readable; nothing acknowledged is
+//     missing. This is what lets the pipeline checkpoint after a nil
+//     Write.
 //   - BrokerDownThenBack (cut, silence): while the broker is unreachable
 //     Write neither returns nor fails (back-pressure, retries), Ready
 //     reports the failure; once the path heals Write returns nil, every
@@ -43,7 +44,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -222,54 +222,37 @@ func testOrder(t *testing.T, factory Factory) {
 	}
 }
 
-// testAcked: Writes while the broker keeps dropping every connection; a
-// Write that returned nil has all its records on the broker at that
-// moment.
+// testAcked: Writes whose records go into a silent path until the
+// connection is cut (the broker got none of them); each Write must
+// notice, send again, and return nil only with every record on the
+// broker at that moment.
 func testAcked(t *testing.T, factory Factory) {
 	e := factory(t, Options{})
 	g := newGen(e)
 	write(t, e.Sink, g.batch(5))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // drop every connection every 150ms, as a flapping broker does
-		defer wg.Done()
-		tk := time.NewTicker(150 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tk.C:
-				e.Proxy.Cut()
-			}
-		}
-	}()
-	stopFlapping := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	defer stopFlapping()
 	var acked []outboxcdc.Record
-	ok, failed := 0, 0
-	for i := 0; i < 12; i++ {
+	for i := 0; i < 5; i++ {
 		recs := g.batch(300)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := e.Sink.Write(ctx, recs)
-		cancel()
-		if err != nil {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("Write %d: %v, want nil or the context's deadline (a dropped connection is transient)", i, err)
-			}
-			failed++
-			continue
+		before := e.Proxy.Dropped()
+		e.Proxy.Silence()
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+			defer cancel()
+			done <- e.Sink.Write(ctx, recs)
+		}()
+		// The records went out and were dropped: then every connection
+		// is closed and the path heals, as a broker restart looks.
+		testenv.Eventually(t, noticeWithin, "the Write's records sent into the silent path",
+			func() bool { return e.Proxy.Dropped()-before >= 8<<10 })
+		e.Proxy.Cut()
+		e.Proxy.Heal()
+		if err := <-done; err != nil {
+			t.Fatalf("Write %d after the path healed: %v", i, err)
 		}
-		ok++
-		acked = append(acked, recs...)
 		landed(t, fmt.Sprintf("right after Write %d returned nil", i), recs, byID(e.Read(t)))
+		acked = append(acked, recs...)
 	}
-	stopFlapping()
-	t.Logf("while connections dropped: %d Writes acknowledged, %d ran out of time", ok, failed)
-	last := g.batch(100)
-	write(t, e.Sink, last)
-	acked = append(acked, last...)
 	landed(t, "at the end", acked, byID(e.Read(t)))
 }
 
