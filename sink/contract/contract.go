@@ -286,9 +286,11 @@ func testDown(t *testing.T, factory Factory, cut bool) {
 	default:
 	}
 	e.Proxy.Heal()
+	healed := time.Now()
 	if err := <-done; err != nil {
 		t.Fatalf("Write after the path healed: %v", err)
 	}
+	t.Logf("Write returned %s after the heal", time.Since(healed).Round(time.Millisecond))
 	got := e.Read(t)
 	landed(t, "after the heal", g.all, byID(got))
 	o := g.order(got)
