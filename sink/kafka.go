@@ -406,6 +406,12 @@ func (k *Kafka) Close() error {
 	// producer.
 	k.writing.Lock()
 	defer k.writing.Unlock()
+	// Requests a stopped Write left in flight are answered (or fail)
+	// before the producer goes: once Close returns, none of them can
+	// still land, after records of this key that a successor writes.
+	for k.mem.inUse() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	k.closeProducers(deadline)
 	k.log.Info().Msg("kafka sink closed")
 	return nil

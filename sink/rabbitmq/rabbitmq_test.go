@@ -114,12 +114,13 @@ func newSink(t *testing.T, cfg Config) *Sink {
 	return s
 }
 
-// TestPublishConfirmedInOrder: every record arrives once, in order, with
-// the AMQP properties and headers the package documents.
-func TestPublishConfirmedInOrder(t *testing.T) {
+// TestPublishConfirmedFields: every record arrives with the AMQP
+// properties and headers the package documents. (Order and
+// acknowledgement: TestContract.)
+func TestPublishConfirmedFields(t *testing.T) {
 	f := newFixture(t, "#")
 	s := newSink(t, testConfig(f.url, f.exchange))
-	recs := records(3000, 7)
+	recs := records(300, 7)
 	recs[3].Timestamp = time.Time{} // route.timestamp produce
 	began := time.Now().Truncate(time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -130,11 +131,6 @@ func TestPublishConfirmedInOrder(t *testing.T) {
 	got := f.consume(t, len(recs), 20*time.Second)
 	if ts := got[3].Timestamp; ts.Before(began) || ts.After(time.Now()) {
 		t.Fatalf("a record without a timestamp has AMQP timestamp %v, want the time of production (after %v)", ts, began)
-	}
-	for i, d := range got {
-		if d.MessageId != fmt.Sprintf("m-%d", i) {
-			t.Fatalf("message %d is %s: order broken", i, d.MessageId)
-		}
 	}
 	d := got[1]
 	if d.RoutingKey != "ORDER.agg-1" || string(d.Body) != `{"seq":1}` || d.Type != "ORDER_CREATED" ||
@@ -200,94 +196,6 @@ func TestBadCredentials(t *testing.T) {
 	var be *broker.Error
 	if !errors.As(err, &be) || !be.Permanent || strings.Contains(err.Error(), "wrong-password") {
 		t.Fatalf("Write = %v, want a permanent error without the password", err)
-	}
-}
-
-// TestTooLarge: a record above max_message_bytes is refused before it is
-// sent, naming it, permanently.
-func TestTooLarge(t *testing.T) {
-	f := newFixture(t, "#")
-	cfg := testConfig(f.url, f.exchange)
-	cfg.MaxMessageBytes = 4096
-	s := newSink(t, cfg)
-	recs := records(10, 3)
-	recs[6].Value = make([]byte, 5000)
-	err := s.Write(context.Background(), recs)
-	var re outboxcdc.RecordError
-	if !errors.As(err, &re) {
-		t.Fatalf("Write = %v", err)
-	}
-	if i, perm := re.FailedRecord(); i != 6 || !perm {
-		t.Fatalf("FailedRecord = %d, %v", i, perm)
-	}
-}
-
-// TestBrokerDownThenBack: with the path to the broker cut and then silent,
-// Write keeps retrying (nothing acknowledged, Ready failing) and delivers
-// every record once the path heals; per key the last copies are in order.
-func TestBrokerDownThenBack(t *testing.T) {
-	for _, mode := range []string{"cut", "silence"} {
-		t.Run(mode, func(t *testing.T) {
-			f := newFixture(t, "#")
-			p := testenv.NewProxy(t, testenv.HostOf(t, f.url))
-			cfg := testConfig(testenv.WithHost(t, f.url, p.Addr()), f.exchange)
-			cfg.AckTimeout = 2 * time.Second
-			cfg.Heartbeat = time.Second
-			s := newSink(t, cfg)
-			if err := s.Write(context.Background(), records(10, 3)); err != nil {
-				t.Fatal(err)
-			}
-			recs := records(2000, 7)
-			var wg sync.WaitGroup
-			var werr error
-			wg.Add(1)
-			if mode == "cut" {
-				p.Silence() // new connections hang, old ones die below
-				p.Cut()
-			} else {
-				p.Silence()
-			}
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				werr = s.Write(ctx, recs)
-			}()
-			deadline := time.Now().Add(15 * time.Second)
-			for s.Ready() == nil && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-			}
-			if s.Ready() == nil {
-				t.Fatal("still ready with the broker unreachable")
-			}
-			time.Sleep(2 * time.Second)
-			p.Heal()
-			wg.Wait()
-			if werr != nil {
-				t.Fatalf("Write after heal: %v", werr)
-			}
-			got := f.consume(t, 10+len(recs), 20*time.Second)
-			last := map[string]int{}
-			seen := map[string]bool{}
-			for _, d := range got[10:] {
-				var seq int
-				fmt.Sscanf(string(d.Body), `{"seq":%d}`, &seq)
-				k := d.Headers[HeaderKey].(string)
-				last[k] = seq
-				seen[d.MessageId] = true
-			}
-			for i := range recs {
-				if !seen[fmt.Sprintf("m-%d", i)] {
-					t.Fatalf("m-%d lost", i)
-				}
-			}
-			// The final copy of every key is its last record.
-			for k, seq := range last {
-				if seq < len(recs)-7 {
-					t.Fatalf("key %s ends with seq %d", k, seq)
-				}
-			}
-		})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -36,6 +37,8 @@ type Proxy struct {
 	accept int
 	closed bool
 	wg     sync.WaitGroup
+
+	dropped atomic.Int64 // bytes from clients dropped while silent
 }
 
 type proxyConn struct {
@@ -77,6 +80,11 @@ func (p *Proxy) Accepted() int {
 	defer p.mu.Unlock()
 	return p.accept
 }
+
+// Dropped is how many bytes the clients sent that the proxy dropped
+// while silent: a test waits on it to know a client's request went
+// into the void.
+func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
 // Silence stops delivering bytes in both directions on every connection,
 // existing and new, without closing any of them. New connections are
@@ -315,6 +323,8 @@ func (p *Proxy) pipe(c *proxyConn, h *half, src, dst net.Conn) {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				err = werr
 			}
+		} else if n > 0 && h == &c.up {
+			p.dropped.Add(int64(n))
 		}
 		h.mu.Unlock()
 		if err != nil {
