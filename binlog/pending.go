@@ -81,8 +81,12 @@ func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcd
 		Open: func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
 			return s.openPending(ctx, db, st)
 		},
-		Started: s.saveStart,
-		Sent:    func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Started:    s.saveStart,
+		Sent:       func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Log:        &s.log,
+		Every:      s.cfg.ProgressInterval,
+		Metrics:    s.pm,
+		LagSeconds: s.m.LagSeconds,
 		Retrying: func(err error, wait time.Duration) {
 			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
 		},
@@ -117,6 +121,18 @@ func (p *pendingSnapshot) Read(ctx context.Context, st backfill.State, limit int
 func (p *pendingSnapshot) Finish(_ context.Context, st backfill.State, total int) error {
 	p.s.log.Info().Int("rows", total).Str("stream_position", st.Stream).Msg("pending backfill done; streaming")
 	return nil
+}
+
+// Count counts the pending rows after st.Last, in the snapshot.
+func (p *pendingSnapshot) Count(ctx context.Context, st backfill.State) (int64, error) {
+	cfg := p.s.cfg.Pending
+	q := "SELECT COUNT(*) FROM " + p.s.quotedTable() + " WHERE (" + cfg.Where + ") AND " +
+		quoteIdent(cfg.Key) + " > ? AND " + quoteIdent(cfg.Key) + " <= ?"
+	var n int64
+	if err := p.conn.QueryRowContext(ctx, q, st.Last, st.High).Scan(&n); err != nil {
+		return 0, p.s.pendingQueryErr(err)
+	}
+	return n, nil
 }
 
 func (p *pendingSnapshot) Close() {

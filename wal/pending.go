@@ -72,8 +72,12 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 			snap, err := s.openPending(ctx, st, rs)
 			return snap, retryable(err)
 		},
-		Started: s.saveStart,
-		Sent:    func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Started:    s.saveStart,
+		Sent:       func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Log:        &s.log,
+		Every:      s.cfg.ProgressInterval,
+		Metrics:    s.pm,
+		LagSeconds: s.m.LagSeconds,
 		Retrying: func(err error, wait time.Duration) {
 			s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
 			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
@@ -142,6 +146,24 @@ func (p *pendingSnapshot) Finish(_ context.Context, st backfill.State, total int
 	p.s.log.Info().Int("rows", total).Str("stream_lsn", st.Stream).Str("dedupe_up_to", p.dedupeUpTo.String()).
 		Msg("pending backfill done; streaming")
 	return nil
+}
+
+// Count counts the pending rows after st.Last, in the snapshot.
+func (p *pendingSnapshot) Count(_ context.Context, st backfill.State) (int64, error) {
+	cfg := p.s.cfg.Pending
+	res, err := p.exec("SELECT count(*) FROM " + p.table + " WHERE (" + cfg.Where + ") AND " + p.key + " > " +
+		strconv.FormatInt(st.Last, 10) + " AND " + p.key + " <= " + strconv.FormatInt(st.High, 10))
+	if err != nil {
+		return 0, retryable(err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, retryable(errors.New("count the pending rows: unexpected answer"))
+	}
+	n, err := strconv.ParseInt(string(res[0].Rows[0][0]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("count the pending rows: %q is not a number", res[0].Rows[0][0])
+	}
+	return n, nil
 }
 
 func (p *pendingSnapshot) Close() { closeRepl(p.conn) }
