@@ -3,6 +3,7 @@ package backfill
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,8 +71,9 @@ type Loop struct {
 	Metrics    *outboxcdc.ProgressMetrics
 	LagSeconds prometheus.Gauge
 
-	published int64     // rows handed on in this Run
-	snapAt    time.Time // when the first snapshot of this Run was opened
+	published int64        // rows handed on in this Run
+	snapAt    time.Time    // when the first snapshot of this Run was opened
+	snapNanos atomic.Int64 // snapAt for the lag ticker
 	lastLine  time.Time
 	lastRows  int64
 }
@@ -98,6 +100,13 @@ func (l *Loop) Run(ctx context.Context, from outboxcdc.Position, out chan<- outb
 	default:
 		return from, nil
 	}
+	if l.LagSeconds != nil {
+		// The lag grows while a batch waits for the sink, too.
+		tctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); l.tickLag(tctx) }()
+		defer func() { stop(); <-done }() // no late Set after the stream's first
+	}
 	err := retry.Do(ctx, l.Retry, func(ctx context.Context) error { return l.attempt(ctx, &st, out) }, l.Retrying)
 	if ctx.Err() != nil {
 		return "", ctx.Err()
@@ -118,6 +127,7 @@ func (l *Loop) attempt(ctx context.Context, st **State, out chan<- outboxcdc.Tx)
 	defer snap.Close()
 	if l.snapAt.IsZero() {
 		l.snapAt = time.Now()
+		l.snapNanos.Store(l.snapAt.UnixNano())
 		l.lastLine, l.lastRows = l.snapAt, 0
 	}
 	remaining, err := snap.Count(ctx, **st)
@@ -157,6 +167,23 @@ func (l *Loop) attempt(ctx context.Context, st **State, out chan<- outboxcdc.Tx)
 		l.progress(**st, int64(len(rows)), expected)
 		if done {
 			return snap.Finish(ctx, **st, total)
+		}
+	}
+}
+
+// tickLag sets the lag to the snapshot's age every second until ctx is
+// done.
+func (l *Loop) tickLag(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if at := l.snapNanos.Load(); at != 0 {
+				l.LagSeconds.Set(now.Sub(time.Unix(0, at)).Seconds())
+			}
 		}
 	}
 }
