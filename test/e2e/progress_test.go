@@ -273,7 +273,10 @@ func TestPendingProgress(t *testing.T) {
 		pending := b.seedRows(t, "pend", 2000)
 		cfg := b.tunedConfig(t, connName(t, "e2e-pendprog-"+b.kind), brokers,
 			"  start: pending\n  pending:\n    where: \"status = 0\"\n    batch: 10\n", "")
-		c := testenv.Launch(t, cfg, "OUTBOX_CDC_LOG_PROGRESS_INTERVAL=1s")
+		// Small writes and a short queue: the hold-up stops the backfill
+		// after a few batches.
+		c := testenv.Launch(t, cfg, "OUTBOX_CDC_LOG_PROGRESS_INTERVAL=1s",
+			"OUTBOX_CDC_PIPELINE_MAX_BATCH_RECORDS=10", "OUTBOX_CDC_PIPELINE_QUEUE_TRANSACTIONS=2")
 		testenv.Eventually(t, 60*time.Second, "the expected rows exported", func() bool {
 			return c.Metric("outbox_cdc_backfill_rows_expected") == float64(len(pending))
 		})
