@@ -12,11 +12,12 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
@@ -168,18 +169,53 @@ type healthAnswerJSON struct {
 	} `json:"connectors"`
 }
 
+// holdProduce makes kc hold every produce request while it is on, until
+// release (also at test end).
+func holdProduce(t *testing.T, kc *kfake.Cluster) (on func(), release func()) {
+	var mu sync.Mutex
+	var hold chan struct{}
+	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		mu.Lock()
+		h := hold
+		mu.Unlock()
+		if h != nil {
+			kc.SleepControl(func() { <-h })
+		}
+		return nil, nil, false
+	})
+	release = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if hold != nil {
+			close(hold)
+			hold = nil
+		}
+	}
+	t.Cleanup(release)
+	return func() { mu.Lock(); hold = make(chan struct{}); mu.Unlock() }, release
+}
+
 // TestCatchUpLogged: rows committed while the connector was stopped are
 // read when it starts again, 12 s later. It logs "source is behind:
 // catching up" with the position and how far behind at once, progress
-// lines at most once per log.progress_interval, and one "caught up" line
-// once a fresh row is read; nothing of it before or after. Before, a
-// catch-up logged nothing.
+// lines (rows per second, position, how far behind, an estimate while the
+// lag shrinks) at most once per log.progress_interval, here once the
+// broker held the writes for longer than that, and one "caught up" line
+// once a fresh row is read; nothing of it before. Before, a catch-up
+// logged nothing.
 func TestCatchUpLogged(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		_, brokers := testenv.Kafka(t)
+		kc, brokers := testenv.Kafka(t)
+		hold, release := holdProduce(t, kc)
 		cfg := b.config(t, connName(t, "e2e-catchup-"+b.kind), brokers)
-		env := "OUTBOX_CDC_LOG_PROGRESS_INTERVAL=1s"
-		c := testenv.Start(t, cfg, env)
+		env := []string{"OUTBOX_CDC_LOG_PROGRESS_INTERVAL=1s",
+			// Small writes and a short queue: held writes stop the source.
+			"OUTBOX_CDC_PIPELINE_MAX_BATCH_RECORDS=100", "OUTBOX_CDC_PIPELINE_QUEUE_TRANSACTIONS=2"}
+		if b.kind == "postgres" {
+			env = append(env, "OUTBOX_CDC_SOURCE_BUFFER_BYTES=65536") // the source's own queue: one transaction of 500 rows
+		}
+		c := testenv.Start(t, cfg, env...)
 		cons := newConsumer(t, brokers, `outbox\.event\..*`)
 		b.insertRows(t, []string{"before-1"}, 100)
 		cons.waitFor(t, 1, 30*time.Second)
@@ -193,9 +229,12 @@ func TestCatchUpLogged(t *testing.T) {
 		backlog := b.seedRows(t, "behind", 5000)
 		time.Sleep(12 * time.Second) // older than the 10 s that count as behind
 		began := time.Now()
-		c = testenv.Start(t, cfg, env)
-		cons.waitFor(t, 1+len(backlog), 60*time.Second)
+		hold()
+		c = testenv.Start(t, cfg, env...)
 		testenv.Eventually(t, 30*time.Second, "the behind line", func() bool { return strings.Contains(c.Log(), "source is behind: catching up") })
+		time.Sleep(1500 * time.Millisecond) // longer than log.progress_interval
+		release()
+		cons.waitFor(t, 1+len(backlog), 60*time.Second)
 		b.insertRows(t, []string{"fresh-1"}, 100) // read up: the next transaction is fresh
 		cons.waitFor(t, 2+len(backlog), 30*time.Second)
 		testenv.Eventually(t, 30*time.Second, "the caught-up line", func() bool { return strings.Contains(c.Log(), `"caught up"`) })
@@ -224,8 +263,9 @@ func TestCatchUpLogged(t *testing.T) {
 		if n, _ := caught[0]["rows_read"].(float64); n < float64(len(backlog)) || caught[0].str("position") == "" {
 			t.Fatalf("the caught-up line does not count the %d rows read or say where: %v", len(backlog), caught[0])
 		}
-		// At most one line per second (log.progress_interval) in between.
-		if max := int(took/time.Second) + 1; len(progress) > max {
+		// At least one (the writes were held for longer than the interval
+		// while rows remained), at most one per second in between.
+		if max := int(took/time.Second) + 1; len(progress) == 0 || len(progress) > max {
 			t.Fatalf("%d progress lines in %s at one per second:\n%s", len(progress), took, dump(progress))
 		}
 		for _, l := range progress {
@@ -250,25 +290,8 @@ func TestCatchUpLogged(t *testing.T) {
 func TestPendingProgress(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		kc, brokers := testenv.Kafka(t)
-		hold := make(chan struct{})
-		var holding atomic.Bool
-		holding.Store(true)
-		kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-			kc.KeepControl()
-			if holding.Load() {
-				kc.SleepControl(func() { <-hold })
-			}
-			return nil, nil, false
-		})
-		released := false
-		release := func() {
-			if !released {
-				released = true
-				holding.Store(false)
-				close(hold)
-			}
-		}
-		defer release()
+		hold, release := holdProduce(t, kc)
+		hold()
 
 		pending := b.seedRows(t, "pend", 2000)
 		cfg := b.tunedConfig(t, connName(t, "e2e-pendprog-"+b.kind), brokers,
