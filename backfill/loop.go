@@ -171,6 +171,10 @@ func (l *Loop) attempt(ctx context.Context, st **State, out chan<- outboxcdc.Tx)
 	}
 }
 
+// Opened reports whether a snapshot was opened in this Run: before, a
+// failure is a failure to connect, not an interruption.
+func (l *Loop) Opened() bool { return !l.snapAt.IsZero() }
+
 // tickLag sets the lag to the snapshot's age every second until ctx is
 // done.
 func (l *Loop) tickLag(ctx context.Context) {

@@ -87,9 +87,19 @@ func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcd
 		Every:      s.cfg.ProgressInterval,
 		Metrics:    s.pm,
 		LagSeconds: s.m.LagSeconds,
-		Retrying: func(err error, wait time.Duration) {
-			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
-		},
+	}
+	failures := 0
+	l.Retrying = func(err error, wait time.Duration) {
+		if !l.Opened() {
+			failures++
+			s.pm.ConnectFailures.Inc()
+			addr := s.address()
+			s.setReady(outboxcdc.Connecting(fmt.Errorf("cannot connect to the MySQL/MariaDB server at %s (attempt %d): %w", addr, failures, err)))
+			s.log.Warn().Err(err).Str("address", addr).Int("attempt", failures).Dur("backoff", wait).Str("start", s.cfg.Start).
+				Msg("cannot connect to the MySQL/MariaDB server; retrying")
+			return
+		}
+		s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
 	}
 	pos, err := l.Run(ctx, *resume, out)
 	switch {
@@ -143,7 +153,6 @@ func (p *pendingSnapshot) Close() {
 // openPending opens the snapshot the pending rows are read in. *st is nil
 // for a first backfill; it is set once the stream position is known.
 func (s *Source) openPending(ctx context.Context, db *sql.DB, st **backfill.State) (_ backfill.Snapshot, err error) {
-	s.setReady(errors.New("binlog source: publishing pending rows (source.start: pending)"))
 	info, err := s.inspect(ctx, db)
 	if err != nil {
 		return nil, err
@@ -193,6 +202,8 @@ func (s *Source) openPending(ctx context.Context, db *sql.DB, st **backfill.Stat
 	snap.cols = s.pendingColumns(info.columns)
 	snap.q = "SELECT " + strings.Join(snap.cols.selects, ", ") + " FROM " + s.quotedTable() + " WHERE (" + cfg.Where + ") AND " +
 		quoteIdent(cfg.Key) + " > ? AND " + quoteIdent(cfg.Key) + " <= ? ORDER BY " + quoteIdent(cfg.Key) + " LIMIT ?"
+	// Connected and reading: no longer "connecting", not yet streaming.
+	s.setReady(errors.New("binlog source: publishing pending rows (source.start: pending)"))
 	return snap, nil
 }
 

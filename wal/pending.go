@@ -78,10 +78,19 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 		Every:      s.cfg.ProgressInterval,
 		Metrics:    s.pm,
 		LagSeconds: s.m.LagSeconds,
-		Retrying: func(err error, wait time.Duration) {
-			s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
-			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
-		},
+	}
+	failures := 0
+	l.Retrying = func(err error, wait time.Duration) {
+		if !l.Opened() {
+			failures++
+			s.pm.ConnectFailures.Inc()
+			s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: cannot connect to the server at %s (attempt %d): %w", s.address(), failures, err)))
+			s.log.Warn().Err(err).Str("address", s.address()).Int("attempt", failures).Dur("backoff", wait).Str("start", s.cfg.Start).
+				Msg("cannot connect to the PostgreSQL server; retrying")
+			return
+		}
+		s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
+		s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
 	}
 	pos, err := l.Run(ctx, from, out)
 	if ctx.Err() != nil {
@@ -171,7 +180,6 @@ func (p *pendingSnapshot) Close() { closeRepl(p.conn) }
 // openPending opens the snapshot the pending rows are read in. *rs is nil
 // on a first start and is set as soon as the stream position is known.
 func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.State) (_ *pendingSnapshot, err error) {
-	s.setReady(errors.New("postgres source: publishing pending rows (source.start: pending)"))
 	meta, err := s.connectMeta(ctx)
 	if err != nil {
 		return nil, err
@@ -301,6 +309,8 @@ func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.St
 	if dedupeUpTo != 0 {
 		snap.ids = map[string]struct{}{}
 	}
+	// Connected and reading: no longer "connecting", not yet streaming.
+	s.setReady(errors.New("postgres source: publishing pending rows (source.start: pending)"))
 	return snap, nil
 }
 

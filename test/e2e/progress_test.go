@@ -335,3 +335,41 @@ func TestPendingProgress(t *testing.T) {
 		}
 	})
 }
+
+// TestNeverConnectedPending: with source.start: pending, a server that
+// cannot be reached is "connecting" as well, logged as "cannot connect"
+// with the address, not as an interrupted backfill; reachable, the
+// backfill publishes every pending row. Before: "pending backfill
+// interrupted; resuming after the last batch sent" although no batch was
+// ever read, in state running.
+func TestNeverConnectedPending(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		real, dsnAt := b.sourceAddr(t)
+		proxy := testenv.NewProxy(t, deadAddr(t))
+		_, brokers := testenv.Kafka(t)
+		pending := b.seedRows(t, "pend", 50)
+		cfg := b.tunedConfig(t, connName(t, "e2e-connpend-"+b.kind), brokers,
+			"  start: pending\n  pending:\n    where: \"status = 0\"\n", "")
+		c := testenv.Launch(t, cfg, "OUTBOX_CDC_SOURCE_DSN="+dsnAt(proxy.Addr()),
+			"OUTBOX_CDC_SOURCE_RECONNECT_MIN=100ms", "OUTBOX_CDC_SOURCE_RECONNECT_MAX=300ms")
+		testenv.Eventually(t, 60*time.Second, "two failed connection attempts", func() bool {
+			return c.Metric("outbox_cdc_source_connect_failures_total") >= 2
+		})
+		code, body := c.Readyz()
+		var rz healthAnswerJSON
+		if err := json.Unmarshal([]byte(body), &rz); err != nil || code != 503 || len(rz.Connectors) != 1 ||
+			rz.Connectors[0].State != "connecting" || !strings.Contains(rz.Connectors[0].Reason, proxy.Addr()) {
+			t.Fatalf("/readyz %d %s: want state connecting naming %s", code, body, proxy.Addr())
+		}
+		if strings.Contains(c.Log(), "pending backfill interrupted") || !strings.Contains(c.Log(), "cannot connect to the") {
+			t.Fatalf("a backfill that never connected was logged as interrupted:\n%s", c.Log())
+		}
+		proxy.SetTarget(real)
+		cons := newConsumer(t, brokers, `outbox\.event\..*`)
+		cons.waitFor(t, len(pending), 60*time.Second)
+		c.WaitStreaming(60 * time.Second)
+		if err := c.Stop(15 * time.Second); err != nil {
+			t.Fatalf("SIGTERM exit: %v", err)
+		}
+	})
+}
