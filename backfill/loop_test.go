@@ -1,10 +1,16 @@
 package backfill
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/retry"
@@ -31,6 +37,13 @@ func (m memSnapshot) Read(_ context.Context, st State, limit int) ([]Row, error)
 }
 func (memSnapshot) Finish(context.Context, State, int) error { return nil }
 func (memSnapshot) Close()                                   {}
+func (m memSnapshot) Count(_ context.Context, st State) (int64, error) {
+	var c int64
+	for k := max(st.Last+1, 1); k <= st.High && k <= int64(*m.n); k++ {
+		c++
+	}
+	return c, nil
+}
 
 func runLoop(t *testing.T, from outboxcdc.Position, fail error) ([]outboxcdc.Tx, outboxcdc.Position, int, error) {
 	n, failAfter, opens := 7, 4, 0
@@ -154,4 +167,66 @@ type countingSnapshot struct {
 func (c countingSnapshot) Read(ctx context.Context, st State, limit int) ([]Row, error) {
 	*c.reads++
 	return c.memSnapshot.Read(ctx, st, limit)
+}
+
+// TestLoopProgressMetrics: the rows published and expected are exported
+// as the backfill goes, across a retry, and every batch sets the lag to
+// the snapshot's age, not 0; a batch sent once the interval has passed
+// logs a progress line with the counts.
+func TestLoopProgressMetrics(t *testing.T) {
+	n, failAfter := 7, 4
+	pm, err := outboxcdc.NewProgressMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lag"})
+	var buf bytes.Buffer
+	log := zerolog.New(&buf)
+	var expected []float64
+	l := Loop{
+		Kind: "mysql", Start: StartPending, Batch: 3,
+		Retry:       retry.Policy{Min: time.Millisecond, Max: time.Millisecond},
+		CheckStream: func(outboxcdc.Position) error { return nil },
+		Open: func(_ context.Context, st **State) (Snapshot, error) {
+			if *st == nil {
+				*st = &State{Last: -1 << 63, High: 7, Stream: "file:bin.000001:4"}
+			}
+			time.Sleep(2 * time.Millisecond) // the snapshot has an age
+			return memSnapshot{n: &n, failAfter: &failAfter, fail: outboxcdc.Transient(errors.New("gone")), opens: new(int)}, nil
+		},
+		Sent: func([]Row) {
+			expected = append(expected, gaugeValue(pm.BackfillExpected))
+		},
+		Log: &log, Every: time.Nanosecond, Metrics: pm, LagSeconds: lag,
+	}
+	out := make(chan outboxcdc.Tx, 100)
+	if _, err := l.Run(context.Background(), "", out); err != nil {
+		t.Fatal(err)
+	}
+	if got := gaugeValue(pm.BackfillPublished); got != 7 {
+		t.Fatalf("published %v, want 7", got)
+	}
+	if got := gaugeValue(pm.BackfillExpected); got != 7 {
+		t.Fatalf("expected %v, want 7 (after a retry too)", got)
+	}
+	for _, e := range expected {
+		if e != 7 {
+			t.Fatalf("expected rows during the backfill %v, want 7 throughout", expected)
+		}
+	}
+	if gaugeValue(lag) <= 0 {
+		t.Fatal("lag 0 during the backfill")
+	}
+	lines := strings.Count(buf.String(), `"message":"pending backfill: progress"`)
+	if lines == 0 || !strings.Contains(buf.String(), `"rows_expected":7`) {
+		t.Fatalf("no progress line with the expected rows:\n%s", buf.String())
+	}
+}
+
+func gaugeValue(g prometheus.Gauge) float64 {
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetGauge().GetValue()
 }

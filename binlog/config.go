@@ -69,6 +69,10 @@ type Config struct {
 	// previous binlog dump with the same server_id is ended at once (see
 	// dumplock.go). cmd/ sets it when ha.enabled; it has no YAML key.
 	TakeOver bool `yaml:"-"`
+	// ProgressInterval is the least time between two progress lines while
+	// the source is behind or publishing pending rows (log.progress_interval,
+	// set by the command; 0: outboxcdc.DefaultProgressInterval).
+	ProgressInterval time.Duration `yaml:"-"`
 }
 
 // BackoffConfig is a capped exponential backoff: the first wait is Min, each

@@ -250,7 +250,7 @@ func TestServerCallsHaveDeadlines(t *testing.T) {
 	}, false)
 	resume := outboxcdc.Position("")
 	within("session", func() error {
-		_, err := src.session(ctx, db, &resume, make(chan outboxcdc.Tx), false)
+		_, err := src.session(ctx, db, &resume, make(chan outboxcdc.Tx), false, false)
 		return err
 	}, true)
 	// The binlog dump itself, on a connection made before the silence.
@@ -266,7 +266,7 @@ func TestServerCallsHaveDeadlines(t *testing.T) {
 		}
 	}()
 	go func() {
-		_, err := src.session(ctx, db, &resume, out, false)
+		_, err := src.session(ctx, db, &resume, out, false, false)
 		errc <- err
 		close(out)
 	}()

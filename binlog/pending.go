@@ -81,11 +81,25 @@ func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcd
 		Open: func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
 			return s.openPending(ctx, db, st)
 		},
-		Started: s.saveStart,
-		Sent:    func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
-		Retrying: func(err error, wait time.Duration) {
-			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
-		},
+		Started:    s.saveStart,
+		Sent:       func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Log:        &s.log,
+		Every:      s.cfg.ProgressInterval,
+		Metrics:    s.pm,
+		LagSeconds: s.m.LagSeconds,
+	}
+	failures := 0
+	l.Retrying = func(err error, wait time.Duration) {
+		if !l.Opened() {
+			failures++
+			s.pm.ConnectFailures.Inc()
+			addr := s.address()
+			s.setReady(outboxcdc.Connecting(fmt.Errorf("cannot connect to the MySQL/MariaDB server at %s (attempt %d): %w", addr, failures, err)))
+			s.log.Warn().Err(err).Str("address", addr).Int("attempt", failures).Dur("backoff", wait).Str("start", s.cfg.Start).
+				Msg("cannot connect to the MySQL/MariaDB server; retrying")
+			return
+		}
+		s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
 	}
 	pos, err := l.Run(ctx, *resume, out)
 	switch {
@@ -119,6 +133,18 @@ func (p *pendingSnapshot) Finish(_ context.Context, st backfill.State, total int
 	return nil
 }
 
+// Count counts the pending rows after st.Last, in the snapshot.
+func (p *pendingSnapshot) Count(ctx context.Context, st backfill.State) (int64, error) {
+	cfg := p.s.cfg.Pending
+	q := "SELECT COUNT(*) FROM " + p.s.quotedTable() + " WHERE (" + cfg.Where + ") AND " +
+		quoteIdent(cfg.Key) + " > ? AND " + quoteIdent(cfg.Key) + " <= ?"
+	var n int64
+	if err := p.conn.QueryRowContext(ctx, q, st.Last, st.High).Scan(&n); err != nil {
+		return 0, p.s.pendingQueryErr(err)
+	}
+	return n, nil
+}
+
 func (p *pendingSnapshot) Close() {
 	p.conn.ExecContext(context.Background(), "ROLLBACK")
 	p.conn.Close()
@@ -127,7 +153,6 @@ func (p *pendingSnapshot) Close() {
 // openPending opens the snapshot the pending rows are read in. *st is nil
 // for a first backfill; it is set once the stream position is known.
 func (s *Source) openPending(ctx context.Context, db *sql.DB, st **backfill.State) (_ backfill.Snapshot, err error) {
-	s.setReady(errors.New("binlog source: publishing pending rows (source.start: pending)"))
 	info, err := s.inspect(ctx, db)
 	if err != nil {
 		return nil, err
@@ -177,6 +202,8 @@ func (s *Source) openPending(ctx context.Context, db *sql.DB, st **backfill.Stat
 	snap.cols = s.pendingColumns(info.columns)
 	snap.q = "SELECT " + strings.Join(snap.cols.selects, ", ") + " FROM " + s.quotedTable() + " WHERE (" + cfg.Where + ") AND " +
 		quoteIdent(cfg.Key) + " > ? AND " + quoteIdent(cfg.Key) + " <= ? ORDER BY " + quoteIdent(cfg.Key) + " LIMIT ?"
+	// Connected and reading: no longer "connecting", not yet streaming.
+	s.setReady(errors.New("binlog source: publishing pending rows (source.start: pending)"))
 	return snap, nil
 }
 

@@ -57,6 +57,8 @@ type Source struct {
 	log      zerolog.Logger
 	baseLog  zerolog.Logger // as passed to New, for the drivers' components
 	m        *outboxcdc.SourceMetrics
+	pm       *outboxcdc.ProgressMetrics // connect failures, backfill progress (progress.go)
+	catchUp  *outboxcdc.CatchUp         // progress lines while behind; Run's goroutine only
 
 	db, table       string         // from the DSN and Config.Table, as configured (match.go)
 	qualifiedTable  string         // "db.table", for messages
@@ -95,7 +97,8 @@ var (
 // New validates cfg and returns a Source. name is the connector's name; it
 // derives the replica server_id when cfg.ServerID is 0. cols names the role
 // columns (from the route preset). m may be nil; reg is where metrics of
-// this source alone would go (it has none beyond m today) and may be nil.
+// this source alone would go (connect failures, backfill progress) and may
+// be nil.
 // The Postgres source's New takes the same arguments. Nothing connects
 // until Run.
 func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics, reg prometheus.Registerer) (*Source, error) {
@@ -132,21 +135,28 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 	if id == 0 {
 		id = DeriveServerID(name)
 	}
+	pm, err := outboxcdc.NewProgressMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql source: register metrics: %w", err)
+	}
+	clog := log.With().Str("component", "binlog").Logger()
 	s := &Source{
 		cfg:             cfg,
 		dsn:             dc,
 		serverID:        id,
 		cols:            cols,
-		log:             log.With().Str("component", "binlog").Logger(),
+		log:             clog,
 		baseLog:         log,
 		m:               m,
+		pm:              pm,
+		catchUp:         outboxcdc.NewCatchUp(clog, cfg.ProgressInterval),
 		db:              dc.DBName,
 		table:           cfg.Table,
 		qualifiedTable:  dc.DBName + "." + cfg.Table,
-		notReady:        errors.New("binlog source not started"),
 		emptyTxInterval: emptyTxInterval,
 		pool:            new(outboxcdc.EventPool),
 	}
+	s.notReady = outboxcdc.Connecting(fmt.Errorf("binlog source connecting to %s", s.address()))
 	if len(cfg.Tables) > 0 {
 		if s.pats, err = parseTables(cfg.Tables, dc.DBName); err != nil {
 			return nil, fmt.Errorf("mysql source config: %w", err)
@@ -224,8 +234,11 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	}
 	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
 	rewind := false
+	everStreamed := false // a stream was up in this run: a failure is a loss, not a failure to connect
+	failures := 0         // failed connection attempts before the first stream
 	for {
-		streamed, err := s.session(ctx, db, &resume, out, rewind)
+		streamed, err := s.session(ctx, db, &resume, out, rewind, everStreamed)
+		everStreamed = everStreamed || streamed
 		s.connID.Store(0)
 		if ctx.Err() != nil {
 			s.setReady(errors.New("binlog source stopped"))
@@ -256,11 +269,31 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			backoff.Reset()
 		}
 		wait := backoff.Next()
+		if !everStreamed {
+			// Never connected (a wrong host or port, the server down at the
+			// start): not a lost stream, and not a reconnection.
+			failures++
+			s.pm.ConnectFailures.Inc()
+			addr := s.address()
+			s.setReady(outboxcdc.Connecting(fmt.Errorf("cannot connect to the MySQL/MariaDB server at %s (attempt %d): %w", addr, failures, err)))
+			ev := s.log.Warn().Err(err).Str("address", addr).Int("attempt", failures).Dur("backoff", wait)
+			if resume.IsZero() {
+				ev = ev.Str("start", s.cfg.Start)
+			} else {
+				ev = ev.Str("position", s.describe(resume))
+			}
+			ev.Msg("cannot connect to the MySQL/MariaDB server; retrying")
+			if retry.Sleep(ctx, wait) != nil {
+				s.setReady(errors.New("binlog source stopped"))
+				return ctx.Err()
+			}
+			continue
+		}
 		s.setReady(fmt.Errorf("binlog stream lost, reconnecting: %w", err))
 		// Counted when the loss is seen, not after the backoff: a reader of
 		// the metric right after the stream broke sees it.
 		s.m.Reconnects.Inc()
-		s.log.Warn().Err(err).Str("position", string(resume)).Dur("backoff", wait).Msg("binlog stream lost; reconnecting")
+		s.log.Warn().Err(err).Str("position", s.describe(resume)).Dur("backoff", wait).Msg("binlog stream lost; reconnecting")
 		if retry.Sleep(ctx, wait) != nil {
 			s.setReady(errors.New("binlog source stopped"))
 			return ctx.Err()
@@ -277,9 +310,15 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 // reports whether events were received, which resets the backoff. rewind
 // says the session reads a transaction again (errRewind): the source stays
 // ready.
-func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx, rewind bool) (streamed bool, err error) {
-	if !rewind {
-		s.setReady(errors.New("binlog source connecting"))
+func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx, rewind, reconnect bool) (streamed bool, err error) {
+	switch {
+	case rewind:
+	case reconnect:
+		s.setReady(errors.New("binlog source reconnecting"))
+	default:
+		if !outboxcdc.IsConnecting(s.Ready()) { // keeps the last failure's cause between attempts
+			s.setReady(outboxcdc.Connecting(fmt.Errorf("binlog source connecting to %s", s.address())))
+		}
 	}
 	info, err := s.inspect(ctx, db)
 	if err != nil {
@@ -412,6 +451,24 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 			return streamed, err
 		}
 	}
+}
+
+// address is the server's address as the DSN gives it (host:port, or the
+// socket path), for messages.
+func (s *Source) address() string {
+	if s.dsn.Net == "unix" {
+		return "unix:" + s.dsn.Addr
+	}
+	host, port := s.hostPort()
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
+
+// describe is the position for a log line: never empty.
+func (s *Source) describe(p outboxcdc.Position) string {
+	if p.IsZero() {
+		return "none yet (source.start: " + s.cfg.Start + ")"
+	}
+	return string(p)
 }
 
 func (s *Source) hostPort() (string, uint16) {

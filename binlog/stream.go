@@ -163,6 +163,7 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 	case *replication.HeartbeatEvent:
 		if !st.inTx {
 			st.src.m.LagSeconds.Set(0) // the server has nothing newer
+			st.src.catchUp.Idle(st.posText)
 		}
 	case *replication.GenericEvent:
 		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
@@ -171,6 +172,9 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 	}
 	return nil
 }
+
+// posText is the position read up to, for progress lines.
+func (st *stream) posText() string { return st.pos.String() }
 
 // rawMariaDBGTID decodes a MariaDB GTID event's GTID from its raw bytes:
 // after the 19-byte header, the sequence number (8 bytes) and the domain
@@ -429,11 +433,13 @@ func (st *stream) advance(ev *replication.BinlogEvent, endPos uint32) (ok bool, 
 	st.inTx, st.hasMySQLGTID, st.hasMariaGTID = false, false, false
 	m := st.src.m
 	m.TransactionsRead.Inc()
-	if lag := time.Since(time.Unix(int64(ev.Header.Timestamp), 0)).Seconds(); lag > 0 {
+	commit := time.Unix(int64(ev.Header.Timestamp), 0)
+	if lag := time.Since(commit).Seconds(); lag > 0 {
 		m.LagSeconds.Set(lag)
 	} else {
 		m.LagSeconds.Set(0)
 	}
+	st.src.catchUp.Observe(commit, st.g.ordinal, st.posText) // progress lines while behind (progress.go)
 	if st.pos.IsGTID() && !hadGTID {
 		if st.g.ordinal > 0 {
 			return false, fmt.Errorf("%w: transaction without GTID at %s:%d while following GTID positions; set gtid_mode=ON or use gtid: off",

@@ -128,6 +128,10 @@ type Config struct {
 	// when ha.enabled, whose lock makes this instance the slot's only
 	// rightful reader.
 	TakeOverSlot bool `yaml:"-"`
+	// ProgressInterval is the least time between two progress lines while
+	// the source is behind or publishing pending rows (log.progress_interval,
+	// set by the command; 0: outboxcdc.DefaultProgressInterval).
+	ProgressInterval time.Duration `yaml:"-"`
 }
 
 // HeartbeatConfig: with Interval > 0 the source runs

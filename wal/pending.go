@@ -72,12 +72,25 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 			snap, err := s.openPending(ctx, st, rs)
 			return snap, retryable(err)
 		},
-		Started: s.saveStart,
-		Sent:    func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
-		Retrying: func(err error, wait time.Duration) {
-			s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
-			s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
-		},
+		Started:    s.saveStart,
+		Sent:       func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
+		Log:        &s.log,
+		Every:      s.cfg.ProgressInterval,
+		Metrics:    s.pm,
+		LagSeconds: s.m.LagSeconds,
+	}
+	failures := 0
+	l.Retrying = func(err error, wait time.Duration) {
+		if !l.Opened() {
+			failures++
+			s.pm.ConnectFailures.Inc()
+			s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: cannot connect to the server at %s (attempt %d): %w", s.address(), failures, err)))
+			s.log.Warn().Err(err).Str("address", s.address()).Int("attempt", failures).Dur("backoff", wait).Str("start", s.cfg.Start).
+				Msg("cannot connect to the PostgreSQL server; retrying")
+			return
+		}
+		s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
+		s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
 	}
 	pos, err := l.Run(ctx, from, out)
 	if ctx.Err() != nil {
@@ -144,12 +157,29 @@ func (p *pendingSnapshot) Finish(_ context.Context, st backfill.State, total int
 	return nil
 }
 
+// Count counts the pending rows after st.Last, in the snapshot.
+func (p *pendingSnapshot) Count(_ context.Context, st backfill.State) (int64, error) {
+	cfg := p.s.cfg.Pending
+	res, err := p.exec("SELECT count(*) FROM " + p.table + " WHERE (" + cfg.Where + ") AND " + p.key + " > " +
+		strconv.FormatInt(st.Last, 10) + " AND " + p.key + " <= " + strconv.FormatInt(st.High, 10))
+	if err != nil {
+		return 0, retryable(err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, retryable(errors.New("count the pending rows: unexpected answer"))
+	}
+	n, err := strconv.ParseInt(string(res[0].Rows[0][0]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("count the pending rows: %q is not a number", res[0].Rows[0][0])
+	}
+	return n, nil
+}
+
 func (p *pendingSnapshot) Close() { closeRepl(p.conn) }
 
 // openPending opens the snapshot the pending rows are read in. *rs is nil
 // on a first start and is set as soon as the stream position is known.
 func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.State) (_ *pendingSnapshot, err error) {
-	s.setReady(errors.New("postgres source: publishing pending rows (source.start: pending)"))
 	meta, err := s.connectMeta(ctx)
 	if err != nil {
 		return nil, err
@@ -279,6 +309,8 @@ func (s *Source) openPending(ctx context.Context, st *runState, rs **backfill.St
 	if dedupeUpTo != 0 {
 		snap.ids = map[string]struct{}{}
 	}
+	// Connected and reading: no longer "connecting", not yet streaming.
+	s.setReady(errors.New("postgres source: publishing pending rows (source.start: pending)"))
 	return snap, nil
 }
 

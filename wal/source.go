@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,8 @@ type Source struct {
 	cols          outboxcdc.Columns
 	log           zerolog.Logger
 	m             *outboxcdc.SourceMetrics
+	pm            *outboxcdc.ProgressMetrics // connect failures, backfill progress (progress.go)
+	catchUp       *outboxcdc.CatchUp         // progress lines while behind; Run's goroutine only
 	lagBytes      prometheus.Gauge
 	walStatus     *prometheus.GaugeVec
 
@@ -150,13 +153,20 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 	if m == nil {
 		m = outboxcdc.NewSourceMetrics(nil)
 	}
+	pm, err := outboxcdc.NewProgressMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres source: register metrics: %w", err)
+	}
+	clog := log.With().Str("component", "wal").Str("slot", cfg.Slot).Logger()
 	s := &Source{
 		cfg:        cfg,
 		cols:       cols,
 		legacySlot: legacySlot,
 		legacyPub:  legacyPub,
-		log:        log.With().Str("component", "wal").Str("slot", cfg.Slot).Logger(),
+		log:        clog,
 		m:          m,
+		pm:         pm,
+		catchUp:    outboxcdc.NewCatchUp(clog, cfg.ProgressInterval),
 		lagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outbox_cdc_postgres_slot_lag_bytes",
 			Help: "Bytes of WAL between the server's current position and the slot's confirmed_flush_lsn.",
@@ -181,7 +191,7 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 			return nil, fmt.Errorf("register slot wal_status metric: %w", err)
 		}
 	}
-	s.setReady(errors.New("postgres source: not started"))
+	s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: connecting to %s", s.address())))
 	return s, nil
 }
 
@@ -281,6 +291,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 
 	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
 	lost := false // a stream was up and broke: the next session is a reconnect
+	failures := 0 // failed connection attempts before the first stream
 	for first := true; ; first = false {
 		if lost {
 			s.m.Reconnects.Inc()
@@ -293,7 +304,12 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			s.setReady(errors.New("postgres source: stopped"))
 			return ctx.Err()
 		}
-		s.setReady(fmt.Errorf("postgres source: %w", err))
+		if lost {
+			s.setReady(fmt.Errorf("postgres source: %w", err))
+		} else {
+			failures++
+			s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: cannot connect to the server at %s (attempt %d): %w", s.address(), failures, err)))
+		}
 		if isPermanent(err) {
 			// Returned, not logged: the connector logs why it stopped, once.
 			s.log.Debug().Err(err).Str("resume_lsn", st.resume.String()).Msg("stopping: permanent error")
@@ -310,8 +326,21 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			backoff.Reset()
 		}
 		wait := backoff.Next()
-		s.log.Warn().Err(err).Str("resume_lsn", st.resume.String()).Dur("backoff", wait).
-			Msg("replication stream lost; reconnecting")
+		if !lost {
+			// Never connected (a wrong host or port, the server down at the
+			// start): not a lost stream, and not a reconnection.
+			s.pm.ConnectFailures.Inc()
+			ev := s.log.Warn().Err(err).Str("address", s.address()).Int("attempt", failures).Dur("backoff", wait)
+			if st.checkpoint {
+				ev = ev.Str("resume_lsn", st.resume.String())
+			} else {
+				ev = ev.Str("start", s.cfg.Start)
+			}
+			ev.Msg("cannot connect to the PostgreSQL server; retrying")
+		} else {
+			s.log.Warn().Err(err).Str("resume_lsn", st.resume.String()).Dur("backoff", wait).
+				Msg("replication stream lost; reconnecting")
+		}
 		if retry.Sleep(ctx, wait) != nil {
 			return ctx.Err()
 		}
@@ -586,6 +615,11 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 					return fmt.Errorf("keepalive: %w", err)
 				}
 				received = max(received, pkm.ServerWALEnd)
+				if !dec.inTx && st.partialFinal == 0 && uint64(received) >= s.serverWAL.Load() {
+					// Read up to the server's WAL end as last read: a
+					// catch-up is over.
+					s.catchUp.Idle(received.String)
+				}
 				// Idle advance: between transactions, everything before the
 				// keepalive's WAL end was decoded and sent to us; queue an
 				// empty Tx ending there so the checkpoint (and then the
@@ -648,6 +682,7 @@ func (s *Source) queueTx(st *runState, c *txOut, lastEmpty *time.Time) {
 	}
 	s.m.TransactionsRead.Inc()
 	s.m.LagSeconds.Set(time.Since(c.commitTime).Seconds())
+	s.catchUp.Observe(c.commitTime, len(c.events), c.end.String) // progress lines while behind (progress.go)
 	fragmented := c.pieces > 0 || st.partialFinal == c.final
 	if len(c.events) == 0 && !fragmented {
 		// Empty transactions only keep the checkpoint moving on a busy
@@ -1078,4 +1113,17 @@ func (s *Source) slotBusy(ctx context.Context, db *pgx.Conn, cause error) error 
 	s.log.Warn().Int32("active_pid", pid).Str("holder_application", app).Str("holder_addr", addr).
 		Msg("replication slot is in use by another connection (another instance, or a walsender that has not exited yet); retrying")
 	return fmt.Errorf("slot busy: %w", cause)
+}
+
+// address is the server's host:port as source.dsn gives it (the first
+// one when it lists several), for messages.
+func (s *Source) address() string {
+	c, err := pgconn.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return "the server of source.dsn"
+	}
+	if strings.HasPrefix(c.Host, "/") {
+		return c.Host + " (socket, port " + strconv.Itoa(int(c.Port)) + ")"
+	}
+	return net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))
 }

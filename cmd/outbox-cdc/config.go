@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -134,6 +135,11 @@ type HTTPAuthConfig struct {
 type LogConfig struct {
 	Level  string `yaml:"level"`  // debug | info | warn | error
 	Format string `yaml:"format"` // auto | json | console
+	// ProgressInterval is the least time between two progress lines while
+	// the source is behind (its last transaction read committed 10 s ago
+	// or more) or publishing pending rows (source.start: pending). The
+	// first line of a catch-up and its "caught up" line are logged at once.
+	ProgressInterval time.Duration `yaml:"progress_interval"`
 }
 
 func defaultConfig() Config {
@@ -150,7 +156,7 @@ func defaultConfig() Config {
 		Lifecycle:  lifecycle.DefaultConfig(),
 		Pipeline:   outboxcdc.DefaultPipelineConfig(),
 		HTTP:       HTTPConfig{Listen: "127.0.0.1:9464"},
-		Log:        LogConfig{Level: "info", Format: "auto"},
+		Log:        LogConfig{Level: "info", Format: "auto", ProgressInterval: outboxcdc.DefaultProgressInterval},
 	}
 }
 
@@ -419,6 +425,9 @@ func (c Config) Validate() error {
 	case "auto", "json", "console":
 	default:
 		return configErrorf("log.format: %q is not one of auto, json, console", c.Log.Format)
+	}
+	if c.Log.ProgressInterval < time.Second {
+		return configErrorf("log.progress_interval: %s is below the least, 1s", c.Log.ProgressInterval)
 	}
 	return nil
 }

@@ -254,6 +254,9 @@ func (a *restAPI) status(name string) restStatus {
 		rs.State, rs.Trace = "FAILED", st.Reason
 	case st.State == stateStarting || st.State == stateStopping:
 		rs.State = "RESTARTING"
+	case st.State == stateConnecting:
+		// Not RUNNING: the source never connected. The trace says why.
+		rs.State, rs.Trace = "RESTARTING", st.Reason
 	default: // standby, or stopped (placement runs it elsewhere, or the process stops)
 		rs.State = "UNASSIGNED"
 		// Name the replica that runs it, as Connect's REST does on any worker.

@@ -91,6 +91,7 @@ var sourceKinds = map[string]sourceKind{
 			// previous binlog dump of this connector belongs to a fenced
 			// instance and is ended at once (binlog/dumplock.go).
 			mc.TakeOver = cfg.HA.Enabled
+			mc.ProgressInterval = cfg.Log.ProgressInterval
 			return binlog.New(mc, cfg.Name, cols, log, m, reg)
 		},
 		check: func(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult {
@@ -143,6 +144,7 @@ var sourceKinds = map[string]sourceKind{
 			// slot: a walsender still holding it served a previous active
 			// instance that is gone or cut off (wal/takeover.go).
 			pc.TakeOverSlot = cfg.HA.Enabled
+			pc.ProgressInterval = cfg.Log.ProgressInterval
 			return wal.New(pc, cfg.Name, cols, log, m, reg)
 		},
 		check: func(ctx context.Context, cfg Config, cols outboxcdc.Columns, from outboxcdc.Position) []outboxcdc.CheckResult {

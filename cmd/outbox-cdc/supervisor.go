@@ -46,16 +46,17 @@ import (
 // Connector states, as /readyz, /healthz and outbox_cdc_connector_state
 // name them.
 const (
-	stateStopped  = "stopped"  // not started, or stopped by Stop (placement)
-	stateStandby  = "standby"  // waiting for its HA lock: another replica is active
-	stateStarting = "starting" // building its parts, or loading the checkpoint
-	stateRunning  = "running"  // streaming (ready when its source and sink are connected)
-	stateStopping = "stopping" // draining after Stop or the process's signal
-	stateHalted   = "halted"   // stopped on an error; stays until restarted
-	statePaused   = "paused"   // running, but paused by PUT /connectors/NAME/pause (restapi.go)
+	stateStopped    = "stopped"    // not started, or stopped by Stop (placement)
+	stateStandby    = "standby"    // waiting for its HA lock: another replica is active
+	stateStarting   = "starting"   // building its parts, or loading the checkpoint
+	stateConnecting = "connecting" // built, its source has not connected yet since it started (a wrong host or port, the server down)
+	stateRunning    = "running"    // streaming (ready when its source and sink are connected)
+	stateStopping   = "stopping"   // draining after Stop or the process's signal
+	stateHalted     = "halted"     // stopped on an error; stays until restarted
+	statePaused     = "paused"     // running, but paused by PUT /connectors/NAME/pause (restapi.go)
 )
 
-var allStates = []string{stateStopped, stateStandby, stateStarting, stateRunning, stateStopping, stateHalted, statePaused}
+var allStates = []string{stateStopped, stateStandby, stateStarting, stateConnecting, stateRunning, stateStopping, stateHalted, statePaused}
 
 // haRestandbyDelay is the pause before a connector that lost its HA lock
 // waits for it again (in a process with several connectors).
@@ -399,7 +400,13 @@ func (s *supervisor) phase(m *managed) (state string, ready, active bool) {
 	case pipeline == nil:
 		return stateStarting, false, true
 	}
-	return stateRunning, r.Ready() == nil, true
+	err := r.Ready()
+	if outboxcdc.IsConnecting(err) {
+		// Never connected since it started: not a running connector whose
+		// stream was lost.
+		return stateConnecting, false, true
+	}
+	return stateRunning, err == nil, true
 }
 
 func readyErr(r *haState) error {
@@ -505,7 +512,7 @@ type stateCollector struct {
 
 func newStateCollector(s *supervisor) *stateCollector {
 	return &stateCollector{s: s, desc: prometheus.NewDesc("outbox_cdc_connector_state",
-		"1 for the state each connector of the process is in (stopped, standby, starting, running, paused, stopping, halted), else 0.",
+		"1 for the state each connector of the process is in (stopped, standby, starting, connecting, running, paused, stopping, halted), else 0.",
 		[]string{"connector", "state"}, nil)}
 }
 
