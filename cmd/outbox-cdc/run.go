@@ -92,6 +92,15 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 
 	b, err := build(ctx, cfg, opts, role, log, reg, os.Stdout)
 	if err != nil {
+		if lostErr := role.err(); lostErr != nil {
+			return fmt.Errorf("%w (while starting: %v)", lostErr, err)
+		}
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped (SIGTERM, a revoke, the REST API) while starting:
+			// nothing was read, nothing to drain.
+			log.Info().Msg("stopped while starting")
+			return nil
+		}
 		return err
 	}
 	defer b.close()
