@@ -290,6 +290,16 @@ func (h *haState) holds(now time.Time) bool {
 // ran out.
 var errLeaseExpired = errors.New("the HA lock's lease expired (not confirmed within ha.session_timeout minus a tenth): another instance may hold the lock; the write is not issued")
 
+// leaseFence is the sink's fence (outboxcdc.FencedSink): it refuses a
+// produce request once the lease is not valid, without side effects (it
+// runs on the sink's goroutines; the lease's own expiry aborts the run).
+func (h *haState) leaseFence() error {
+	if h.holds(time.Now()) {
+		return nil
+	}
+	return errLeaseExpired
+}
+
 // writeFence is the pipeline's fence (outboxcdc.Pipeline.SetFence): a sink
 // write is issued only while the lock's lease is valid at that moment. A
 // refusal loses the lock (abort, no drain).

@@ -192,6 +192,9 @@ func build(ctx context.Context, cfg Config, opts runOptions, role *haState, log 
 	}
 	if cfg.HA.Enabled {
 		p.SetFence(role.writeFence) // no sink write without a valid lease
+		if fs, ok := snk.(outboxcdc.FencedSink); ok {
+			fs.SetFence(role.leaseFence) // nor a request inside one (a retry)
+		}
 	}
 	lc, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
 	if err != nil {
