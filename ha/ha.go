@@ -164,7 +164,8 @@ type Locker interface {
 // flight. A frozen process (SIGSTOP, a paused VM) finds its lease expired
 // the moment it resumes, because the monotonic clock kept running: it
 // needs no check answer, no timer and no goroutine to know it must not
-// write. Its methods may be called from any goroutine.
+// write. Its methods may be called from any goroutine. The zero Lease is
+// expired.
 type Lease struct {
 	base    time.Time     // monotonic reference
 	until   atomic.Int64  // expiry as nanoseconds after base
