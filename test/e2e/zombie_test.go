@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"sort"
 	"testing"
 	"time"
 
@@ -14,37 +15,44 @@ import (
 // before it is issued and the connector aborts without draining what it
 // had read ahead.
 
-// staleWrites counts the records the old owner (the producer of the first
-// record read) wrote after the new owner's first record in the same
-// partition: records a zombie wrote after the takeover. It also returns
-// how many records the old and the other producers wrote.
-func staleWrites(got []consumed) (stale, old, other int) {
-	if len(got) == 0 {
-		return 0, 0, 0
+// staleWrites counts the records written, in their partition, after a
+// newer producer had written there: records of an owner that had been
+// superseded (a zombie). Producers are told apart by Kafka producer id and
+// epoch; each connector run (and each producer the sink replaces after a
+// failure) has its own. It also returns how many records the first
+// producer seen (the first owner) and the others wrote.
+func staleWrites(got []consumed) (stale, first, others int) {
+	type part struct {
+		order  map[producerOf]int // producer -> rank of its first record
+		latest int                // rank of the newest producer so far
 	}
-	owner := got[0].Producer
-	firstNew := map[string]int64{}
-	for _, r := range got {
-		if r.Producer == owner {
+	parts := map[string]*part{}
+	byOffset := append([]consumed(nil), got...)
+	sort.SliceStable(byOffset, func(i, j int) bool { return byOffset[i].Offset < byOffset[j].Offset })
+	for _, r := range byOffset {
+		if len(got) > 0 && r.Producer == got[0].Producer {
+			first++
+		} else {
+			others++
+		}
+		key := fmt.Sprintf("%s/%d", r.Topic, r.Partition)
+		p := parts[key]
+		if p == nil {
+			p = &part{order: map[producerOf]int{}}
+			parts[key] = p
+		}
+		rank, seen := p.order[r.Producer]
+		if !seen {
+			rank = len(p.order)
+			p.order[r.Producer] = rank
+			p.latest = rank
 			continue
 		}
-		tp := fmt.Sprintf("%s/%d", r.Topic, r.Partition)
-		if o, ok := firstNew[tp]; !ok || r.Offset < o {
-			firstNew[tp] = r.Offset
-		}
-	}
-	for _, r := range got {
-		if r.Producer != owner {
-			other++
-			continue
-		}
-		old++
-		tp := fmt.Sprintf("%s/%d", r.Topic, r.Partition)
-		if o, ok := firstNew[tp]; ok && r.Offset > o {
+		if rank < p.latest {
 			stale++
 		}
 	}
-	return stale, old, other
+	return stale, first, others
 }
 
 // TestHAFrozenActiveWritesNothingAfterTakeover: two instances, rows
