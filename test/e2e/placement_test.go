@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,8 +110,11 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 	}
 	testenv.Eventually(t, 60*time.Second, "placement balanced 2/2/2 at start", balanced)
 
-	// Writers: one row per connector every ~20 ms, each its own transaction.
+	// Writers: one row per connector every ~20 ms, each its own transaction;
+	// without pause (a burst) around the freeze, so that the frozen replica
+	// has rows read ahead.
 	wctx, stopWriters := context.WithCancel(context.Background())
+	var burst atomic.Bool
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Add(1)
@@ -122,7 +126,9 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 				c.mu.Lock()
 				c.want = append(c.want, id)
 				c.mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
+				if !burst.Load() {
+					time.Sleep(20 * time.Millisecond)
+				}
 			}
 		}()
 	}
@@ -146,6 +152,8 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 	// SIGSTOP the second; the third takes everything.
 	frozen := procs[1]
 	held = w.heldBy(1)
+	burst.Store(true)
+	time.Sleep(300 * time.Millisecond)
 	frozenAt := time.Now()
 	frozen.Pause()
 	w.setFrozen(1, true)
@@ -155,6 +163,8 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 	})
 	t.Logf("SIGSTOP: %d connectors (%v) streaming on the last replica %s after the freeze", len(held), held, time.Since(frozenAt).Round(time.Millisecond))
 	w.mark("frozen", frozenAt, held)
+	time.Sleep(500 * time.Millisecond) // the new owner writes a while before the zombie wakes
+	burst.Store(false)
 	frozen.Resume()
 	w.setFrozen(1, false)
 	testenv.Eventually(t, 60*time.Second, "the resumed replica gets its share back", func() bool {
