@@ -173,9 +173,12 @@ type Lease struct {
 	timeout time.Duration // session_timeout
 	lost    chan struct{}
 	once    sync.Once
-	timer   *time.Timer
-	mu      sync.Mutex
-	why     string
+	// released: given up by release, invalid without being lost.
+	released atomic.Bool
+	mu       sync.Mutex // guards timer, stopped and why
+	timer    *time.Timer
+	stopped  bool
+	why      string
 }
 
 // LeaseMargin is how much earlier than the server could free the lock a
@@ -187,7 +190,9 @@ func (c Config) LeaseMargin() time.Duration { return c.SessionTimeout / 10 }
 func newLease(cfg Config, confirmed time.Time) *Lease {
 	l := &Lease{base: confirmed, margin: cfg.LeaseMargin(), timeout: cfg.SessionTimeout, lost: make(chan struct{})}
 	l.until.Store(int64(cfg.SessionTimeout - l.margin))
-	l.timer = time.AfterFunc(time.Until(l.Expiry()), func() { l.expireIfDue() })
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(l.Expiry()), l.expireIfDue)
+	l.mu.Unlock()
 	return l
 }
 
@@ -196,6 +201,9 @@ func newLease(cfg Config, confirmed time.Time) *Lease {
 func (l *Lease) Valid(now time.Time) bool {
 	if l == nil {
 		return true
+	}
+	if l.released.Load() {
+		return false
 	}
 	select {
 	case <-l.lost:
@@ -225,15 +233,44 @@ func (l *Lease) confirm(sent time.Time) {
 	if d > time.Duration(l.until.Load()) {
 		l.until.Store(int64(d))
 	}
-	l.timer.Reset(time.Until(l.Expiry()))
+	l.rearm()
+}
+
+// rearm sets the expiry timer to the current expiry.
+func (l *Lease) rearm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer != nil && !l.stopped {
+		l.timer.Reset(time.Until(l.Expiry()))
+	}
+}
+
+// stopTimer stops the expiry timer for good.
+func (l *Lease) stopTimer() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
 }
 
 func (l *Lease) expireIfDue() {
+	if l.released.Load() {
+		return
+	}
 	if !l.Valid(time.Now()) {
 		l.end(fmt.Sprintf("the lock was not confirmed within %s (ha.session_timeout minus a margin of %s)", l.timeout-l.margin, l.margin))
 		return
 	}
-	l.timer.Reset(time.Until(l.Expiry()))
+	l.rearm()
+}
+
+// release makes the lease invalid without reporting it lost (the lock
+// was given up).
+func (l *Lease) release() {
+	l.released.Store(true)
+	l.stopTimer()
 }
 
 // end closes Lost once, recording why.
@@ -243,8 +280,8 @@ func (l *Lease) end(why string) bool {
 		l.mu.Lock()
 		l.why = why
 		l.mu.Unlock()
+		l.stopTimer()
 		close(l.lost)
-		l.timer.Stop()
 		ended = true
 	})
 	return ended
@@ -477,7 +514,7 @@ func (l *sqlLock) Acquire(ctx context.Context) (*Lease, func(), error) {
 		once.Do(func() {
 			close(stop)
 			<-watched
-			lease.end("released")
+			lease.release()
 			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if err := l.d.release(cctx, conn); err == nil {
 				l.log.Info().Msg("lock released")
