@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/ha"
 )
 
@@ -44,5 +47,33 @@ func TestActiveJudgesTheLeaseAtRequestTime(t *testing.T) {
 	}
 	if err := (&fencedCheckpoint{cp: nil, h: h}).Save(t.Context(), "x"); err == nil {
 		t.Fatal("a checkpoint save went through with an expired lease")
+	}
+}
+
+// TestClaimedCheckpointIsALostLock: a save refused because another
+// instance claimed the checkpoint, as the pipeline wraps it, counts as a
+// lost lock with HA (the connector returns to standby), and the connector
+// that got it reports the lock lost rather than halting.
+func TestClaimedCheckpointIsALostLock(t *testing.T) {
+	cfg := Config{Name: "claimed"}
+	cfg.HA = ha.DefaultConfig()
+	cfg.HA.Enabled = true
+	err := fmt.Errorf("save checkpoint x: %w", fmt.Errorf("%w: owner epoch 3, ours 2", checkpoint.ErrFenced))
+	if !claimedElsewhere(cfg, err) {
+		t.Fatalf("%v not taken for a checkpoint claimed elsewhere", err)
+	}
+	if claimedElsewhere(cfg, errors.New("broker exploded")) {
+		t.Fatal("an unrelated error taken for a claim")
+	}
+	off := cfg
+	off.HA.Enabled = false
+	if claimedElsewhere(off, err) {
+		t.Fatal("without HA a refused save is a failure, not a lost lock")
+	}
+	h := newHAState(cfg, zerolog.Nop(), prometheus.NewRegistry())
+	h.lease.Store(&ha.Lease{})
+	h.loseLock(err.Error())
+	if h.err() == nil {
+		t.Fatal("the claim did not mark the lock lost")
 	}
 }

@@ -111,10 +111,7 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 			log.Warn().Dur("waited", lostExitWait).Msg("the pipeline did not stop after the HA lock loss (a source connection hangs on the network?); no longer waiting for it")
 		}
 	}
-	if cfg.HA.Enabled && (errors.Is(err, checkpoint.ErrFenced) || sink.IsFenced(err)) {
-		// Another instance claimed the checkpoint (or the transactional
-		// id): it holds the lock, whatever this one believed. That is a
-		// lost lock, not a failure: back to standby.
+	if claimedElsewhere(cfg, err) {
 		role.loseLock(err.Error())
 	}
 	if lostErr := role.err(); lostErr != nil {
@@ -134,6 +131,14 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// claimedElsewhere reports whether err says that another instance claimed
+// the checkpoint (or the transactional id): it holds the lock, whatever
+// this one believed. With HA that is a lost lock, not a failure: the
+// connector goes back to standby instead of halting.
+func claimedElsewhere(cfg Config, err error) bool {
+	return cfg.HA.Enabled && (errors.Is(err, checkpoint.ErrFenced) || sink.IsFenced(err))
 }
 
 // lostExitWait bounds how long a process that lost the HA lock waits for
