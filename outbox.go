@@ -311,6 +311,19 @@ type Sink interface {
 	Close() error
 }
 
+// FencedSink is a Sink that can ask a fence before every request it sends
+// to the broker, retries included, so that a write already handed to it
+// sends nothing more once the fence refuses (the HA lock's lease expired:
+// another instance may be writing). The pipeline checks the same fence
+// before each Write; this closes the window inside a Write (a retry after
+// a timeout that ran out while the process was frozen). SetFence is called
+// once, before the first Write; fence is called from the sink's sending
+// goroutines, must be cheap and must not call into the sink.
+type FencedSink interface {
+	Sink
+	SetFence(fence func() error)
+}
+
 // AtomicSink is a Sink that can store the source position together with a
 // batch of records in one atomic write (a Kafka transaction holding the
 // records and a progress record). With it the pipeline needs no separate

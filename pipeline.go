@@ -179,6 +179,68 @@ type Pipeline struct {
 	witnessWarned time.Time // saver goroutine (and load, before it starts)
 	// gate pauses intake between transactions (pause.go); nil: never.
 	gate *Gate
+	// fence, when set, is asked before every sink write (SetFence).
+	fence func() error
+	// aborted is closed by Abort; abortErr is why.
+	aborted   chan struct{}
+	abortOnce sync.Once
+	abortErr  error
+}
+
+// ErrAborted is wrapped by the error of a Run stopped by Abort, and of a
+// write refused because the pipeline was aborted.
+var ErrAborted = errors.New("pipeline aborted")
+
+// SetFence makes the pipeline call fence before every write to the sink
+// (records, a progress-only commit in exactly-once mode, a dead letter).
+// A non-nil error means the write must not be issued: the pipeline then
+// aborts (see Abort) with that error, without writing anything more.
+// fence is called from the writer goroutine (and, for the start position,
+// from the source's); it must be cheap. Call SetFence before Run.
+func (p *Pipeline) SetFence(fence func() error) { p.fence = fence }
+
+// Abort stops Run without draining: no further write is issued to the
+// sink, the write in flight has its context cancelled, what was read
+// ahead is dropped (it is read again from the checkpoint by whoever
+// streams next), and Run returns an error wrapping ErrAborted and cause.
+// This is the stop for a lost lock or a lost assignment, when another
+// instance may already be writing; the graceful stop (cancelling Run's
+// context) is for everything else. Abort may be called from any
+// goroutine, any number of times (the first cause counts), also before
+// Run.
+func (p *Pipeline) Abort(cause error) {
+	p.abortOnce.Do(func() {
+		if cause == nil {
+			cause = errors.New("aborted")
+		}
+		p.abortErr = fmt.Errorf("%w: %w", ErrAborted, cause)
+		close(p.aborted)
+	})
+}
+
+// abortedErr returns Abort's error, or nil while not aborted.
+func (p *Pipeline) abortedErr() error {
+	select {
+	case <-p.aborted:
+		return p.abortErr
+	default:
+		return nil
+	}
+}
+
+// writeAllowed is checked before every sink write: not aborted, and the
+// fence (if any) lets it through. A refusal aborts the pipeline.
+func (p *Pipeline) writeAllowed() error {
+	if err := p.abortedErr(); err != nil {
+		return err
+	}
+	if p.fence != nil {
+		if err := p.fence(); err != nil {
+			p.Abort(err)
+			return p.abortedErr()
+		}
+	}
+	return nil
 }
 
 // NewPipeline wires the parts. reg may be nil. With a nil cp the sink must
@@ -193,6 +255,7 @@ func NewPipeline(cfg PipelineConfig, src Source, router Router, sink Sink, cp Ch
 		log:     log.With().Str("component", "pipeline").Logger(),
 		metrics: newPipelineMetrics(reg),
 		spare:   make(chan *batch, 3),
+		aborted: make(chan struct{}),
 	}
 	if cp == nil {
 		atomic, ok := sink.(AtomicSink)
@@ -487,6 +550,16 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		<-src.done
 	}()
 
+	// Abort stops reading and writing at once: nothing is drained.
+	go func() {
+		select {
+		case <-p.aborted:
+			stopReading()
+			stopWriting()
+		case <-writeCtx.Done():
+		}
+	}()
+
 	// After a graceful stop the writer has ShutdownTimeout to drain.
 	var timedOut atomic.Bool
 	go func() {
@@ -507,12 +580,19 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	}()
 
 	werr := p.writer(writeCtx, batches)
+	if aerr := p.abortedErr(); aerr != nil {
+		werr = aerr // the writer's error is only the abort's effect
+	}
 	if werr != nil {
 		stopReading()
 		// Let the batcher see the cancellation and exit; its error is moot.
 		for range batches {
 		}
 		<-batchErr
+		if errors.Is(werr, ErrAborted) {
+			p.log.Warn().Str("reason", werr.Error()).Msg("aborted: nothing read ahead was written; the next owner reads it again from the checkpoint")
+			return werr
+		}
 		if timedOut.Load() {
 			// The sink was still retrying (e.g. the broker is down): what was
 			// not checkpointed is sent again after a restart.
@@ -869,6 +949,9 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 				return sv.close()
 			}
 			b = next
+			if err := p.abortedErr(); err != nil {
+				return errors.Join(err, sv.close())
+			}
 		case <-sv.fail:
 			// A save failed: stop now, even if no further batch comes.
 			return sv.close()
@@ -1058,7 +1141,13 @@ func (sv *saver) saveOnce() bool {
 }
 
 // write hands records to the sink; in exactly-once mode together with end.
+// Nothing is issued once the pipeline is aborted or the fence refuses.
 func (p *Pipeline) write(ctx context.Context, records []Record, end Position) error {
+	if len(records) > 0 || (p.atomic != nil && !end.IsZero()) {
+		if err := p.writeAllowed(); err != nil {
+			return Permanent(err, "")
+		}
+	}
 	switch {
 	case p.atomic != nil:
 		if end.IsZero() && len(records) == 0 {

@@ -35,13 +35,22 @@
 // has TCP keepalives (dbconn), and the standby's waits are bounded the same
 // way, so no path waits on a silent network.
 //
-// The lock is the first guard, not the only one. A frozen process that
-// resumes after a standby took over runs until its next check (at most
-// check_interval). In that window the checkpoint table refuses its saves
-// (checkpoint.Table.Claim), in exactly-once mode the Kafka transactional id
-// fences its producer, the replication slot (PostgreSQL) or server_id
-// (MySQL) was taken over by the new active instance, and in at-least-once
-// mode what it still sends can only add duplicates.
+// # Lease
+//
+// The active instance does not wait for a failing check to learn that it
+// may have lost the lock. Every successful check extends a Lease on the
+// monotonic clock (Lease.Valid): until the check's send time plus
+// session_timeout minus a tenth of it, the earliest the server could free
+// the lock is still ahead. The caller checks the lease before every write
+// to the sink, so a frozen process (SIGSTOP, a paused VM) that resumes
+// after a standby took over finds its lease expired before it writes
+// anything, and aborts without draining what it had read ahead.
+//
+// The lease is the first guard, not the only one: the checkpoint table
+// refuses a stale owner's saves (checkpoint.Table.Claim), in exactly-once
+// mode the Kafka transactional id fences its producer, and the
+// replication slot (PostgreSQL) or server_id (MySQL) was taken over by
+// the new active instance.
 package ha
 
 import (
@@ -54,6 +63,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -157,10 +167,147 @@ func (c Config) conn(wait time.Duration) dbconn.Options {
 type Locker interface {
 	// Lock blocks until this instance holds the lock (it is then the
 	// active one) or ctx is done. lost is closed when the lock is found
-	// lost; the caller must then stop streaming immediately. release
-	// gives the lock up and closes the connection; it may be called once,
-	// also after lost. An error is ctx's, or a permanent one (bad DSN).
+	// lost or its lease expires; the caller must then stop streaming
+	// immediately. release gives the lock up and closes the connection;
+	// it may be called once, also after lost. An error is ctx's, or a
+	// permanent one (bad DSN).
 	Lock(ctx context.Context) (lost <-chan struct{}, release func(), err error)
+	// Acquire is Lock returning the lock's Lease, which the caller checks
+	// before every write that only the lock holder may make.
+	Acquire(ctx context.Context) (lease *Lease, release func(), err error)
+}
+
+// Lease says until when the lock is known to be held, on the monotonic
+// clock. The server ends the lock session only after session_timeout
+// without a statement from it, so a successful lock check sent at t
+// proves that no other instance can hold the lock before
+// t + session_timeout. The lease therefore runs until the send time of
+// the last successful check (or of the acquisition) plus session_timeout
+// minus a margin (LeaseMargin) that leaves time to cancel what is in
+// flight. A frozen process (SIGSTOP, a paused VM) finds its lease expired
+// the moment it resumes, because the monotonic clock kept running: it
+// needs no check answer, no timer and no goroutine to know it must not
+// write. Its methods may be called from any goroutine. The zero Lease is
+// expired.
+type Lease struct {
+	base    time.Time     // monotonic reference
+	until   atomic.Int64  // expiry as nanoseconds after base
+	margin  time.Duration // subtracted from session_timeout
+	timeout time.Duration // session_timeout
+	lost    chan struct{}
+	once    sync.Once
+	// released: given up by release, invalid without being lost.
+	released atomic.Bool
+	mu       sync.Mutex // guards timer, stopped and why
+	timer    *time.Timer
+	stopped  bool
+	why      string
+}
+
+// LeaseMargin is how much earlier than the server could free the lock a
+// lease expires: a tenth of the session timeout. A confirmation comes at
+// least every check_interval + session_timeout/2 (at most 5/6 of the
+// session timeout apart), so a healthy lease never expires between two.
+func (c Config) LeaseMargin() time.Duration { return c.SessionTimeout / 10 }
+
+func newLease(cfg Config, confirmed time.Time) *Lease {
+	l := &Lease{base: confirmed, margin: cfg.LeaseMargin(), timeout: cfg.SessionTimeout, lost: make(chan struct{})}
+	l.until.Store(int64(cfg.SessionTimeout - l.margin))
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(l.Expiry()), l.expireIfDue)
+	l.mu.Unlock()
+	return l
+}
+
+// Valid reports whether the lock is still known to be held at now (pass
+// time.Now(), which carries the monotonic reading).
+func (l *Lease) Valid(now time.Time) bool {
+	if l == nil {
+		return true
+	}
+	if l.released.Load() {
+		return false
+	}
+	select {
+	case <-l.lost:
+		return false
+	default:
+	}
+	return now.Sub(l.base) < time.Duration(l.until.Load())
+}
+
+// Expiry returns when the lease ends unless confirmed again.
+func (l *Lease) Expiry() time.Time { return l.base.Add(time.Duration(l.until.Load())) }
+
+// Lost is closed once the lease ended: the lock was found lost, or it was
+// not confirmed in time.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Why says why the lease ended ("" while it holds).
+func (l *Lease) Why() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.why
+}
+
+// confirm extends the lease after a successful check sent at sent.
+func (l *Lease) confirm(sent time.Time) {
+	d := sent.Sub(l.base) + l.timeout - l.margin
+	if d > time.Duration(l.until.Load()) {
+		l.until.Store(int64(d))
+	}
+	l.rearm()
+}
+
+// rearm sets the expiry timer to the current expiry.
+func (l *Lease) rearm() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer != nil && !l.stopped {
+		l.timer.Reset(time.Until(l.Expiry()))
+	}
+}
+
+// stopTimer stops the expiry timer for good.
+func (l *Lease) stopTimer() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+}
+
+func (l *Lease) expireIfDue() {
+	if l.released.Load() {
+		return
+	}
+	if !l.Valid(time.Now()) {
+		l.end(fmt.Sprintf("the lock was not confirmed within %s (ha.session_timeout minus a margin of %s)", l.timeout-l.margin, l.margin))
+		return
+	}
+	l.rearm()
+}
+
+// release makes the lease invalid without reporting it lost (the lock
+// was given up).
+func (l *Lease) release() {
+	l.released.Store(true)
+	l.stopTimer()
+}
+
+// end closes Lost once, recording why.
+func (l *Lease) end(why string) bool {
+	ended := false
+	l.once.Do(func() {
+		l.mu.Lock()
+		l.why = why
+		l.mu.Unlock()
+		l.stopTimer()
+		close(l.lost)
+		ended = true
+	})
+	return ended
 }
 
 // LockName is the lock's name for a connector: "outbox-cdc:<name>", cut to
@@ -281,12 +428,22 @@ func (l *sqlLock) wait() time.Duration {
 
 // Lock implements Locker.
 func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
+	lease, release, err := l.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lease.Lost(), release, nil
+}
+
+// Acquire implements Locker.
+func (l *sqlLock) Acquire(ctx context.Context) (*Lease, func(), error) {
 	db, err := dbconn.Open(l.dialect, l.dsn, l.cfg.conn(l.wait()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("ha: opening %s: %w", outboxcdc.RedactDSN(l.dsn), err)
 	}
 	db.SetMaxIdleConns(0)
 	var conn *sql.Conn
+	var sent time.Time
 	logged := false
 	for {
 		if conn == nil {
@@ -298,6 +455,7 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 		if err == nil {
 			// A standby's attempt waits on the server for up to wait();
 			// beyond that plus the check timeout its path is silent.
+			sent = time.Now()
 			cctx, cancel := context.WithTimeout(ctx, l.wait()+l.cfg.CheckTimeout())
 			got, err = l.d.try(cctx, conn, l.wait())
 			cancel()
@@ -329,10 +487,12 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 			logged = true
 		}
 	}
+	// The attempt's send time: the server cannot free the lock earlier
+	// than session_timeout after it.
+	lease := newLease(l.cfg, sent)
 	l.log.Info().Dur("session_timeout", l.cfg.SessionTimeout).Dur("stops_within", l.cfg.ActiveStopsWithin()).
-		Msg("lock acquired: this instance is active")
+		Dur("lease_margin", l.cfg.LeaseMargin()).Msg("lock acquired: this instance is active")
 
-	lost := make(chan struct{})
 	stop := make(chan struct{})
 	watched := make(chan struct{})
 	go func() {
@@ -342,6 +502,9 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 		for {
 			select {
 			case <-stop:
+				return
+			case <-lease.Lost():
+				l.log.Error().Str("reason", lease.Why()).Msg("lock lease expired: this instance must stop streaming")
 				return
 			case <-t.C:
 			}
@@ -361,10 +524,12 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 				} else if timedOut {
 					err = fmt.Errorf("the lock check got no answer within %s (ha.session_timeout / 2): %w", l.cfg.CheckTimeout(), err)
 				}
-				l.log.Error().Err(err).Dur("check_took", time.Since(began)).Msg("lock lost: this instance must stop streaming")
-				close(lost)
+				if lease.end(err.Error()) {
+					l.log.Error().Err(err).Dur("check_took", time.Since(began)).Msg("lock lost: this instance must stop streaming")
+				}
 				return
 			}
+			lease.confirm(began)
 		}
 	}()
 	var once sync.Once
@@ -372,6 +537,7 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 		once.Do(func() {
 			close(stop)
 			<-watched
+			lease.release()
 			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if err := l.d.release(cctx, conn); err == nil {
 				l.log.Info().Msg("lock released")
@@ -381,5 +547,5 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 			db.Close()
 		})
 	}
-	return lost, release, nil
+	return lease, release, nil
 }

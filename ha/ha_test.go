@@ -290,3 +290,44 @@ func TestConfigBounds(t *testing.T) {
 		t.Fatalf("1s session timeout: %v", err)
 	}
 }
+
+// TestLeaseExpiresOnTheMonotonicClock: a lease whose last confirmation is
+// older than session_timeout minus the margin is invalid at once, without
+// its timer having run (a process resumed after SIGSTOP), and a
+// confirmation extends it only from the time the check was sent.
+func TestLeaseExpiresOnTheMonotonicClock(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.SessionTimeout = 2 * time.Second
+	now := time.Now()
+	l := newLease(cfg, now)
+	if !l.Valid(now) || !l.Valid(now.Add(cfg.SessionTimeout-cfg.LeaseMargin()-time.Millisecond)) {
+		t.Fatal("a fresh lease is not valid")
+	}
+	if l.Valid(now.Add(cfg.SessionTimeout - cfg.LeaseMargin())) {
+		t.Fatal("the lease is valid at session_timeout minus the margin")
+	}
+	l.confirm(now.Add(time.Second))
+	if !l.Valid(now.Add(cfg.SessionTimeout)) || l.Valid(now.Add(time.Second+cfg.SessionTimeout-cfg.LeaseMargin())) {
+		t.Fatalf("confirm at +1s: expiry %s after the start, want %s", l.Expiry().Sub(now), time.Second+cfg.SessionTimeout-cfg.LeaseMargin())
+	}
+	l.confirm(now) // an older check never shortens it
+	if !l.Valid(now.Add(cfg.SessionTimeout)) {
+		t.Fatal("an older confirmation shortened the lease")
+	}
+
+	frozen := newLease(cfg, time.Now().Add(-cfg.SessionTimeout)) // confirmed, then frozen for a session timeout
+	if frozen.Valid(time.Now()) {
+		t.Fatal("a lease last confirmed a session timeout ago is valid")
+	}
+	select {
+	case <-frozen.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("an expired lease does not close Lost")
+	}
+	if frozen.Why() == "" {
+		t.Fatal("no reason for the expiry")
+	}
+	if frozen.end("again") {
+		t.Fatal("a lease ended twice")
+	}
+}

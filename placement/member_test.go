@@ -145,6 +145,9 @@ func (f *fakeConnectors) Stop(name string) error {
 	return nil
 }
 
+// Abort is Stop: the fake writes nothing it would have to drain.
+func (f *fakeConnectors) Abort(name string) error { return f.Stop(name) }
+
 func (f *fakeConnectors) run(ctx context.Context, name string) {
 	l, err := ha.New("mysql", f.spec.DSN, name, f.ha, f.log)
 	if err != nil {

@@ -18,7 +18,9 @@
 //     Connectors.Start for its connector; when the partition is revoked
 //     (another replica joined) or lost (this replica missed its heartbeats
 //     for the session timeout and was dropped from the group), it calls
-//     Connectors.Stop.
+//     Connectors.Stop for a revoke (graceful: drain, checkpoint) and
+//     Connectors.Abort for a loss (nothing more is written: another
+//     replica may already stream the connector).
 //
 // # Placement is a hint; the lock fences
 //
@@ -156,6 +158,14 @@ type Connectors interface {
 	// called for, also when the connector already stopped by itself. An
 	// error is logged.
 	Stop(name string) error
+	// Abort stops the connector at once, without draining anything into
+	// its sink (what it read ahead is dropped, the write in flight
+	// cancelled), and returns once it has stopped. Placement calls it
+	// instead of Stop when the assignment was lost: the group has
+	// already given the connector to another replica, which may be
+	// streaming it, so nothing more may be written here. Same calling
+	// rules as Stop.
+	Abort(name string) error
 }
 
 // Run joins the placement group and starts and stops connectors as the
@@ -300,13 +310,18 @@ func (m *member) revoked(_ context.Context, _ *kgo.Client, parts map[string][]in
 	m.stop(m.namesOf(parts), "revoked: another replica takes it")
 }
 
+// lost aborts: the group gave the connectors away while this replica was
+// silent (frozen, cut off), so another replica may stream them already.
 func (m *member) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-	m.stop(m.namesOf(parts), "lost: the group dropped this replica (missed heartbeats)")
+	m.end(m.namesOf(parts), "lost: the group dropped this replica (missed heartbeats)", true)
 }
 
-// stop stops names in parallel, so a replica giving several connectors
-// away is done after the slowest one.
-func (m *member) stop(names []string, why string) {
+// stop stops names gracefully in parallel, so a replica giving several
+// connectors away is done after the slowest one.
+func (m *member) stop(names []string, why string) { m.end(names, why, false) }
+
+// end stops (or, with abort, aborts) names in parallel.
+func (m *member) end(names []string, why string, abort bool) {
 	var wg sync.WaitGroup
 	for _, n := range names {
 		m.mu.Lock()
@@ -316,8 +331,18 @@ func (m *member) stop(names []string, why string) {
 		if !was {
 			continue
 		}
-		m.log.Info().Str("connector", n).Msg(why + ": stopping the connector")
 		wg.Add(1)
+		if abort {
+			m.log.Warn().Str("connector", n).Msg(why + ": aborting the connector without draining")
+			go func() {
+				defer wg.Done()
+				if err := m.conns.Abort(n); err != nil {
+					m.log.Error().Err(err).Str("connector", n).Msg("aborting the connector")
+				}
+			}()
+			continue
+		}
+		m.log.Info().Str("connector", n).Msg(why + ": stopping the connector")
 		go func() {
 			defer wg.Done()
 			if err := m.conns.Stop(n); err != nil {

@@ -3,7 +3,9 @@ package placement
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,6 +69,7 @@ type nopConnectors struct{}
 
 func (nopConnectors) Start(string) error { return nil }
 func (nopConnectors) Stop(string) error  { return nil }
+func (nopConnectors) Abort(string) error { return nil }
 
 // A placement topic with another partition count than connectors would
 // make partition numbers name the wrong connectors: Run refuses it.
@@ -112,5 +115,38 @@ func TestKgoLoggerUniqueKeys(t *testing.T) {
 		if !strings.Contains(line, want) {
 			t.Errorf("line lacks %s: %s", want, line)
 		}
+	}
+}
+
+// callLog is a Connectors that records which call each connector got.
+type callLog struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *callLog) record(call, name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, call+" "+name)
+	return nil
+}
+func (c *callLog) Start(name string) error { return c.record("start", name) }
+func (c *callLog) Stop(name string) error  { return c.record("stop", name) }
+func (c *callLog) Abort(name string) error { return c.record("abort", name) }
+
+// TestLostAssignmentAborts: a lost assignment aborts its connectors (no
+// drain into the sink: another replica may stream them already), a
+// revoked one stops them gracefully.
+func TestLostAssignmentAborts(t *testing.T) {
+	c := &callLog{}
+	m := &member{conns: c, names: []string{"a", "b", "c"}, topic: "p", log: zerolog.Nop(), running: map[string]bool{}}
+	m.assigned(context.Background(), nil, map[string][]int32{"p": {0, 1, 2}})
+	m.lost(context.Background(), nil, map[string][]int32{"p": {0, 1}})
+	m.revoked(context.Background(), nil, map[string][]int32{"p": {2}})
+	slices.Sort(c.calls) // each callback ends its connectors in parallel
+	got := strings.Join(c.calls, ", ")
+	want := "abort a, abort b, start a, start b, start c, stop c"
+	if got != want {
+		t.Fatalf("calls: %s\nwant:  %s", got, want)
 	}
 }

@@ -540,10 +540,25 @@ func (k *kafkaSink) send(c *producer, w *brokerWork, enc *encodeBuf, a *attempt,
 	}
 }
 
+// SetFence implements outboxcdc.FencedSink: fence is asked right before
+// every produce request, the first one of a write and every retry, on the
+// goroutine that would send it; when it refuses, the request and the rest
+// of the attempt are not sent. fence must not call into the sink.
+func (k *kafkaSink) SetFence(fence func() error) { k.fence.Store(&fence) }
+
 // sendAll hands the planned work to the brokers, one goroutine per broker
 // so that the requests to different brokers overlap, and returns a channel
 // closed when every record has its answer.
 func (k *kafkaSink) sendAll(c *producer, works []*brokerWork, a *attempt, acquire func(int64) error) <-chan struct{} {
+	if f := k.fence.Load(); f != nil {
+		room := acquire
+		acquire = func(n int64) error {
+			if err := (*f)(); err != nil {
+				return err // not sent: answered errNotSent
+			}
+			return room(n)
+		}
+	}
 	var wg sync.WaitGroup
 	if k.sending.Load() != 0 {
 		k.bufs.encs = nil // an abandoned attempt's goroutines still use them

@@ -47,6 +47,9 @@ type kafkaSink struct {
 	probing   atomic.Bool   // a probe's request is pending
 	probeDone chan struct{} // closed when probeLoop returns
 
+	// fence, when set, is asked before every produce request (SetFence).
+	fence atomic.Pointer[func() error]
+
 	health   *outboxcdc.SinkHealth
 	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
 	lastFail atomic.Int64 // unix nanos of the last failed attempt

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -135,12 +136,20 @@ func openStore(cfg Config, kind string, log zerolog.Logger) (store outboxcdc.Che
 // before the pipeline is built) it says why it is not ready; once active
 // it delegates to the pipeline.
 //
-// Lock loss is fatal for the process, and nothing is drained: the
-// checkpoint store refuses every further save (fence), the sink is closed,
-// which cancels the write in flight (at-least-once: the Write returns;
-// exactly-once: the open Kafka transaction is abandoned, and the next
-// instance's InitProducerId aborts it), the outbox lifecycle stops without
-// marking what is queued, and the pipeline is cancelled. runConnector then
+// While active, every sink write is fenced by the lock's lease (ha.Lease,
+// checked at the time of the write on the monotonic clock): a process
+// resumed after a freeze longer than the lease finds it expired before it
+// writes anything, even before its lock check has run.
+//
+// Lock loss (the check failed, the lease expired, or the checkpoint table
+// was claimed by another instance) aborts the connector, and nothing is
+// drained: the pipeline issues no further write (outboxcdc.Pipeline.Abort,
+// what was read ahead is dropped), the checkpoint store refuses every
+// further save (fence), the sink is closed, which cancels the write in
+// flight (at-least-once: the Write returns; exactly-once: the open Kafka
+// transaction is abandoned, and the next instance's InitProducerId aborts
+// it), the outbox lifecycle stops without marking what is queued, and the
+// pipeline is cancelled. runConnector then
 // returns an error, so the process exits 1 and its supervisor restarts it
 // as a standby. A fresh process resets every connection and producer,
 // which is simpler and safer than returning to standby in-process.
@@ -155,9 +164,14 @@ type haState struct {
 	// fenced is set the moment the lock is found lost, before anything
 	// else happens: from then on no checkpoint is saved. lostCh is closed
 	// right after.
-	fenced  atomic.Bool
-	lostCh  chan struct{}
-	endOnce sync.Once // closes lostCh
+	fenced   atomic.Bool
+	lostCh   chan struct{}
+	loseOnce sync.Once
+	// lease is the lock's, set once the lock is held (nil: HA off, or
+	// standby). Written once before the pipeline exists.
+	lease atomic.Pointer[ha.Lease]
+	// runCancel cancels the active run's context (set by acquire).
+	runCancel context.CancelFunc
 
 	// Stepping down (stepdown.go): afterStepDown is set when the previous
 	// run of the connector stepped down; ready records the standby's
@@ -170,11 +184,10 @@ type haState struct {
 	mu      sync.Mutex
 	ready   readiness // the pipeline once active
 	standby bool
-	abort   func() // closes the sink and the lifecycle without draining
+	abort   func(cause error) // aborts the pipeline, closes the sink and the lifecycle without draining
 	lost    bool
 	release func()
-	// cancel ends the active run; steppedDown: it ended by stepDown.
-	cancel      context.CancelFunc
+	// steppedDown: the run ended by stepDown.
 	steppedDown bool
 }
 
@@ -192,7 +205,7 @@ func (h *haState) Ready() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
-	case h.lost:
+	case h.lost || !h.holds(time.Now()):
 		return errors.New("lost the HA lock; stopping")
 	case h.standby:
 		return errors.New("standby: another instance holds the HA lock")
@@ -237,7 +250,7 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 			return nil, err
 		}
 	}
-	lost, release, err := l.Lock(ctx)
+	lease, release, err := l.Acquire(ctx)
 	if pr != nil {
 		pr.end()
 	}
@@ -246,37 +259,95 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
+	h.lease.Store(lease)
 	h.mu.Lock()
 	h.standby = false
 	h.release = release
-	h.cancel = cancel
+	h.runCancel = cancel
 	h.mu.Unlock()
 	h.active.Set(1)
 	go func() {
 		select {
-		case <-lost:
+		case <-lease.Lost():
 		case <-runCtx.Done():
 			return
 		}
-		h.fenced.Store(true)
-		h.endOnce.Do(func() { close(h.lostCh) })
-		h.log.Error().Msg("lost the HA lock: aborting the write in flight and saving no further checkpoint; a standby takes over")
-		h.active.Set(0)
-		h.mu.Lock()
-		h.lost = true
-		abort := h.abort
-		h.mu.Unlock()
-		if abort != nil {
-			abort()
-		}
-		cancel()
+		h.loseLock(lease.Why())
 	}()
 	return runCtx, nil
 }
 
+// loseLock aborts the active run once: no checkpoint is saved any more,
+// no sink write is issued, the write in flight is cancelled, nothing read
+// ahead is drained. why says how the loss was found.
+func (h *haState) loseLock(why string) {
+	h.loseOnce.Do(func() {
+		h.fenced.Store(true)
+		close(h.lostCh)
+		h.log.Error().Str("reason", why).Msg("lost the HA lock: aborting without draining (the write in flight is cancelled, nothing read ahead is written, no further checkpoint is saved); a standby takes over")
+		h.active.Set(0)
+		h.mu.Lock()
+		h.lost = true
+		abort, cancel := h.abort, h.runCancel
+		h.mu.Unlock()
+		if abort != nil {
+			abort(fmt.Errorf("%w: %s", errLockLost, why))
+		}
+		if cancel != nil {
+			cancel()
+		}
+	})
+}
+
+// abortRun aborts the active run without draining (loseLock) with cause;
+// a standby has nothing to abort.
+func (h *haState) abortRun(cause error) {
+	if h.lease.Load() != nil {
+		h.loseLock(cause.Error())
+	}
+}
+
+// holds reports whether this instance may write at now: HA is off, or its
+// lock's lease is valid. A standby (no lease yet) does not hold it.
+func (h *haState) holds(now time.Time) bool {
+	if !h.cfg.HA.Enabled {
+		return true
+	}
+	l := h.lease.Load()
+	return l != nil && !h.fenced.Load() && l.Valid(now)
+}
+
+// errLeaseExpired is the fence's refusal of a sink write after the lease
+// ran out.
+var errLeaseExpired = errors.New("the HA lock's lease expired (not confirmed within ha.session_timeout minus a tenth): another instance may hold the lock; the write is not issued")
+
+// leaseFence is the sink's fence (outboxcdc.FencedSink): it refuses a
+// produce request once the lease is not valid, without side effects (it
+// runs on the sink's goroutines; the lease's own expiry aborts the run).
+func (h *haState) leaseFence() error {
+	if h.holds(time.Now()) {
+		return nil
+	}
+	return errLeaseExpired
+}
+
+// writeFence is the pipeline's fence (outboxcdc.Pipeline.SetFence): a sink
+// write is issued only while the lock's lease is valid at that moment. A
+// refusal loses the lock (abort, no drain).
+func (h *haState) writeFence() error {
+	if h.holds(time.Now()) {
+		return nil
+	}
+	if h.fenced.Load() {
+		return errLockLost
+	}
+	h.loseLock(errLeaseExpired.Error())
+	return errLeaseExpired
+}
+
 // activate hands /readyz to the pipeline and registers what aborts the
-// sink and the lifecycle when the lock is lost.
-func (h *haState) activate(r readiness, abort func()) {
+// pipeline, the sink and the lifecycle when the lock is lost.
+func (h *haState) activate(r readiness, abort func(cause error)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ready = r
@@ -362,7 +433,7 @@ func (f *fencedCheckpoint) Load(ctx context.Context) (outboxcdc.Position, error)
 }
 
 func (f *fencedCheckpoint) Save(ctx context.Context, pos outboxcdc.Position) error {
-	if f.h.fenced.Load() {
+	if !f.h.holds(time.Now()) {
 		return errLockLost
 	}
 	return f.cp.Save(ctx, pos)

@@ -12,6 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 func newLogger(cfg LogConfig, w io.Writer) zerolog.Logger {
@@ -145,6 +147,9 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 			log.Warn().Dur("waited", lostExitWait).Msg("the pipeline did not stop after the HA lock loss (a source connection hangs on the network?); no longer waiting for it")
 		}
 	}
+	if claimedElsewhere(cfg, err) {
+		role.loseLock(err.Error())
+	}
 	if lostErr := role.err(); lostErr != nil {
 		if err != nil {
 			lostErr = fmt.Errorf("%w (pipeline: %v)", lostErr, err)
@@ -170,6 +175,14 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 	return nil
 }
 
+// claimedElsewhere reports whether err says that another instance claimed
+// the checkpoint (or the transactional id): it holds the lock, whatever
+// this one believed. With HA that is a lost lock, not a failure: the
+// connector goes back to standby instead of halting.
+func claimedElsewhere(cfg Config, err error) bool {
+	return cfg.HA.Enabled && (errors.Is(err, checkpoint.ErrFenced) || sink.IsFenced(err))
+}
+
 // lostExitWait bounds how long a process that lost the HA lock waits for
 // its pipeline to return before exiting anyway.
 const lostExitWait = 5 * time.Second
@@ -181,9 +194,10 @@ type parts struct {
 	// close closes everything, giving the lifecycle up to
 	// pipeline.shutdown_timeout to mark what is queued.
 	close func()
-	// abort closes the sink (cancelling the write in flight) and the
-	// lifecycle at once: HA lock loss.
-	abort func()
+	// abort stops the pipeline without draining (no further write), closes
+	// the sink (cancelling the write in flight) and the lifecycle at once:
+	// HA lock loss, a lost placement assignment.
+	abort func(cause error)
 }
 
 // build constructs the pipeline and what closes or aborts what it opened.
@@ -224,6 +238,12 @@ func build(ctx context.Context, cfg Config, opts runOptions, role *haState, log 
 	if witness != nil {
 		p.Witness(witness, opts.freshStart)
 	}
+	if cfg.HA.Enabled {
+		p.SetFence(role.writeFence) // no sink write without a valid lease
+		if fs, ok := snk.(outboxcdc.FencedSink); ok {
+			fs.SetFence(role.leaseFence) // nor a request inside one (a retry)
+		}
+	}
 	lc, err := observeLifecycle(cfg, p, cols, log, reg) // lifecycle.go
 	if err != nil {
 		snk.Close()
@@ -247,7 +267,8 @@ func build(ctx context.Context, cfg Config, opts runOptions, role *haState, log 
 			closeSink()
 			closeCP()
 		},
-		abort: func() {
+		abort: func(cause error) {
+			p.Abort(cause)
 			go lc.close(0)
 			closeSink()
 		},

@@ -250,23 +250,25 @@ func (h *haState) stepDown() {
 // consistent, as the next instance reads the progress only after it) and
 // the lifecycle marks nothing more. Safe to call more than once.
 func (h *haState) abortWithoutDrain() {
-	h.fenced.Store(true)
-	h.endOnce.Do(func() { close(h.lostCh) })
-	h.active.Set(0)
-	h.mu.Lock()
-	h.lost = true
-	abort, cancel := h.abort, h.cancel
-	h.abort = nil
-	h.mu.Unlock()
-	// Cancel first: closing a sink whose broker is silent can take its
-	// close timeout, and the source must let go of the database (binlog
-	// server id, replication slot) for the next active instance at once.
-	if cancel != nil {
-		cancel()
-	}
-	if abort != nil {
-		abort()
-	}
+	h.loseOnce.Do(func() {
+		h.fenced.Store(true)
+		close(h.lostCh)
+		h.active.Set(0)
+		h.mu.Lock()
+		h.lost = true
+		abort, cancel := h.abort, h.runCancel
+		h.abort = nil
+		h.mu.Unlock()
+		// Cancel first: closing a sink whose broker is silent can take its
+		// close timeout, and the source must let go of the database (binlog
+		// server id, replication slot) for the next active instance at once.
+		if cancel != nil {
+			cancel()
+		}
+		if abort != nil {
+			abort(errSteppedDown)
+		}
+	})
 }
 
 // sinkWatch wraps the pipeline's sink and tracks whether it delivers:

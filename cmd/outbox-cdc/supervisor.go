@@ -189,6 +189,37 @@ func (s *supervisor) Stop(name string) error {
 	return nil
 }
 
+// errAssignmentLost is the cause of an abort by placement.
+var errAssignmentLost = errors.New("the placement group gave the connector to another replica while this one was silent")
+
+// Abort implements placement.Connectors (a lost assignment): abortConnector.
+func (s *supervisor) Abort(name string) error { return s.abortConnector(name, errAssignmentLost) }
+
+// abortConnector stops the named connector at once, without draining:
+// no further sink write is issued, the write in flight is cancelled, what
+// was read ahead is dropped (the next owner reads it again from the
+// checkpoint), no checkpoint is saved, then the lock is released; it
+// waits until the connector has stopped. This is the stop for when another
+// replica may already stream the connector (a lost assignment); Stop is
+// the graceful one.
+func (s *supervisor) abortConnector(name string, cause error) error {
+	s.mu.Lock()
+	m, ok := s.conns[name]
+	var role *haState
+	if ok {
+		role = m.role
+	}
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w %q", errNoConnector, name)
+	}
+	if role != nil {
+		s.log.Warn().Str("connector", name).Str("reason", cause.Error()).Msg("aborting the connector without draining")
+		role.abortRun(cause)
+	}
+	return s.Stop(name)
+}
+
 // Restart stops the named connector if it runs, then starts it.
 func (s *supervisor) Restart(name string) error {
 	s.mu.Lock()
@@ -382,7 +413,8 @@ func (s *supervisor) status() []connectorStatus {
 }
 
 // phase derives a live connector's state from its HA role: standby while
-// it waits for the lock, starting until its pipeline exists, then running.
+// it waits for the lock, starting until its pipeline exists, then running;
+// stopping once the lock is lost or its lease has expired at this moment.
 // Callers hold s.mu.
 func (s *supervisor) phase(m *managed) (state string, ready, active bool) {
 	r := m.role
@@ -397,6 +429,10 @@ func (s *supervisor) phase(m *managed) (state string, ready, active bool) {
 		return stateStopping, false, false
 	case standby:
 		return stateStandby, true, false
+	case !r.holds(time.Now()):
+		// The lease is judged now, not from what the last check left:
+		// a replica resumed after a freeze is not active for a moment.
+		return stateStopping, false, false
 	case pipeline == nil:
 		return stateStarting, false, true
 	}

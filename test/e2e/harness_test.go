@@ -44,6 +44,17 @@ type consumed struct {
 	Key       string
 	Value     string
 	Headers   map[string]string
+	// Producer is the Kafka producer that wrote the record: its id and
+	// epoch (each connector process has its own idempotent producer id;
+	// in exactly-once mode the id is shared and the epoch tells them
+	// apart).
+	Producer producerOf
+}
+
+// producerOf identifies a Kafka producer instance.
+type producerOf struct {
+	ID    int64
+	Epoch int16
 }
 
 // consumer reads every topic matching regex with read_committed.
@@ -86,7 +97,7 @@ func (c *consumer) waitFor(t *testing.T, n int, timeout time.Duration) []consume
 			for _, x := range r.Headers {
 				h[x.Key] = string(x.Value)
 			}
-			c.r = append(c.r, consumed{r.Topic, r.Partition, r.Offset, string(r.Key), string(r.Value), h})
+			c.r = append(c.r, consumed{r.Topic, r.Partition, r.Offset, string(r.Key), string(r.Value), h, producerOf{r.ProducerID, r.ProducerEpoch}})
 		})
 	}
 	return append([]consumed(nil), c.r...)
