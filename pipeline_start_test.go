@@ -44,7 +44,7 @@ func (s *quietServer) latest() (int, chan struct{}) {
 // last transaction, reports that start (StartReporter) and then sends
 // every later transaction as it commits. durable says what the store
 // holds; firstSend records what it held when the pipeline took the
-// source's first Tx.
+// source's first Tx (sampled just before that Tx is offered).
 type latestSource struct {
 	srv       *quietServer
 	report    func(context.Context, Position) error
@@ -88,11 +88,22 @@ func (s *latestSource) Run(ctx context.Context, from Position, out chan<- Tx) er
 		}
 		tx := Tx{End: fakePos(next), CommitTime: time.Now(),
 			Events: []Event{{MessageID: strconv.Itoa(next), AggregateID: "a", Payload: []byte(`{}`), Origin: string(fakePos(next))}}}
+		// What the store holds is sampled before the Tx is offered: once
+		// the send returns, the pipeline may already have written and
+		// committed it, and a later sample would see its own end. Nothing
+		// can move the store between this sample and the pipeline taking
+		// the Tx (the start was saved synchronously in report, and no Tx
+		// is in the pipeline yet), so the sample is what the store held
+		// when the first Tx was read.
+		var held Position
+		first := s.firstSend.Load() == nil
+		if first {
+			held = s.durable()
+		}
 		select {
 		case out <- tx:
-			if s.firstSend.Load() == nil {
-				d := s.durable()
-				s.firstSend.Store(&d)
+			if first {
+				s.firstSend.Store(&held)
 			}
 		case <-ctx.Done():
 			return ctx.Err()
