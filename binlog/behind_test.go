@@ -10,3 +10,23 @@ func TestFilesAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestBytesAfter(t *testing.T) {
+	files := []binlogFile{{name: "b.000007", size: 1000}, {name: "b.000008", size: 500}, {name: "b.000009", size: 300}}
+	for _, c := range []struct {
+		cur    string
+		offset uint64
+		want   uint64
+	}{
+		{"b.000009", 300, 0},   // at the end
+		{"b.000009", 100, 200}, // in the last file
+		{"b.000008", 400, 100 + 300},
+		{"b.000007", 4, 996 + 500 + 300},
+		{"b.000003", 4, 1000 + 500 + 300}, // purged: everything listed
+		{"b.000009", 400, 0},              // read past the size listed a moment ago
+	} {
+		if got := bytesAfter(files, c.cur, c.offset); got != c.want {
+			t.Errorf("bytesAfter(%s, %d) = %d, want %d", c.cur, c.offset, got, c.want)
+		}
+	}
+}

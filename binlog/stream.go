@@ -103,6 +103,7 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 		// files-behind watcher reads what was stored.
 		cur := st.file
 		st.src.curFile.Store(&cur)
+		st.src.curOffset.Store(e.Position)
 		if !st.inTx && !st.pos.IsGTID() {
 			// Not a transaction end, but the next one will be in this file;
 			// keep pos meaningful for logs.
