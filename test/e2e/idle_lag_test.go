@@ -67,7 +67,7 @@ func lagAlertTest(series string, fires bool) string {
           - exp_labels: {severity: warning, job: outbox-cdc, connector: c}
             exp_annotations:
               summary: "outbox-cdc outbox-cdc: events reach Kafka 2m 0s after their commit"
-              description: "Source commit to checkpoint of the last checkpointed transaction is above 60s. Check sink write latency and Kafka."
+              description: "A transaction committed over 60s ago is not yet delivered and checkpointed (or the last one took that long). Check sink write latency and Kafka. An idle connector reads 0."
 `
 	}
 	return fmt.Sprintf(`  - interval: 1m
