@@ -42,13 +42,19 @@ func newBehindMetrics(reg prometheus.Registerer) (behindMetrics, error) {
 	return m, nil
 }
 
-// watchBehind keeps the files- and bytes-behind gauges up to date, at once
-// and then every behindInterval, until ctx is done. A failed query leaves
+// watchBehind keeps the files- and bytes-behind gauges up to date, as soon
+// as the stream knows its file and then every behindInterval, until ctx is done. A failed query leaves
 // them as they were: this is monitoring, not a reason to stop.
 func (s *Source) watchBehind(ctx context.Context, db *sql.DB) {
-	t := time.NewTicker(behindInterval)
+	t := time.NewTimer(0)
 	defer t.Stop()
+	measured := false
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 		if cur := s.curFile.Load(); cur != nil {
 			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			files, err := binaryLogs(qctx, db)
@@ -56,13 +62,15 @@ func (s *Source) watchBehind(ctx context.Context, db *sql.DB) {
 			if err == nil {
 				s.behind.files.Set(float64(filesAfter(files, *cur)))
 				s.behind.bytes.Set(float64(bytesAfter(files, *cur, s.curOffset.Load())))
+				measured = true
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		// Until the stream knows its file, look again every second.
+		next := behindInterval
+		if !measured {
+			next = time.Second
 		}
+		t.Reset(next)
 	}
 }
 

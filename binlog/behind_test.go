@@ -1,6 +1,10 @@
 package binlog
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+	"time"
+)
 
 func TestFilesAfter(t *testing.T) {
 	files := []binlogFile{{name: "b.000007"}, {name: "b.000008"}, {name: "b.000009"}}
@@ -28,5 +32,24 @@ func TestBytesAfter(t *testing.T) {
 		if got := bytesAfter(files, c.cur, c.offset); got != c.want {
 			t.Errorf("bytesAfter(%s, %d) = %d, want %d", c.cur, c.offset, got, c.want)
 		}
+	}
+}
+
+// A stream held back (the pipeline does not take its transactions) reads
+// behind the server's binlog end: outbox_cdc_mysql_binlog_bytes_behind
+// says by how much, soon after the start.
+func TestBytesBehindWhileHeldBack(t *testing.T) {
+	f := newFixture(t)
+	r := f.start(f.config(), seedColumns, "")
+	r.waitReady()
+	for i := 0; i < 60; i++ {
+		f.insertTx(fmt.Sprintf("held-%d", i))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for counter(t, r.src.behind.bytes) <= 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("outbox_cdc_mysql_binlog_bytes_behind still 0 with 60 transactions not taken")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
