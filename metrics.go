@@ -19,11 +19,12 @@ type SourceMetrics struct {
 	Connected prometheus.Gauge
 	// LagSeconds is now minus the commit time of the last transaction read.
 	LagSeconds prometheus.Gauge
-	// BinlogFilesBehind is how many binlog files the server has written
-	// after the one being read (MySQL/MariaDB; stays 0 for PostgreSQL,
-	// whose slot lag is outbox_cdc_postgres_slot_lag_bytes).
-	BinlogFilesBehind prometheus.Gauge
 }
+
+// Each source exports the figures of how far behind it reads that it has
+// (MySQL/MariaDB: outbox_cdc_mysql_binlog_files_behind and
+// _bytes_behind; PostgreSQL: outbox_cdc_postgres_slot_lag_bytes), on the
+// registerer its constructor gets.
 
 // NewSourceMetrics creates the source metrics and registers them on reg (a
 // nil reg registers nothing, for tests).
@@ -53,17 +54,13 @@ func NewSourceMetrics(reg prometheus.Registerer) *SourceMetrics {
 			Name: "outbox_cdc_source_lag_seconds",
 			Help: "Seconds between now and the commit time of the last source transaction read.",
 		}),
-		BinlogFilesBehind: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "outbox_cdc_mysql_binlog_files_behind",
-			Help: "Binlog files the MySQL/MariaDB server wrote after the one being read (0 for PostgreSQL).",
-		}),
 	}
 	// Present from the start, so dashboards and alerts see 0, not nothing.
 	for _, op := range []string{"update", "delete"} {
 		m.SkippedOperations.WithLabelValues(op)
 	}
 	if reg != nil {
-		reg.MustRegister(m.EventsRead, m.TransactionsRead, m.SkippedOperations, m.Reconnects, m.Connected, m.LagSeconds, m.BinlogFilesBehind)
+		reg.MustRegister(m.EventsRead, m.TransactionsRead, m.SkippedOperations, m.Reconnects, m.Connected, m.LagSeconds)
 	}
 	return m
 }
@@ -71,10 +68,11 @@ func NewSourceMetrics(reg prometheus.Registerer) *SourceMetrics {
 // SinkMetrics are the metrics every sink exports under the same names
 // (Kafka at-least-once and exactly-once, RabbitMQ, NATS JetStream, Redis),
 // so dashboards and alerts do not care where the records go. A sink
-// creates one set with NewSinkMetrics; its Write updates them.
+// creates one set with NewSinkMetrics; its Write updates them. The
+// records acknowledged are counted once, by the pipeline
+// (outbox_cdc_records_delivered_total; outbox_cdc_sink_records_total, the
+// same count, was removed).
 type SinkMetrics struct {
-	// Records counts records the destination acknowledged.
-	Records prometheus.Counter
 	// Bytes counts key, value and header bytes of acknowledged records.
 	Bytes prometheus.Counter
 	// Errors counts records whose delivery attempt failed, by kind;
@@ -97,10 +95,6 @@ type SinkMetrics struct {
 // reg registers nothing, for tests).
 func NewSinkMetrics(reg prometheus.Registerer) *SinkMetrics {
 	m := &SinkMetrics{
-		Records: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_cdc_sink_records_total",
-			Help: "Records acknowledged by the destination.",
-		}),
 		Bytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_cdc_sink_bytes_total",
 			Help: "Key, value and header bytes of the records acknowledged by the destination.",
@@ -126,7 +120,7 @@ func NewSinkMetrics(reg prometheus.Registerer) *SinkMetrics {
 	m.Retryable = m.Errors.WithLabelValues("retryable")
 	m.Permanent = m.Errors.WithLabelValues("permanent")
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Bytes, m.Errors, m.Duplicates, m.WriteSeconds, m.Connected)
+		reg.MustRegister(m.Bytes, m.Errors, m.Duplicates, m.WriteSeconds, m.Connected)
 	}
 	return m
 }

@@ -164,6 +164,8 @@ type Pipeline struct {
 	dead     DeadLetter  // set with on_error: dlq
 	log      zerolog.Logger
 	metrics  *pipelineMetrics
+	// lag is what outbox_cdc_lag_seconds reads.
+	lag *lagTracker
 	// saved is the last position this run checkpointed (nil: none yet),
 	// for the stop's report.
 	saved atomic.Pointer[Position]
@@ -250,10 +252,12 @@ func NewPipeline(cfg PipelineConfig, src Source, router Router, sink Sink, cp Ch
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	lag := &lagTracker{}
 	p := &Pipeline{
 		cfg: cfg, src: src, router: router, sink: sink, cp: cp,
 		log:     log.With().Str("component", "pipeline").Logger(),
-		metrics: newPipelineMetrics(reg),
+		metrics: newPipelineMetrics(reg, lag),
+		lag:     lag,
 		spare:   make(chan *batch, 3),
 		aborted: make(chan struct{}),
 	}
@@ -392,6 +396,14 @@ type batch struct {
 	txs        int
 	end        Position // end of the last whole transaction; zero if none
 	commitTime time.Time
+	// firstCommit is the commit time of the batch's first transaction
+	// that has one (the oldest), for outbox_cdc_lag_seconds while the
+	// batch is not checkpointed.
+	firstCommit time.Time
+	// idle: the last whole transaction is a source's "nothing pending"
+	// marker (an end without a commit time, e.g. the Postgres idle
+	// advance or a MySQL heartbeat): once checkpointed the lag is 0.
+	idle bool
 	// cont: records[0] continues a transaction begun in an earlier batch.
 	cont bool
 	// open: the records from openFrom on belong to a transaction whose
@@ -866,6 +878,9 @@ func (p *Pipeline) add(b *batch, tx Tx) error {
 	if !b.open {
 		b.openFrom = len(b.records)
 	}
+	if b.firstCommit.IsZero() {
+		b.firstCommit = tx.CommitTime
+	}
 	if tx.Pool != nil && cap(tx.Events) > 0 {
 		// Kept whatever happens to its records here: a row cut off by
 		// truncate is read by nothing once the batch is written.
@@ -908,6 +923,8 @@ func (p *Pipeline) add(b *batch, tx Tx) error {
 	if !tx.CommitTime.IsZero() {
 		b.commitTime = tx.CommitTime
 	}
+	// An end without a commit time says the source has nothing pending.
+	b.idle = tx.CommitTime.IsZero()
 	return nil
 }
 
@@ -957,6 +974,7 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 			return sv.close()
 		}
 		start := time.Now()
+		p.lag.writing(b.firstCommit)
 		if err := p.deliver(ctx, b, sv); err != nil {
 			// Save what was acknowledged before the failure.
 			if serr := sv.close(); serr != nil {
@@ -975,7 +993,7 @@ func (p *Pipeline) writer(ctx context.Context, batches <-chan *batch) error {
 		p.trackOpen(b)
 		// A batch that only continues an open transaction has no end: its
 		// message ids wait in the saver for the transaction's end.
-		sv.put(b.end, b.commitTime, p.messageIDs(b.events))
+		sv.put(b.end, b.commitTime, b.idle, p.messageIDs(b.events))
 		p.recycle(b)
 	}
 }
@@ -1026,6 +1044,7 @@ type saver struct {
 	mu      sync.Mutex
 	pending Position
 	commit  time.Time
+	idle    bool // pending ends with a "nothing pending" marker
 	ids     []string
 	err     error
 	wake    chan struct{}
@@ -1043,9 +1062,11 @@ func (p *Pipeline) startSaver(ctx context.Context) *saver {
 }
 
 // put records that everything up to end is acknowledged. A zero end (a
-// batch inside an open transaction) only adds ids for the next save.
-func (sv *saver) put(end Position, commit time.Time, ids []string) {
+// batch inside an open transaction) only adds ids for the next save. idle:
+// end is a source's "nothing pending" marker.
+func (sv *saver) put(end Position, commit time.Time, idle bool, ids []string) {
 	sv.mu.Lock()
+	sv.p.lag.delivered()
 	sv.ids = append(sv.ids, ids...)
 	if end.IsZero() {
 		sv.mu.Unlock()
@@ -1055,6 +1076,7 @@ func (sv *saver) put(end Position, commit time.Time, ids []string) {
 	if !commit.IsZero() {
 		sv.commit = commit
 	}
+	sv.idle = idle
 	sv.mu.Unlock()
 	select {
 	case sv.wake <- struct{}{}:
@@ -1111,12 +1133,13 @@ func (sv *saver) run() {
 // saveOnce saves the pending position, if any; false after a failure.
 func (sv *saver) saveOnce() bool {
 	sv.mu.Lock()
-	end, commit, ids := sv.pending, sv.commit, sv.ids
+	end, commit, idle, ids := sv.pending, sv.commit, sv.idle, sv.ids
 	if end.IsZero() {
 		sv.mu.Unlock()
 		return true
 	}
 	sv.pending, sv.ids = "", nil
+	sv.p.lag.saving()
 	sv.mu.Unlock()
 	p := sv.p
 	if err := p.checkpoint(sv.ctx, end); err != nil {
@@ -1126,9 +1149,7 @@ func (sv *saver) saveOnce() bool {
 		close(sv.fail)
 		return false
 	}
-	if !commit.IsZero() {
-		p.metrics.lag.Set(time.Since(commit).Seconds())
-	}
+	p.lag.saved(commit, idle)
 	p.src.Ack(end)
 	if p.observer != nil {
 		p.observer.Checkpointed(sv.ctx, end, ids)
@@ -1294,7 +1315,9 @@ func (p *Pipeline) halt(ctx context.Context, b *batch, i int, cause error, sv *s
 			p.log.Warn().Err(err).Msg("could not write the transactions before the rejected row")
 		} else {
 			// The writer's error path closes the saver, which saves this.
-			sv.put(end, time.Time{}, p.messageIDs(b.events[:n]))
+			sv.put(end, time.Time{}, false, p.messageIDs(b.events[:n]))
+			// The rejected row stays undelivered: the lag keeps counting.
+			p.lag.writing(ev.CommitTime)
 			at = "checkpoint at " + string(end) + ", just before its transaction"
 		}
 	}
@@ -1314,14 +1337,14 @@ type pipelineMetrics struct {
 	badRows        prometheus.Counter
 	checkpoints    prometheus.Counter
 	checkpointTime prometheus.Gauge
-	lag            prometheus.Gauge
+	lag            prometheus.GaugeFunc
 	batchRecords   prometheus.Histogram
 	writeSeconds   prometheus.Histogram
 	deadLetters    *prometheus.CounterVec
 	openRecords    prometheus.Gauge
 }
 
-func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
+func newPipelineMetrics(reg prometheus.Registerer, lag *lagTracker) *pipelineMetrics {
 	m := &pipelineMetrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_cdc_records_delivered_total",
@@ -1339,10 +1362,10 @@ func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
 			Name: "outbox_cdc_checkpoint_last_saved_timestamp_seconds",
 			Help: "Unix time of the last checkpoint save.",
 		}),
-		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+		lag: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "outbox_cdc_lag_seconds",
-			Help: "Seconds between the source commit of the last checkpointed transaction and its checkpoint.",
-		}),
+			Help: "Seconds since the source commit of the oldest transaction read and not yet checkpointed; with none, the commit-to-checkpoint delay of the last one checkpointed, or 0 once the source reported nothing pending.",
+		}, lag.value),
 		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "outbox_cdc_batch_records",
 			Help:    "Records per sink write.",
@@ -1368,4 +1391,74 @@ func newPipelineMetrics(reg prometheus.Registerer) *pipelineMetrics {
 		reg.MustRegister(m.records, m.badRows, m.checkpoints, m.checkpointTime, m.lag, m.batchRecords, m.writeSeconds, m.deadLetters, m.openRecords)
 	}
 	return m
+}
+
+// lagTracker computes outbox_cdc_lag_seconds. While a transaction read
+// from the source is not checkpointed (the sink is slow or down, the
+// connector halted with it undelivered), the lag is the age of the oldest
+// such transaction and keeps growing; otherwise it is the delay of the
+// last checkpointed one, and 0 once a source's "nothing pending" marker
+// (an end without a commit time) was checkpointed, so an idle connector
+// reads 0 rather than the time since its last row. The writer calls
+// writing and delivered, the saver saving and saved; a scrape calls value.
+type lagTracker struct {
+	mu sync.Mutex
+	// Commit times of the oldest transaction in each stage; zero: none.
+	inflight time.Time // the batch being written
+	unsaved  time.Time // acknowledged, waiting for the next save
+	inSave   time.Time // in the save under way
+	last     float64
+}
+
+// writing: the writer hands a batch whose oldest commit time is first to
+// the sink.
+func (l *lagTracker) writing(first time.Time) {
+	l.mu.Lock()
+	l.inflight = first
+	l.mu.Unlock()
+}
+
+// delivered: the batch being written is acknowledged and given to the saver.
+func (l *lagTracker) delivered() {
+	l.mu.Lock()
+	if l.unsaved.IsZero() {
+		l.unsaved = l.inflight
+	}
+	l.inflight = time.Time{}
+	l.mu.Unlock()
+}
+
+// saving: the saver takes everything acknowledged so far into one save.
+func (l *lagTracker) saving() {
+	l.mu.Lock()
+	if l.inSave.IsZero() {
+		l.inSave = l.unsaved
+	}
+	l.unsaved = time.Time{}
+	l.mu.Unlock()
+}
+
+// saved: the save finished; commit is the last checkpointed transaction's
+// commit time, idle says the checkpoint ends with a "nothing pending" marker.
+func (l *lagTracker) saved(commit time.Time, idle bool) {
+	l.mu.Lock()
+	l.inSave = time.Time{}
+	switch {
+	case idle:
+		l.last = 0
+	case !commit.IsZero():
+		l.last = max(time.Since(commit).Seconds(), 0)
+	}
+	l.mu.Unlock()
+}
+
+func (l *lagTracker) value() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range []time.Time{l.inSave, l.unsaved, l.inflight} {
+		if !t.IsZero() {
+			return max(time.Since(t).Seconds(), l.last, 0)
+		}
+	}
+	return l.last
 }

@@ -74,6 +74,8 @@ type Source struct {
 	lastAck         atomic.Pointer[outboxcdc.Position]
 	emptyTxInterval time.Duration
 	curFile         atomic.Pointer[string] // binlog file being read, from rotate events
+	curOffset       atomic.Uint64          // offset in curFile just past the last event read
+	behind          behindMetrics
 	// pool holds the Events slices of the transactions sent, given back by
 	// the pipeline once written (outboxcdc.Tx.Pool).
 	pool *outboxcdc.EventPool
@@ -97,8 +99,8 @@ var (
 // New validates cfg and returns a Source. name is the connector's name; it
 // derives the replica server_id when cfg.ServerID is 0. cols names the role
 // columns (from the route preset). m may be nil; reg is where metrics of
-// this source alone would go (connect failures, backfill progress) and may
-// be nil.
+// this source alone go (connect failures, backfill progress, files and
+// bytes behind) and may be nil.
 // The Postgres source's New takes the same arguments. Nothing connects
 // until Run.
 func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m *outboxcdc.SourceMetrics, reg prometheus.Registerer) (*Source, error) {
@@ -157,6 +159,9 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		pool:            new(outboxcdc.EventPool),
 	}
 	s.notReady = outboxcdc.Connecting(fmt.Errorf("binlog source connecting to %s", s.address()))
+	if s.behind, err = newBehindMetrics(reg); err != nil {
+		return nil, err
+	}
 	if len(cfg.Tables) > 0 {
 		if s.pats, err = parseTables(cfg.Tables, dc.DBName); err != nil {
 			return nil, fmt.Errorf("mysql source config: %w", err)
@@ -226,7 +231,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	}
 	defer db.Close()
 
-	go s.watchFilesBehind(ctx, db)
+	go s.watchBehind(ctx, db)
 
 	resume := from // the end of the last Tx sent, or the start position
 	if err := s.backfillFirst(ctx, db, &resume, out); err != nil {
@@ -449,6 +454,9 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		}
 		if err := st.handle(ev, ev.Header.LogPos); err != nil {
 			return streamed, err
+		}
+		if _, rot := ev.Event.(*replication.RotateEvent); !rot && ev.Header.LogPos > 0 {
+			s.curOffset.Store(uint64(ev.Header.LogPos)) // for the bytes behind (behind.go)
 		}
 	}
 }

@@ -42,6 +42,9 @@ type stream struct {
 	hasMariaGTID bool
 
 	lastEmit time.Time
+	// quiet: a heartbeat sent the "nothing pending" marker and no
+	// transaction was delivered since.
+	quiet bool
 	// rowsHint is the number of outbox rows of the last transaction
 	// delivered: the next one's events are allocated for as many at once
 	// (group.reserve), not grown by doubling.
@@ -100,6 +103,7 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 		// files-behind watcher reads what was stored.
 		cur := st.file
 		st.src.curFile.Store(&cur)
+		st.src.curOffset.Store(e.Position)
 		if !st.inTx && !st.pos.IsGTID() {
 			// Not a transaction end, but the next one will be in this file;
 			// keep pos meaningful for logs.
@@ -164,6 +168,13 @@ func (st *stream) handle(ev *replication.BinlogEvent, endPos uint32) error {
 		if !st.inTx {
 			st.src.m.LagSeconds.Set(0) // the server has nothing newer
 			st.src.catchUp.Idle(st.posText)
+			if !st.quiet && st.src.plan == nil && len(st.pending) == 0 {
+				// Once per quiet spell: an end without a commit time tells
+				// the pipeline nothing is pending (its lag reads 0 once
+				// this is checkpointed, not the delay of the last row).
+				st.quiet = true
+				return st.send(outboxcdc.Tx{End: st.endPos()})
+			}
 		}
 	case *replication.GenericEvent:
 		if ev.Header.EventType == replication.XA_PREPARE_LOG_EVENT {
@@ -477,6 +488,6 @@ func (st *stream) deliver(events []outboxcdc.Event, commitTime time.Time, closes
 			events = small
 		}
 	}
-	st.lastEmit = now
+	st.lastEmit, st.quiet = now, false
 	return st.send(outboxcdc.Tx{Events: events, End: st.endPos(), CommitTime: commitTime, Pool: pool})
 }

@@ -15,6 +15,10 @@
 #               there is); root may log in over TCP without a password.
 #   PostgreSQL: wal_level=logical.
 #   kcat:       installed from Debian's packages when missing (e2e tests).
+#   promtool:   Prometheus' rule tester (test/e2e/idle_lag_test.go evaluates
+#               deploy/prometheus/alerts.yaml with it), built with
+#               `go install` into $(go env GOPATH)/bin when missing there and
+#               on $PATH (the first build takes minutes; later runs do nothing).
 #   Brokers:    RabbitMQ (5672), NATS with JetStream (4222) and Redis (6379)
 #               run on the machine already; this only waits for them to
 #               answer and installs redis-cli (redis-tools) when missing.
@@ -216,6 +220,19 @@ prepare_kcat() {
   fi
 }
 
+# promtool evaluates the shipped alert rules in the e2e tests. Built from
+# source (no Debian package carries this version); kept in GOBIN.
+PROMTOOL_VERSION=v0.316.0
+prepare_promtool() {
+  local bin
+  bin="$(go env GOBIN)"
+  [ -n "$bin" ] || bin="$(go env GOPATH)/bin"
+  if command -v promtool >/dev/null 2>&1 || [ -x "$bin/promtool" ]; then return 0; fi
+  log "building promtool $PROMTOOL_VERSION into $bin (once; takes a few minutes)"
+  GOFLAGS=-mod=mod go install "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION" ||
+    { log "cannot build promtool"; exit 1; }
+}
+
 # prepare_brokers waits for the brokers the sink tests use (test/sinktest,
 # sink/*) and makes sure redis-cli, the contract's Redis consumer, exists.
 prepare_brokers() {
@@ -264,7 +281,8 @@ case "${1:-all}" in
   mariadb|mysql) prepare_tls; prepare_mariadb tls ;;
   postgres) prepare_tls; prepare_postgres ;;
   kcat) prepare_kcat ;;
+  promtool) prepare_promtool ;;
   brokers) prepare_brokers ;;
-  all) prepare_tls; prepare_mariadb tls; prepare_postgres; prepare_kcat; prepare_brokers ;;
-  *) echo "usage: $0 [all|demo|mariadb|postgres|kcat|brokers]" >&2; exit 2 ;;
+  all) prepare_tls; prepare_mariadb tls; prepare_postgres; prepare_kcat; prepare_promtool; prepare_brokers ;;
+  *) echo "usage: $0 [all|demo|mariadb|postgres|kcat|promtool|brokers]" >&2; exit 2 ;;
 esac

@@ -142,7 +142,6 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 			k.unblock(todo)
 		}
 		if again == nil {
-			k.m.Records.Add(float64(len(records)))
 			k.m.Bytes.Add(bytes)
 			k.m.WriteSeconds.Observe(time.Since(start).Seconds())
 			k.reached()

@@ -437,11 +437,9 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 	}
 }
 
-// committed counts a commit of n records: the sink family's records,
-// bytes and write time (this call, from start), and the transaction's time
+// committed counts a commit of n records: the sink family's bytes and write time (this call, from start), and the transaction's time
 // from its begin (began).
 func (t *Transactional) committed(n int, bytes float64, start, began time.Time) {
-	t.m.Records.Add(float64(n))
 	t.m.Bytes.Add(bytes)
 	t.m.WriteSeconds.Observe(time.Since(start).Seconds())
 	t.tm.commits.Inc()

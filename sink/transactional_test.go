@@ -353,7 +353,6 @@ func TestTransactionalExportsSinkMetrics(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"outbox_cdc_sink_records_total":                5,
 		"outbox_cdc_sink_bytes_total":                  float64(5 * (len("agg") + 1 + len("id") + 1)),
 		"outbox_cdc_sink_connected":                    1,
 		"outbox_cdc_sink_write_seconds":                2,

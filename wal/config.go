@@ -109,7 +109,8 @@ type Config struct {
 	Messages MessagesConfig `yaml:"messages"`
 	// Reconnect is the backoff between reconnection attempts.
 	Reconnect BackoffConfig `yaml:"reconnect"`
-	// LagInterval is how often the slot lag metric is refreshed.
+	// LagInterval is how often the slot lag metric is refreshed (it is also
+	// measured when the connector starts).
 	LagInterval time.Duration `yaml:"lag_interval"`
 	// FailoverSlot creates the slot as a failover slot (PostgreSQL 17 and
 	// later: failover = true, synchronized to standbys that run the slot

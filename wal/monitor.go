@@ -38,45 +38,41 @@ func (s *Source) monitor(ctx context.Context) {
 	}
 	drop := func() { closeMeta(db); db = nil }
 
-	lagTick := time.NewTicker(s.cfg.LagInterval)
-	defer lagTick.Stop()
+	// The slot lag is measured at once, so a catch-up shows its size from
+	// the start, then every lag_interval. Until a first measurement
+	// succeeds (the slot may not exist yet) it is tried every second.
+	lagTimer := time.NewTimer(0)
+	defer lagTimer.Stop()
 	var hbC <-chan time.Time
 	if s.cfg.Heartbeat.Interval > 0 {
 		hb := time.NewTicker(s.cfg.Heartbeat.Interval)
 		defer hb.Stop()
 		hbC = hb.C
 	}
+	measured := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-lagTick.C:
-			c := conn()
-			if c == nil {
-				continue
-			}
-			s.readServerWAL(ctx, c)
-			qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-			var lag float64
-			var status string
-			err := c.QueryRow(qctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::float8, 0), coalesce(wal_status, '')
-				FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&lag, &status)
-			cancel()
-			if err != nil {
-				if err != pgx.ErrNoRows && ctx.Err() == nil {
+		case <-lagTimer.C:
+			if c := conn(); c != nil {
+				if measured {
+					// The session read it at its start.
+					s.readServerWAL(ctx, c)
+				}
+				switch err := s.measureSlot(ctx, c); {
+				case err == nil:
+					measured = true
+				case err != pgx.ErrNoRows && ctx.Err() == nil:
 					s.log.Debug().Err(err).Msg("slot lag query failed")
 					drop()
 				}
-				continue
 			}
-			s.lagBytes.Set(lag)
-			for _, w := range walStatuses {
-				v := 0.0
-				if w == status {
-					v = 1
-				}
-				s.walStatus.WithLabelValues(w).Set(v)
+			next := s.cfg.LagInterval
+			if !measured {
+				next = min(next, time.Second)
 			}
+			lagTimer.Reset(next)
 		case <-hbC:
 			c := conn()
 			if c == nil {
@@ -91,6 +87,29 @@ func (s *Source) monitor(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// measureSlot sets the slot lag and wal_status gauges from
+// pg_replication_slots; pgx.ErrNoRows while the slot does not exist (yet).
+func (s *Source) measureSlot(ctx context.Context, c *pgx.Conn) error {
+	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	var lag float64
+	var status string
+	err := c.QueryRow(qctx, `SELECT coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::float8, 0), coalesce(wal_status, '')
+		FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&lag, &status)
+	cancel()
+	if err != nil {
+		return err
+	}
+	s.lagBytes.Set(lag)
+	for _, w := range walStatuses {
+		v := 0.0
+		if w == status {
+			v = 1
+		}
+		s.walStatus.WithLabelValues(w).Set(v)
+	}
+	return nil
 }
 
 // readServerWAL records the server's current WAL end (its replay position

@@ -870,3 +870,32 @@ func TestSlotWithOtherPluginIsFatal(t *testing.T) {
 		t.Fatal("Run did not stop")
 	}
 }
+
+// The slot lag gauge is measured when the source starts, not only after
+// the first lag_interval: a connector resuming far behind shows how far
+// from the start (it read 0 for the whole first interval before).
+func TestSlotLagMeasuredAtStart(t *testing.T) {
+	e := newPgEnv(t)
+	cfg := e.config()
+	cfg.LagInterval = time.Hour
+	src, _ := e.source(cfg, seedCols)
+	r := start(t, src, "", 16)
+	r.waitReady()
+	e.insertTx("l1")
+	tx := r.next(10 * time.Second)
+	src.Ack(tx.End)
+	testenv.Eventually(t, 5*time.Second, "slot confirmed l1", func() bool { return e.confirmedFlush() >= lsnOf(t, tx.End) })
+	if err := r.stop(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("stop: %v", err)
+	}
+	// WAL the slot has not confirmed: the backlog a restart catches up on.
+	for i := 0; i < 20; i++ {
+		e.insertTx(fmt.Sprintf("b%d", i))
+	}
+	src2, _ := e.source(cfg, seedCols)
+	r2 := start(t, src2, tx.End, 64)
+	testenv.Eventually(t, 20*time.Second, "outbox_cdc_postgres_slot_lag_bytes above 0 with lag_interval 1h", func() bool {
+		return counter(src2.lagBytes) > 0
+	})
+	r2.stop()
+}

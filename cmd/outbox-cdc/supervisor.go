@@ -153,6 +153,9 @@ func (s *supervisor) Start(name string) error {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	m.cancel, m.done = cancel, make(chan struct{})
+	// The previous run's role (its stopped pipeline) must not speak for
+	// this one: status would derive "running" and its stale reason.
+	m.role = nil
 	s.setState(m, stateStarting, nil)
 	go s.loop(ctx, m, m.done)
 	return nil

@@ -275,7 +275,6 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 					w.m.Duplicates.Inc()
 				}
 			}
-			w.m.Records.Add(float64(len(records)))
 			w.m.Bytes.Add(bytes)
 			w.m.WriteSeconds.Observe(time.Since(start).Seconds())
 			w.reached()

@@ -290,6 +290,23 @@ func TestDeployMetricsExist(t *testing.T) {
 			}
 			return len(missing) == 0
 		})
+		// Each source exports the figures of how far behind it reads that
+		// it has, and none of the other's (a Postgres connector exported
+		// binlog_files_behind as 0 before).
+		own, other := []string{"outbox_cdc_mysql_binlog_files_behind", "outbox_cdc_mysql_binlog_bytes_behind"}, "outbox_cdc_postgres_"
+		if b.kind == "postgres" {
+			own, other = []string{"outbox_cdc_postgres_slot_lag_bytes"}, "outbox_cdc_mysql_"
+		}
+		for _, n := range own {
+			if !names[n] {
+				t.Errorf("%s connector does not export %s", b.kind, n)
+			}
+		}
+		for n := range names {
+			if strings.HasPrefix(n, other) {
+				t.Errorf("%s connector exports %s, a figure it does not have", b.kind, n)
+			}
+		}
 		for n := range names {
 			exported[n] = true
 		}
