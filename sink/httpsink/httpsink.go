@@ -53,10 +53,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -318,7 +320,22 @@ func (c *conn) post(ctx context.Context, msgs []*broker.Msg) error {
 	} else {
 		body = msgs[0].Rec.Value
 	}
-	rctx, cancel := context.WithTimeout(ctx, cfg.AckTimeout)
+	// A request wholly sent when ctx ends (Close, shutdown) is given its
+	// answer, up to ack_timeout: cancelling it would not unsend it, and
+	// the receiver would take it after Close returned. One not yet wholly
+	// sent is cancelled at once (the receiver never sees a whole body).
+	var wrote atomic.Bool
+	sendCtx, cancelSend := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSend()
+	stop := context.AfterFunc(ctx, func() {
+		if !wrote.Load() {
+			cancelSend()
+		}
+	})
+	defer stop()
+	rctx, cancel := context.WithTimeout(httptrace.WithClientTrace(sendCtx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	}), cfg.AckTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
