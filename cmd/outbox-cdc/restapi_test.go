@@ -178,17 +178,7 @@ func insertRows(t *testing.T, db *sql.DB, prefix string, n int) {
 //     PATCH ahead of the server's binlog is refused with the reason; a
 //     PATCH back to an earlier offset is written and replayed from.
 func TestRESTAPIMySQLConnectClient(t *testing.T) {
-	testenv.MySQL(t)
-	dsn, suffix := privateDatabase(t, "rest_")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
-		t.Fatal(err)
-	}
-	_, brokers := testenv.Kafka(t)
+	db, dsn, suffix, brokers := seededMySQL(t, "rest")
 	name := "rest-" + suffix
 	cpPath := filepath.Join(t.TempDir(), "cp")
 	body := fmt.Sprintf(`name: %s
@@ -799,17 +789,7 @@ func TestRESTAPIPauseReachesActive(t *testing.T) {
 // checkpoint table, for several in-process replicas (startRestProcess).
 func haRestConnector(t *testing.T, prefix string) (db *sql.DB, name string, brokers []string, body string) {
 	t.Helper()
-	testenv.MySQL(t)
-	dsn, suffix := privateDatabase(t, prefix+"_")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
-		t.Fatal(err)
-	}
-	_, brokers = testenv.Kafka(t)
+	db, dsn, suffix, brokers := seededMySQL(t, prefix)
 	name = prefix + "-" + suffix
 	body = fmt.Sprintf(`name: %s
 source:
@@ -828,4 +808,23 @@ ha:
   check_interval: 200ms
 `, name, dsn, name, brokers[0])
 	return db, name, brokers, body
+}
+
+// seededMySQL makes a private MariaDB database (prefix_ and a random
+// suffix, dropped at the end) holding the seed outbox table, and a Kafka
+// broker; it returns the database, its DSN, the suffix and the brokers.
+func seededMySQL(t *testing.T, prefix string) (db *sql.DB, dsn, suffix string, brokers []string) {
+	t.Helper()
+	testenv.MySQL(t)
+	dsn, suffix = privateDatabase(t, prefix+"_")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
+		t.Fatal(err)
+	}
+	_, brokers = testenv.Kafka(t)
+	return db, dsn, suffix, brokers
 }

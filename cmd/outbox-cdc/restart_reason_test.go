@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,17 +18,7 @@ import (
 // REST status carries the previous run's reason ("source: binlog source
 // stopped" stayed beside state "running").
 func TestRestartClearsReason(t *testing.T) {
-	testenv.MySQL(t)
-	dsn, suffix := privateDatabase(t, "rr_")
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(testenv.SeedTableMySQL("outbox_message")); err != nil {
-		t.Fatal(err)
-	}
-	_, brokers := testenv.Kafka(t)
+	_, dsn, suffix, brokers := seededMySQL(t, "rr")
 	name := "rr-" + suffix
 	body := fmt.Sprintf(`name: %s
 source:

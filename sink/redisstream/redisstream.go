@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -149,25 +148,11 @@ type conn struct {
 	cfg Config
 	c   *redis.Client
 
-	mu  sync.Mutex
-	err error
-}
-
-func (c *conn) fail(err error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-	}
-	return c.err
+	fault broker.Fault // the connection's first failure
 }
 
 // Err implements broker.Conn.
-func (c *conn) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
+func (c *conn) Err() error { return c.fault.Err() }
 
 // Send implements broker.Conn: pipelines of at most max_in_flight XADDs
 // and max_in_flight_bytes, one after the other.
@@ -225,7 +210,7 @@ func (c *conn) pipeline(ctx context.Context, chunk []*broker.Msg) error {
 			if pctx.Err() != nil {
 				err = fmt.Errorf("no XADD reply within sink.ack_timeout (%s): %w", c.cfg.AckTimeout, err)
 			}
-			err = c.fail(outboxcdc.Transient(fmt.Errorf("redis: %w", err)))
+			err = c.fault.Fail(outboxcdc.Transient(fmt.Errorf("redis: %w", err)))
 		} else {
 			err = classify(fmt.Errorf("redis: XADD %q: %w", m.Rec.Topic, err))
 		}
@@ -284,6 +269,6 @@ func (c *conn) Probe(ctx context.Context) error {
 
 // Close implements broker.Conn.
 func (c *conn) Close() error {
-	c.fail(outboxcdc.Transient(errors.New("redis connection closed by the sink")))
+	c.fault.Fail(outboxcdc.Transient(errors.New("redis connection closed by the sink")))
 	return c.c.Close()
 }

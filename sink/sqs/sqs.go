@@ -230,25 +230,11 @@ type conn struct {
 	c     *awssqs.Client
 	socks *broker.Sockets
 
-	mu  sync.Mutex
-	err error
-}
-
-func (c *conn) fail(err error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-	}
-	return c.err
+	fault broker.Fault // the connection's first failure
 }
 
 // Err implements broker.Conn.
-func (c *conn) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
+func (c *conn) Err() error { return c.fault.Err() }
 
 // call runs one request with sink.ack_timeout. A transport failure (no
 // answer) gives the connection up; an answer from SQS does not.
@@ -266,7 +252,7 @@ func call[T any](ctx context.Context, c *conn, f func(context.Context) (T, error
 	if cctx.Err() != nil {
 		err = fmt.Errorf("no answer within sink.ack_timeout (%s): %w", c.s.cfg.AckTimeout, err)
 	}
-	return out, c.fail(classify(fmt.Errorf("sqs: %w", err)))
+	return out, c.fault.Fail(classify(fmt.Errorf("sqs: %w", err)))
 }
 
 // queueURL resolves a queue name (cached per sink).
@@ -562,7 +548,7 @@ func (c *conn) Probe(ctx context.Context) error {
 
 // Close implements broker.Conn.
 func (c *conn) Close() error {
-	c.fail(outboxcdc.Transient(errors.New("sqs client closed by the sink")))
+	c.fault.Fail(outboxcdc.Transient(errors.New("sqs client closed by the sink")))
 	c.socks.Abort()
 	return nil
 }
