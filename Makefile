@@ -40,10 +40,11 @@ MODE ?= dedupe
 example-%: build examples services
 	CLIENT=$* MODE=$(MODE) ./scripts/example.sh
 
-# Every test, against the real local services and an in-process Kafka-protocol broker.
+# Every test, against the real local services and an in-process Kafka-protocol broker. The end-to-end
+# package alone runs 15+ minutes on 2 cores (fault tests wait out real timeouts), hence the limit.
 test: services
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -timeout 40m ./...
 
 test-short:
 	$(GO) test -race -count=1 -short ./...
