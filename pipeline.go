@@ -520,6 +520,11 @@ func (p *Pipeline) Ready() error {
 func (p *Pipeline) Run(ctx context.Context) error {
 	from, err := p.load(ctx)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Stopped before anything was read: nothing to write.
+			p.log.Info().Msg("stopped while loading the checkpoint")
+			return nil
+		}
 		return fmt.Errorf("load checkpoint: %w", err)
 	}
 	if from.IsZero() {

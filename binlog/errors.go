@@ -75,6 +75,17 @@ func serverCode(err error) (uint16, string) {
 	return 0, ""
 }
 
+// classifyDumpErr classifies a failed binlog dump. MariaDB answers
+// COM_BINLOG_DUMP from a user without REPLICATION SLAVE with "access
+// denied" (1045), the code of a wrong password; the dump comes after the
+// source's queries have logged in, so the missing grant is named first.
+func classifyDumpErr(err error) error {
+	if code, _ := serverCode(err); code == erAccessDenied {
+		return joinSentinel(ErrAccess, err, "the server refused the binlog dump: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO <user> (MariaDB 10.5+: also BINLOG MONITOR); if the password changed meanwhile, fix it in source.dsn")
+	}
+	return classifyConnErr(err)
+}
+
 // classifyConnErr classifies an error from talking to the server (metadata
 // queries, registering as a replica, reading the stream). Known permanent
 // server errors are wrapped with their sentinel; network failures and

@@ -421,7 +421,7 @@ func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Posi
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		return false, classifyConnErr(fmt.Errorf("start binlog dump: %w", err))
+		return false, classifyDumpErr(fmt.Errorf("start binlog dump: %w", err))
 	}
 	s.connID.Store(syncer.LastConnectionID())
 	s.log.Info().Str("position", start.String()).Str("flavor", info.flavor).Str("version", info.version).

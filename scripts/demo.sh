@@ -279,6 +279,7 @@ sqs)
     sleep 0.2
   done
   [ "$n" -ge 4 ] || { echo "only $n of 4 messages arrived" >&2; exit 1; }
+  ;;
 http)
   say "webhooks the receiver accepted (signature verified, webhook-id = message id): 4 expected, none from the rolled-back order"
   for _ in $(seq 1 100); do

@@ -162,12 +162,6 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 		}
 		return lcErr
 	}
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		// Stopped while the pipeline was still starting (loading its
-		// checkpoint): nothing was read, nothing to drain.
-		log.Info().Msg("stopped while starting")
-		err = nil
-	}
 	if err != nil {
 		return err
 	}
