@@ -216,7 +216,9 @@ func Run(ctx context.Context, cfg Config, names []string, conns Connectors, log 
 		kgo.ClientID("outbox-cdc-placement"),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// unfitProtocol first; plain cooperative-sticky for a group that
+		// still has replicas without it (unfit.go).
+		kgo.Balancers(newUnfitBalancer(topic, m.unfitPartitions), kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(cfg.HeartbeatInterval()),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
@@ -257,6 +259,19 @@ func Run(ctx context.Context, cfg Config, names []string, conns Connectors, log 
 			}
 		}
 	}()
+	if u, ok := conns.(Unfit); ok {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-u.UnfitChanged():
+				}
+				log.Info().Strs("unfit", u.Unfit()).Msg("the connectors this replica cannot deliver for changed: rejoining the placement group")
+				cl.ForceRebalance()
+			}
+		}()
+	}
 	<-ctx.Done()
 	// Close revokes every partition (OnPartitionsRevoked stops the
 	// connectors) and then leaves the group.
@@ -275,6 +290,22 @@ type member struct {
 	log     zerolog.Logger
 	mu      sync.Mutex
 	running map[string]bool
+}
+
+// unfitPartitions are the partitions of the connectors Connectors marks
+// unfit (Unfit), sorted.
+func (m *member) unfitPartitions() []int32 {
+	u, ok := m.conns.(Unfit)
+	if !ok {
+		return nil
+	}
+	var out []int32
+	for _, n := range u.Unfit() {
+		if i, found := slices.BinarySearch(m.names, n); found {
+			out = append(out, int32(i))
+		}
+	}
+	return out
 }
 
 func (m *member) namesOf(parts map[string][]int32) []string {

@@ -53,7 +53,7 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 		c.b = placed[i].b
 		conns[i] = c
 	}
-	cfg := placementConfig(t, sfx, brokers[0], brokers[0], placed, "")
+	cfg := placementConfig(t, sfx, brokers[0], brokers[0], placed, "", "")
 
 	// The three replicas; procs[i] is replaced when restarted.
 	var pmu sync.Mutex
@@ -216,9 +216,9 @@ func newPlacedConnector(t *testing.T, sfx string, i int, name string) placedConn
 // placementConfig writes the configuration of one replica: placement on
 // over placementBroker, every connector with HA (session 3s, check 300ms)
 // and a Kafka sink on sinkBroker (a replica's own path to the broker,
-// testenv.KafkaProxy, or the broker itself); haExtra are more lines of
-// each connector's ha: section.
-func placementConfig(t *testing.T, sfx, placementBroker, sinkBroker string, conns []placedConnector, haExtra string) string {
+// testenv.KafkaProxy, or the broker itself); sinkExtra and haExtra are
+// more lines of each connector's sink: and ha: sections.
+func placementConfig(t *testing.T, sfx, placementBroker, sinkBroker string, conns []placedConnector, sinkExtra, haExtra string) string {
 	t.Helper()
 	var entries strings.Builder
 	for i, c := range conns {
@@ -234,7 +234,7 @@ func placementConfig(t *testing.T, sfx, placementBroker, sinkBroker string, conn
       brokers: [%q]
       retry_backoff_min: 20ms
       retry_backoff_max: 500ms
-    checkpoint:
+%s    checkpoint:
       type: table
       table: %s
     pipeline:
@@ -243,7 +243,7 @@ func placementConfig(t *testing.T, sfx, placementBroker, sinkBroker string, conn
       enabled: true
       check_interval: 300ms
       session_timeout: 3s
-%s`, c.name, src, sfx, i, sinkBroker, c.cp, haExtra)
+%s`, c.name, src, sfx, i, sinkBroker, sinkExtra, c.cp, haExtra)
 	}
 	return writeConfig(t, fmt.Sprintf("log:\n  level: info\nplacement:\n  enabled: true\n  deployment: e2e-%s\n  brokers: [%q]\n  rebalance_timeout: 20s\nconnectors:\n%s",
 		sfx, placementBroker, entries.String()))

@@ -30,7 +30,7 @@ func TestPlacementFrozenOwnerWritesNothingAfterTakeover(t *testing.T) {
 	for i := range placed {
 		placed[i] = newPlacedConnector(t, sfx, i, fmt.Sprintf("plz-%s-%d", sfx, i))
 	}
-	cfg := placementConfig(t, sfx, brokers[0], brokers[0], placed, "")
+	cfg := placementConfig(t, sfx, brokers[0], brokers[0], placed, "", "")
 	procs := []*testenv.Connector{testenv.Start(t, cfg), testenv.Start(t, cfg)}
 	w := newPlacementWatch(t, placed[0].b.db, placed[1].b.db, func() []*testenv.Connector { return procs })
 	for _, c := range placed {
