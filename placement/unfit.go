@@ -131,30 +131,43 @@ func (b *unfitBalancer) JoinGroupMetadata(interests []string, current map[string
 }
 
 // MemberBalancer unwraps every member's metadata for the sticky balancer
-// and keeps the unfit partitions and what each member owns.
+// and keeps the unfit partitions and what each member owns. A member with
+// any unfit connector (one that cannot deliver) is left out of the sticky
+// balancing, so that it is given no connector it does not already run;
+// unless every member is unfit for something, then all are balanced as
+// usual (nobody is better placed).
 func (b *unfitBalancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.GroupMemberBalancer, map[string]struct{}, error) {
 	mb := &unfitMemberBalancer{topic: b.topic, unfit: map[string]map[int32]bool{}, owned: map[string]map[int32]bool{}}
-	plain := make([]kmsg.JoinGroupResponseMember, len(members))
-	for i, m := range members {
-		plain[i] = m
-		mb.order = append(mb.order, m.MemberID)
+	var plain, clean []kmsg.JoinGroupResponseMember
+	for _, m := range members {
+		pm := m
 		var meta kmsg.ConsumerMemberMetadata
-		if err := meta.ReadFrom(m.ProtocolMetadata); err != nil {
-			continue // the sticky balancer reports it
-		}
-		var env unfitEnvelope
-		if json.Unmarshal(meta.UserData, &env) == nil {
-			meta.UserData = env.Sticky
-			plain[i].ProtocolMetadata = meta.AppendTo(nil)
-			mb.unfit[m.MemberID] = setOf(env.Unfit)
-		}
-		for _, o := range meta.OwnedPartitions {
-			if o.Topic == b.topic {
-				mb.owned[m.MemberID] = setOf(o.Partitions)
+		if err := meta.ReadFrom(m.ProtocolMetadata); err == nil {
+			var env unfitEnvelope
+			if json.Unmarshal(meta.UserData, &env) == nil {
+				meta.UserData = env.Sticky
+				pm.ProtocolMetadata = meta.AppendTo(nil)
+				if len(env.Unfit) > 0 {
+					mb.unfit[m.MemberID] = setOf(env.Unfit)
+				}
 			}
+			for _, o := range meta.OwnedPartitions {
+				if o.Topic == b.topic {
+					mb.owned[m.MemberID] = setOf(o.Partitions)
+				}
+			}
+		} // else the sticky balancer reports it
+		plain = append(plain, pm)
+		if mb.unfit[m.MemberID] == nil {
+			clean = append(clean, pm)
+		} else {
+			mb.unclean = append(mb.unclean, m.MemberID)
 		}
 	}
-	inner, topics, err := b.sticky.MemberBalancer(plain)
+	if len(clean) == 0 {
+		mb.unclean, clean = nil, plain
+	}
+	inner, topics, err := b.sticky.MemberBalancer(clean)
 	mb.inner = inner
 	return mb, topics, err
 }
@@ -168,11 +181,11 @@ func setOf(ps []int32) map[int32]bool {
 }
 
 type unfitMemberBalancer struct {
-	inner kgo.GroupMemberBalancer
-	topic string
-	order []string
-	unfit map[string]map[int32]bool // member -> partitions it cannot serve
-	owned map[string]map[int32]bool // member -> partitions it owned when joining
+	inner   kgo.GroupMemberBalancer // over the members without unfit connectors
+	topic   string
+	unclean []string                  // members left out of inner, in group order
+	unfit   map[string]map[int32]bool // member -> partitions it cannot serve
+	owned   map[string]map[int32]bool // member -> partitions it owned when joining
 }
 
 func (b *unfitMemberBalancer) Balance(topics map[string]int32) kgo.IntoSyncAssignment {
@@ -190,48 +203,40 @@ func (b *unfitMemberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoS
 	} else {
 		into = b.inner.Balance(topics)
 	}
-	if plan, ok := into.(*kgo.BalancePlan); ok {
-		b.moveUnfit(plan.AsMemberIDMap())
+	if plan, ok := into.(*kgo.BalancePlan); ok && len(b.unclean) > 0 {
+		b.placeUnclean(plan.AsMemberIDMap())
 	}
 	return into, nil
 }
 
-// moveUnfit takes every partition planned for a member unfit for it away
-// from that member, when another member is fit for it. A partition the
-// member owned is only revoked in this round (cooperative rebalancing: it
-// is assigned once the member has let it go, in the next round, which the
-// member's revocation starts); one it did not own goes at once to the fit
-// member with the fewest partitions.
-func (b *unfitMemberBalancer) moveUnfit(plan map[string]map[string][]int32) {
-	load := func(m string) int { return len(plan[m][b.topic]) }
-	for _, m := range b.order {
-		if len(b.unfit[m]) == 0 || plan[m] == nil {
-			continue
-		}
-		keep := plan[m][b.topic][:0:0]
-		for _, p := range plan[m][b.topic] {
-			if !b.unfit[m][p] {
-				keep = append(keep, p)
-				continue
-			}
-			to := ""
-			for _, o := range b.order {
-				if o != m && !b.unfit[o][p] && (to == "" || load(o) < load(to)) {
-					to = o
-				}
-			}
-			switch {
-			case to == "":
-				keep = append(keep, p) // nobody fit: it stays
-			case b.owned[m][p]:
-				// revoked now, assigned in the next round
-			default:
-				if plan[to] == nil {
-					plan[to] = map[string][]int32{}
-				}
-				plan[to][b.topic] = append(plan[to][b.topic], p)
+// placeUnclean adds the members left out of the sticky balancing to its
+// plan: each keeps the partitions it owns and is fit for, and lets go of
+// the ones it is unfit for. Those are assigned to nobody in this round
+// (cooperative rebalancing: a partition is given to its next owner only
+// once the last one has let it go; its revocation starts the next round,
+// where the sticky balancer hands it to a fit member).
+func (b *unfitMemberBalancer) placeUnclean(plan map[string]map[string][]int32) {
+	taken := map[int32]bool{}
+	mine := map[string][]int32{}
+	for _, u := range b.unclean {
+		for p := range b.owned[u] {
+			taken[p] = true // kept by u, or let go this round
+			if !b.unfit[u][p] {
+				mine[u] = append(mine[u], p)
 			}
 		}
-		plan[m][b.topic] = keep
+	}
+	for _, ts := range plan {
+		ps := ts[b.topic][:0:0]
+		for _, p := range ts[b.topic] {
+			if !taken[p] {
+				ps = append(ps, p)
+			}
+		}
+		ts[b.topic] = ps
+	}
+	for _, u := range b.unclean {
+		slices.Sort(mine[u])
+		plan[u] = map[string][]int32{b.topic: mine[u]}
 	}
 }
