@@ -14,6 +14,12 @@
 //   - The group's balancer is franz-go's cooperative sticky balancer: the
 //     partitions (connectors) are spread evenly, and a rebalance moves only
 //     the connectors that must move; the others keep running.
+//   - A replica that cannot deliver for a connector (it stepped down:
+//     its sink is out of reach while another replica proved it reaches
+//     it) marks the connector unfit; it rejoins with the mark in its join
+//     metadata and the balancer moves the connector to a replica fit for
+//     it, giving the marked replica nothing new until the mark is cleared
+//     (unfit.go).
 //   - When the group assigns a partition to this replica, placement calls
 //     Connectors.Start for its connector; when the partition is revoked
 //     (another replica joined) or lost (this replica missed its heartbeats

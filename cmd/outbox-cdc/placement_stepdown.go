@@ -113,15 +113,25 @@ func (s *supervisor) markUnfit(name string) {
 // fitAgain clears name's mark after the hold (hysteresis).
 func (s *supervisor) fitAgain(name string) {
 	if s.unfit != nil && s.unfit.Set(name, false) {
-		s.log.Info().Str("connector", name).Dur("hold", s.conns[name].cfg.HA.SinkUnreachableTimeout).
+		s.log.Info().Str("connector", name).
 			Msg("reaches the connector's sink again for the hold: this replica may be given it again")
 	}
 }
 
 // Unfit implements placement.Unfit.
-func (s *supervisor) Unfit() []string { return s.unfit.Unfit() }
+func (s *supervisor) Unfit() []string {
+	if s.unfit == nil {
+		return nil
+	}
+	return s.unfit.Unfit()
+}
 
-// UnfitChanged implements placement.Unfit.
-func (s *supervisor) UnfitChanged() <-chan struct{} { return s.unfit.UnfitChanged() }
+// UnfitChanged implements placement.Unfit (nil without placement: never).
+func (s *supervisor) UnfitChanged() <-chan struct{} {
+	if s.unfit == nil {
+		return nil
+	}
+	return s.unfit.UnfitChanged()
+}
 
 var _ placement.Unfit = (*supervisor)(nil)
