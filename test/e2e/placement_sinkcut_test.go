@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -25,30 +22,14 @@ import (
 // bounce back while the path is still cut). Without giving connectors up,
 // delivery of replica 0's connectors stalls for the whole cut.
 func TestPlacementSinkCutGivesConnectorsUp(t *testing.T) {
-	_, brokers := testenv.Kafka(t, kfake.GroupMinSessionTimeout(time.Second))
-	sfx := fmt.Sprintf("%06d", rand.IntN(1000000))
-	placed := make([]placedConnector, 4) // even: MariaDB, odd: Postgres
-	for i := range placed {
-		placed[i] = newPlacedConnector(t, sfx, i, fmt.Sprintf("plc-%s-%d", sfx, i))
-	}
-	paths := []*testenv.KafkaProxy{testenv.NewKafkaProxy(t, brokers[0]), testenv.NewKafkaProxy(t, brokers[0])}
+	var paths []*testenv.KafkaProxy
 	sinkExtra := "      produce_timeout: " + sinkCutProduce.String() + "\n"
 	haExtra := "      sink_unreachable_timeout: " + sinkCutTimeout.String() + "\n"
-	procs := make([]*testenv.Connector, 2)
-	for i := range procs {
-		procs[i] = testenv.Start(t, placementConfig(t, sfx, brokers[0], paths[i].Addr(), placed, sinkExtra, haExtra))
-	}
-	w := newPlacementWatch(t, placed[0].b.db, placed[1].b.db, func() []*testenv.Connector { return procs })
-	for _, c := range placed {
-		w.names = append(w.names, c.name)
-	}
-	go w.run()
-	t.Cleanup(w.stop)
-	balanced := func() bool {
-		per, total := w.activeCounts()
-		return total == len(placed) && per[0] == 2 && per[1] == 2
-	}
-	testenv.Eventually(t, 60*time.Second, "placement balanced 2/2 at start", balanced)
+	pp := startPlacedPair(t, "plc", func(brokers []string, sfx string, placed []placedConnector, i int) string {
+		paths = append(paths, testenv.NewKafkaProxy(t, brokers[0]))
+		return placementConfig(t, sfx, brokers[0], paths[i].Addr(), placed, sinkExtra, haExtra)
+	})
+	brokers, sfx, placed, procs, w, balanced := pp.brokers, pp.sfx, pp.placed, pp.procs, pp.w, pp.balanced
 
 	writers := make([]*chaosWriter, len(placed))
 	arr := make([]*arrivals, len(placed))

@@ -64,16 +64,11 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 		procs[i] = p
 		pmu.Unlock()
 	}
-	w := newPlacementWatch(t, conns[0].b.db, conns[1].b.db, func() []*testenv.Connector {
+	w := startPlacementWatch(t, conns[0].b.db, conns[1].b.db, func() []*testenv.Connector {
 		pmu.Lock()
 		defer pmu.Unlock()
 		return append([]*testenv.Connector(nil), procs...)
-	})
-	for _, c := range conns {
-		w.names = append(w.names, c.name)
-	}
-	go w.run()
-	t.Cleanup(w.stop)
+	}, placed)
 	balanced := func() bool {
 		per, total := w.activeCounts()
 		return total == n && per[0] == 2 && per[1] == 2 && per[2] == 2
@@ -272,10 +267,18 @@ type placementWatch struct {
 	unresolved []string
 }
 
-func newPlacementWatch(t *testing.T, my, pg *sql.DB, procs func() []*testenv.Connector) *placementWatch {
+// startPlacementWatch starts watching the connectors conns over the
+// processes procs returns, until stop (or the test's end).
+func startPlacementWatch(t *testing.T, my, pg *sql.DB, procs func() []*testenv.Connector, conns []placedConnector) *placementWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &placementWatch{t: t, my: my, pg: pg, procs: procs, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+	w := &placementWatch{t: t, my: my, pg: pg, procs: procs, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		active: map[string][]int{}, frozen: map[int]bool{}, holders: map[string]int{}}
+	for _, c := range conns {
+		w.names = append(w.names, c.name)
+	}
+	go w.run()
+	t.Cleanup(w.stop)
+	return w
 }
 
 func (w *placementWatch) stop() {

@@ -11,6 +11,40 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
+// placedPair is two replicas with placement sharing four connectors (even:
+// MariaDB, odd: Postgres), watched, balanced 2/2 once started.
+type placedPair struct {
+	brokers  []string
+	sfx      string
+	placed   []placedConnector
+	procs    []*testenv.Connector
+	w        *placementWatch
+	balanced func() bool
+}
+
+// startPlacedPair starts the pair; config returns replica i's
+// configuration file. Connector names are <prefix>-<sfx>-<i>.
+func startPlacedPair(t *testing.T, prefix string, config func(brokers []string, sfx string, placed []placedConnector, i int) string) *placedPair {
+	t.Helper()
+	_, brokers := testenv.Kafka(t, kfake.GroupMinSessionTimeout(time.Second))
+	sfx := fmt.Sprintf("%06d", rand.IntN(1000000))
+	placed := make([]placedConnector, 4)
+	for i := range placed {
+		placed[i] = newPlacedConnector(t, sfx, i, fmt.Sprintf("%s-%s-%d", prefix, sfx, i))
+	}
+	procs := make([]*testenv.Connector, 2)
+	for i := range procs {
+		procs[i] = testenv.Start(t, config(brokers, sfx, placed, i))
+	}
+	w := startPlacementWatch(t, placed[0].b.db, placed[1].b.db, func() []*testenv.Connector { return procs }, placed)
+	balanced := func() bool {
+		per, total := w.activeCounts()
+		return total == len(placed) && per[0] == 2 && per[1] == 2
+	}
+	testenv.Eventually(t, 60*time.Second, "placement balanced 2/2 at start", balanced)
+	return &placedPair{brokers, sfx, placed, procs, w, balanced}
+}
+
 // TestPlacementFrozenOwnerWritesNothingAfterTakeover: two replicas with
 // placement share four connectors (two on MariaDB, two on Postgres), rows
 // committed without pause into every outbox all along. Four times, the
@@ -24,26 +58,10 @@ import (
 // Before the lease and the lost-assignment abort, the resumed replica
 // drained what it had read ahead into the topic after the takeover.
 func TestPlacementFrozenOwnerWritesNothingAfterTakeover(t *testing.T) {
-	_, brokers := testenv.Kafka(t, kfake.GroupMinSessionTimeout(time.Second))
-	sfx := fmt.Sprintf("%06d", rand.IntN(1000000))
-	placed := make([]placedConnector, 4) // even: MariaDB, odd: Postgres
-	for i := range placed {
-		placed[i] = newPlacedConnector(t, sfx, i, fmt.Sprintf("plz-%s-%d", sfx, i))
-	}
-	cfg := placementConfig(t, sfx, brokers[0], brokers[0], placed, "", "")
-	procs := []*testenv.Connector{testenv.Start(t, cfg), testenv.Start(t, cfg)}
-	w := newPlacementWatch(t, placed[0].b.db, placed[1].b.db, func() []*testenv.Connector { return procs })
-	for _, c := range placed {
-		w.names = append(w.names, c.name)
-	}
-	go w.run()
-	t.Cleanup(w.stop)
-	balanced := func() bool {
-		per, total := w.activeCounts()
-		return total == len(placed) && per[0] == 2 && per[1] == 2
-	}
-	testenv.Eventually(t, 60*time.Second, "placement balanced 2/2 at start", balanced)
-
+	pp := startPlacedPair(t, "plz", func(brokers []string, sfx string, placed []placedConnector, _ int) string {
+		return placementConfig(t, sfx, brokers[0], brokers[0], placed, "", "")
+	})
+	brokers, sfx, placed, procs, w, balanced := pp.brokers, pp.sfx, pp.placed, pp.procs, pp.w, pp.balanced
 	writers := make([]*chaosWriter, len(placed))
 	cons := make([]*consumer, len(placed))
 	for i, c := range placed {
