@@ -111,6 +111,41 @@ func (c *consumer) poll(ctx context.Context, n int) []consumed {
 	return append([]consumed(nil), c.r...)
 }
 
+// waitForIDs polls until a record of every id in want was read, and
+// returns everything read so far. It waits while records keep arriving:
+// it gives up only after stall without a new record (or after limit in
+// all). A count of records is no such test in at-least-once mode, where
+// duplicates make it up before the last rows arrive.
+func (c *consumer) waitForIDs(t *testing.T, want []string, stall, limit time.Duration) []consumed {
+	t.Helper()
+	missing := make(map[string]bool, len(want))
+	for _, id := range want {
+		missing[id] = true
+	}
+	seen := 0
+	end := time.Now().Add(limit)
+	for {
+		for _, r := range c.r[seen:] {
+			delete(missing, r.Headers["id"])
+		}
+		seen = len(c.r)
+		if len(missing) == 0 || !time.Now().Before(end) {
+			break
+		}
+		until := time.Now().Add(stall)
+		if until.After(end) {
+			until = end
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), until)
+		c.poll(ctx, seen+1)
+		cancel()
+		if len(c.r) == seen {
+			break // nothing new for stall
+		}
+	}
+	return append([]consumed(nil), c.r...)
+}
+
 // quiet reads for d more and returns everything read.
 func (c *consumer) quiet(t *testing.T, d time.Duration) []consumed {
 	return c.waitFor(t, 1<<30, d)
