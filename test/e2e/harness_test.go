@@ -92,8 +92,10 @@ func (c *consumer) waitFor(t *testing.T, n int, timeout time.Duration) []consume
 // poll reads until at least n records were read or ctx ends. The records
 // of a fetch are kept even when ctx ended after PollFetches took them: the
 // client hands each fetch over once, so a record dropped here is never
-// read by this consumer and looks lost (the short polls of quiet, under
-// load, once dropped 238 records of a run that had delivered them all).
+// read by this consumer and looks lost. quiet's short polls meet that
+// race whenever records arrive as a wait ends: about one 50 ms window in
+// a hundred under load while records flow, and then a whole fetch (all
+// partitions' batches of a catch-up write) goes missing at once.
 func (c *consumer) poll(ctx context.Context, n int) []consumed {
 	for len(c.r) < n {
 		fs := c.cl.PollFetches(ctx)
