@@ -410,35 +410,6 @@ func TestManyHeaders(t *testing.T) {
 	}
 }
 
-// TestRegionAndProfile: the region comes from sink.region, else from the
-// profile in the shared configuration file; none at all is a
-// configuration error naming sink.region.
-func TestRegionAndProfile(t *testing.T) {
-	f := t.TempDir() + "/config"
-	if err := os.WriteFile(f, []byte("[profile relay]\nregion = eu-west-2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("AWS_CONFIG_FILE", f)
-	cfg := DefaultConfig()
-	cfg.Profile = "relay"
-	ac, err := loadAWS(context.Background(), cfg)
-	if err != nil || ac.Region != "eu-west-2" {
-		t.Fatalf("profile region: %q %v", ac.Region, err)
-	}
-	cfg.Region = "ap-south-1"
-	if ac, _ := loadAWS(context.Background(), cfg); ac.Region != "ap-south-1" {
-		t.Fatalf("sink.region: %q", ac.Region)
-	}
-	cfg = DefaultConfig()
-	if _, err := loadAWS(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "region") {
-		t.Fatalf("no region: %v", err)
-	}
-	cfg.Profile = "absent"
-	if _, err := loadAWS(context.Background(), cfg); err == nil {
-		t.Fatal("a missing profile loaded")
-	}
-}
-
 // TestClassify: SQS's error codes decide retry or stop.
 func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
