@@ -281,6 +281,9 @@ func sortNumeric(s []string) {
 type SQSMessage struct {
 	Body  string
 	Attrs map[string]string // message attributes, String or Binary value
+	// Group and DedupID are a FIFO message's MessageGroupId and
+	// MessageDeduplicationId, where the emulator returns them (fauxqs).
+	Group, DedupID string
 }
 
 // Drain reads every message of queue (receive, then delete) in the
