@@ -280,6 +280,19 @@ func (e *FauxqsServer) Batches() []int {
 	return append([]int(nil), e.front.batches...)
 }
 
+// Republished returns how many PublishBatch entries the front handed on
+// with a deduplication id it had handed on before: the copies a FIFO
+// topic's deduplication window drops.
+func (e *FauxqsServer) Republished() int {
+	e.front.mu.Lock()
+	defer e.front.mu.Unlock()
+	n := 0
+	for _, c := range e.front.sent {
+		n += c - 1
+	}
+	return n
+}
+
 // snsFront forwards every request to fauxqs; of a PublishBatch it counts
 // the entries and answers the entries to fail itself.
 type snsFront struct {
@@ -288,6 +301,7 @@ type snsFront struct {
 	mu      sync.Mutex
 	fail    map[string]string // deduplication id -> code, once
 	batches []int
+	sent    map[string]int // deduplication id -> entries handed on
 }
 
 func (f *snsFront) failOnce(dedupID, code string) {
@@ -317,7 +331,12 @@ func (f *snsFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		entries[m[1]] = true
 		if m[2] == "MessageDeduplicationId" {
-			if code, ok := f.fail[vs[0]]; ok {
+			if f.sent == nil {
+				f.sent = map[string]int{}
+			}
+			if code, ok := f.fail[vs[0]]; !ok {
+				f.sent[vs[0]]++
+			} else {
 				delete(f.fail, vs[0])
 				dropped[m[1]] = true
 				fmt.Fprintf(&failed, "<member><Id>%s</Id><Code>%s</Code><Message>injected</Message><SenderFault>false</SenderFault></member>",
