@@ -89,8 +89,10 @@ func fauxqsHome(t testing.TB) string {
 			fauxqsErr = fmt.Errorf("npm ci (fauxqs): %v: %s", err, out)
 			return
 		}
-		if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
-			if _, serr := os.Stat(filepath.Join(dir, "node_modules")); serr != nil {
+		if err := os.Rename(tmp, dir); err != nil {
+			// Another test process installed it meanwhile?
+			os.RemoveAll(tmp)
+			if _, serr := os.Stat(filepath.Join(dir, "node_modules", "fauxqs", "package.json")); serr != nil {
 				fauxqsErr = err
 				return
 			}
