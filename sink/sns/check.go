@@ -35,6 +35,13 @@ func Check(ctx context.Context, cfg Config, topics ...string) []outboxcdc.CheckR
 	}
 	out := []outboxcdc.CheckResult{outboxcdc.Pass("sns.credentials", fmt.Sprintf("credentials from %s, region %s", creds.Source, s.aws.Region))}
 	c := s.newConn(nil)
+	// SNS answers (ListTopics): a check of templated topics alone, which
+	// is also the HA standby's proof that it reaches the sink, must not
+	// pass without a request.
+	if err := c.Probe(ctx); err != nil {
+		return append(out, outboxcdc.Fail("sns.reachable", err.Error(), "check sink.region, sink.endpoint and that SNS is reachable from here"))
+	}
+	out = append(out, outboxcdc.Pass("sns.reachable", "SNS answers"))
 	for _, t := range topics {
 		if strings.Contains(t, "{") {
 			out = append(out, outboxcdc.Pass("sns.topic", fmt.Sprintf("topics %q depend on the row; a missing topic is a permanent error when written", t)))

@@ -249,7 +249,8 @@ func TestTooLarge(t *testing.T) {
 	}
 }
 
-// TestCheck: check resolves the credentials, finds an existing topic and
+// TestCheck: check resolves the credentials, asks SNS (fails when it does
+// not answer, also for templated topics alone), finds an existing topic and
 // says it is FIFO and how many subscriptions it has, and fails for a
 // missing one with the remedy; a template is passed over; a write to a
 // missing topic is a permanent error naming the row.
@@ -259,10 +260,17 @@ func TestCheck(t *testing.T) {
 	e.Topic(t, "lonely", false)
 	cfg := testConfig(e.Endpoint)
 	res := Check(context.Background(), cfg, "c.fifo", "missing", "{aggregate_type}", "lonely")
-	if len(res) != 5 || !res[0].OK || !res[1].OK || !strings.Contains(res[1].Detail, "FIFO") ||
-		res[2].OK || !strings.Contains(res[2].Fix, "create the topic") || !res[3].OK ||
-		!res[4].OK || !strings.Contains(res[4].Detail, "reaches no one") {
+	if len(res) != 6 || !res[0].OK || !res[1].OK || !res[2].OK || !strings.Contains(res[2].Detail, "FIFO") ||
+		res[3].OK || !strings.Contains(res[3].Fix, "create the topic") || !res[4].OK ||
+		!res[5].OK || !strings.Contains(res[5].Detail, "reaches no one") {
 		t.Fatalf("%+v", res)
+	}
+	// Templated topics alone still ask SNS (the HA standby's proof).
+	dead := cfg
+	dead.Endpoint = "http://" + testenv.FreeAddr(t)
+	dead.DialTimeout = time.Second
+	if res := Check(context.Background(), dead, "{aggregate_type}"); len(res) != 2 || res[1].OK || res[1].Name != "sns.reachable" {
+		t.Fatalf("check with SNS unreachable: %+v", res)
 	}
 	s := testSink(t, cfg)
 	recs := records("c.fifo", 3, 3)

@@ -34,6 +34,13 @@ func Check(ctx context.Context, cfg Config, queues ...string) []outboxcdc.CheckR
 	out := []outboxcdc.CheckResult{outboxcdc.Pass("sqs.credentials", fmt.Sprintf("credentials from %s, region %s", creds.Source, ac.Region))}
 	s := &Sink{cfg: cfg, aws: ac, urls: map[string]string{}}
 	c := s.newConn(nil)
+	// SQS answers (ListQueues): a check of templated queues alone, which
+	// is also the HA standby's proof that it reaches the sink, must not
+	// pass without a request.
+	if err := c.Probe(ctx); err != nil {
+		return append(out, outboxcdc.Fail("sqs.reachable", err.Error(), "check sink.region, sink.endpoint and that SQS is reachable from here"))
+	}
+	out = append(out, outboxcdc.Pass("sqs.reachable", "SQS answers"))
 	for _, q := range queues {
 		if strings.Contains(q, "{") {
 			out = append(out, outboxcdc.Pass("sqs.queue", fmt.Sprintf("queues %q depend on the row; a missing queue is a permanent error when written", q)))

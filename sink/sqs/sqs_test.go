@@ -360,7 +360,8 @@ func TestEmulatorDownThenBack(t *testing.T) {
 	}
 }
 
-// TestCheck: check resolves the credentials, finds an existing queue and
+// TestCheck: check resolves the credentials, asks SQS (fails when it
+// does not answer, also for templated queues alone), finds an existing queue and
 // says it is FIFO, and fails for a missing one with the remedy; a
 // template is passed over; a write to a missing queue is a permanent
 // error naming the row.
@@ -369,9 +370,16 @@ func TestCheck(t *testing.T) {
 		e := testenv.Goaws(t, testenv.GoawsQueue{Name: "c.fifo"})
 		cfg := cfgOf(e)
 		res := Check(context.Background(), cfg, "c.fifo", "missing", "{aggregate_type}")
-		if len(res) != 4 || !res[0].OK || !res[1].OK || !strings.Contains(res[1].Detail, "FIFO") ||
-			res[2].OK || !strings.Contains(res[2].Fix, "create the queue") || !res[3].OK {
+		if len(res) != 5 || !res[0].OK || !res[1].OK || !res[2].OK || !strings.Contains(res[2].Detail, "FIFO") ||
+			res[3].OK || !strings.Contains(res[3].Fix, "create the queue") || !res[4].OK {
 			t.Fatalf("%+v", res)
+		}
+		// Templated queues alone still ask SQS (the HA standby's proof).
+		dead := cfg
+		dead.Endpoint = "http://" + testenv.FreeAddr(t)
+		dead.DialTimeout = time.Second
+		if res := Check(context.Background(), dead, "{aggregate_type}"); len(res) != 2 || res[1].OK || res[1].Name != "sqs.reachable" {
+			t.Fatalf("check with SQS unreachable: %+v", res)
 		}
 		s := newSink(t, cfg)
 		recs := records("c.fifo", 3, 3)
