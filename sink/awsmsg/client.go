@@ -141,3 +141,12 @@ func Answered(err error) bool {
 	return errors.As(err, &ae) && (!authCodes[ae.ErrorCode()] || strings.Contains(ae.ErrorCode(), "AccessDenied") ||
 		ae.ErrorCode() == "AuthorizationError")
 }
+
+// ProbeErr is a probe's outcome from the error of its request: nil when
+// the service answered (Answered), the error otherwise.
+func ProbeErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || !Answered(err) {
+		return err
+	}
+	return nil
+}

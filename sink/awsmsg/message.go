@@ -300,3 +300,40 @@ func (c *Conn) sendDest(ctx context.Context, cfg Config, dest string, fifo bool,
 	}
 	return nil
 }
+
+// Attributes returns m's attributes as the SDK's values, each made by mk
+// (str is nil for a Binary attribute, bin nil for a String one).
+func Attributes[V any](m Message, mk func(dataType string, str *string, bin []byte) V) map[string]V {
+	out := make(map[string]V, len(m.Attrs))
+	for k, a := range m.Attrs {
+		if a.DataType == "Binary" {
+			out[k] = mk(a.DataType, nil, a.Binary)
+		} else {
+			s := a.String
+			out[k] = mk(a.DataType, &s, nil)
+		}
+	}
+	return out
+}
+
+// OptString is nil for "" (an id a standard destination does not get),
+// else &s.
+func OptString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// BatchAnswer is the Answer of a batch from the SDK's result entries: id
+// names an accepted entry, failure describes a refused one.
+func BatchAnswer[S, F any](ok []S, id func(S) string, failed []F, failure func(F) Failure) Answer {
+	var a Answer
+	for _, s := range ok {
+		a.Successful = append(a.Successful, id(s))
+	}
+	for _, f := range failed {
+		a.Failed = append(a.Failed, failure(f))
+	}
+	return a
+}

@@ -197,36 +197,18 @@ func (c *conn) publishBatch(ctx context.Context, arn string, msgs []awsmsg.Messa
 	c.s.mu.Lock()
 	c.s.last = arn
 	c.s.mu.Unlock()
-	var a awsmsg.Answer
-	for _, ok := range out.Successful {
-		a.Successful = append(a.Successful, aws.ToString(ok.Id))
-	}
-	for _, f := range out.Failed {
-		a.Failed = append(a.Failed, awsmsg.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code),
-			Message: aws.ToString(f.Message), SenderFault: f.SenderFault})
-	}
-	return a, nil
+	return awsmsg.BatchAnswer(out.Successful, func(e types.PublishBatchResultEntry) string { return aws.ToString(e.Id) },
+		out.Failed, func(f types.BatchResultErrorEntry) awsmsg.Failure {
+			return awsmsg.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		}), nil
 }
 
 func entryOf(m awsmsg.Message, idx int) types.PublishBatchRequestEntry {
-	e := types.PublishBatchRequestEntry{Id: aws.String(strconv.Itoa(idx)), Message: aws.String(m.Body),
-		MessageAttributes: make(map[string]types.MessageAttributeValue, len(m.Attrs))}
-	for k, a := range m.Attrs {
-		v := types.MessageAttributeValue{DataType: aws.String(a.DataType)}
-		if a.DataType == "Binary" {
-			v.BinaryValue = a.Binary
-		} else {
-			v.StringValue = aws.String(a.String)
-		}
-		e.MessageAttributes[k] = v
-	}
-	if m.GroupID != "" {
-		e.MessageGroupId = aws.String(m.GroupID)
-	}
-	if m.DedupID != "" {
-		e.MessageDeduplicationId = aws.String(m.DedupID)
-	}
-	return e
+	return types.PublishBatchRequestEntry{Id: aws.String(strconv.Itoa(idx)), Message: aws.String(m.Body),
+		MessageAttributes: awsmsg.Attributes(m, func(dataType string, str *string, bin []byte) types.MessageAttributeValue {
+			return types.MessageAttributeValue{DataType: aws.String(dataType), StringValue: str, BinaryValue: bin}
+		}),
+		MessageGroupId: awsmsg.OptString(m.GroupID), MessageDeduplicationId: awsmsg.OptString(m.DedupID)}
 }
 
 // Probe implements broker.Conn: SNS answers (GetTopicAttributes of a
@@ -249,11 +231,5 @@ func (c *conn) Probe(ctx context.Context) error {
 			return c.c.ListTopics(ctx, &awssns.ListTopicsInput{})
 		})
 	}
-	if err == nil || ctx.Err() != nil {
-		return err
-	}
-	if awsmsg.Answered(err) {
-		return nil // SNS answered (and knows the credentials)
-	}
-	return err
+	return awsmsg.ProbeErr(ctx, err)
 }

@@ -22,13 +22,7 @@ import (
 func TestMain(m *testing.M) {
 	// The default credentials chain, fed from the environment; no shared
 	// files or instance metadata of the machine.
-	for k, v := range map[string]string{
-		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_SESSION_TOKEN": "",
-		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull,
-		"AWS_EC2_METADATA_DISABLED": "true", "AWS_PROFILE": "", "AWS_REGION": "",
-	} {
-		os.Setenv(k, v)
-	}
+	testenv.AWSTestEnv()
 	os.Exit(m.Run())
 }
 

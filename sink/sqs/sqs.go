@@ -196,15 +196,10 @@ func (c *conn) sendBatch(ctx context.Context, url string, msgs []awsmsg.Message)
 	if err != nil {
 		return awsmsg.Answer{}, err
 	}
-	var a awsmsg.Answer
-	for _, ok := range out.Successful {
-		a.Successful = append(a.Successful, aws.ToString(ok.Id))
-	}
-	for _, f := range out.Failed {
-		a.Failed = append(a.Failed, awsmsg.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code),
-			Message: aws.ToString(f.Message), SenderFault: f.SenderFault})
-	}
-	return a, nil
+	return awsmsg.BatchAnswer(out.Successful, func(e types.SendMessageBatchResultEntry) string { return aws.ToString(e.Id) },
+		out.Failed, func(f types.BatchResultErrorEntry) awsmsg.Failure {
+			return awsmsg.Failure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		}), nil
 }
 
 // entry builds the batch entry of m with id idx, and its size as SQS
@@ -218,24 +213,11 @@ func (c *conn) entry(m *broker.Msg, idx int, fifo bool) (types.SendMessageBatchR
 }
 
 func entryOf(m awsmsg.Message, idx int) types.SendMessageBatchRequestEntry {
-	e := types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(idx)), MessageBody: aws.String(m.Body),
-		MessageAttributes: make(map[string]types.MessageAttributeValue, len(m.Attrs))}
-	for k, a := range m.Attrs {
-		v := types.MessageAttributeValue{DataType: aws.String(a.DataType)}
-		if a.DataType == "Binary" {
-			v.BinaryValue = a.Binary
-		} else {
-			v.StringValue = aws.String(a.String)
-		}
-		e.MessageAttributes[k] = v
-	}
-	if m.GroupID != "" {
-		e.MessageGroupId = aws.String(m.GroupID)
-	}
-	if m.DedupID != "" {
-		e.MessageDeduplicationId = aws.String(m.DedupID)
-	}
-	return e
+	return types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(idx)), MessageBody: aws.String(m.Body),
+		MessageAttributes: awsmsg.Attributes(m, func(dataType string, str *string, bin []byte) types.MessageAttributeValue {
+			return types.MessageAttributeValue{DataType: aws.String(dataType), StringValue: str, BinaryValue: bin}
+		}),
+		MessageGroupId: awsmsg.OptString(m.GroupID), MessageDeduplicationId: awsmsg.OptString(m.DedupID)}
 }
 
 // Probe implements broker.Conn: SQS answers (GetQueueUrl of a queue the
@@ -259,11 +241,5 @@ func (c *conn) Probe(ctx context.Context) error {
 			return c.c.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(1)})
 		})
 	}
-	if err == nil || ctx.Err() != nil {
-		return err
-	}
-	if awsmsg.Answered(err) {
-		return nil // SQS answered (and knows the credentials)
-	}
-	return err
+	return awsmsg.ProbeErr(ctx, err)
 }

@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // Fauxqs runs fauxqs, an SNS and SQS emulator in Node.js from the npm
@@ -105,6 +104,19 @@ func fauxqsHome(t testing.TB) string {
 	return fauxqsDir
 }
 
+// AWSTestEnv points the AWS SDK's default chain at fixed test credentials
+// in the environment: no shared files, no instance metadata, no profile,
+// no region. For the TestMain of a package that tests an AWS sink.
+func AWSTestEnv() {
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_SESSION_TOKEN": "",
+		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull,
+		"AWS_EC2_METADATA_DISABLED": "true", "AWS_PROFILE": "", "AWS_REGION": "",
+	} {
+		os.Setenv(k, v)
+	}
+}
+
 // FauxqsServer is one fauxqs process and the front in front of it.
 type FauxqsServer struct {
 	// Addr is fauxqs's host:port.
@@ -126,34 +138,9 @@ func Fauxqs(t testing.TB) *FauxqsServer {
 	}
 	addr := FreeAddr(t)
 	_, port, _ := strings.Cut(addr, ":")
-	logf, err := os.Create(filepath.Join(t.TempDir(), "fauxqs.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command("node", filepath.Join(dir, "serve.mjs"), port)
 	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r, err := http.Get("http://" + addr + "/health")
-		if err == nil {
-			r.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logf.Name())
-			t.Fatalf("fauxqs did not answer on %s: %v\n%s", addr, err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	startEmulator(t, "fauxqs", cmd, addr)
 	e := &FauxqsServer{Addr: addr, front: &snsFront{target: "http://" + addr + "/", fail: map[string]string{}}}
 	srv := httptest.NewServer(e.front)
 	t.Cleanup(srv.Close)
