@@ -12,7 +12,6 @@ import (
 	"github.com/go-mysql-org/go-mysql/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
-	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Pending backfill (source.start: pending), MySQL/MariaDB.
@@ -73,7 +72,7 @@ func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcd
 		Kind:  Kind,
 		Start: s.cfg.Start,
 		Batch: s.cfg.Pending.Batch,
-		Retry: retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max},
+		Retry: s.cfg.Reconnect.Policy(),
 		CheckStream: func(p outboxcdc.Position) error {
 			_, err := ParsePosition(p)
 			return err

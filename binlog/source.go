@@ -237,7 +237,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	if err := s.backfillFirst(ctx, db, &resume, out); err != nil {
 		return err // source.start: pending (pending.go)
 	}
-	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
+	backoff := retry.New(s.cfg.Reconnect.Policy())
 	rewind := false
 	everStreamed := false // a stream was up in this run: a failure is a loss, not a failure to connect
 	failures := 0         // failed connection attempts before the first stream

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
-	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Pending backfill (source.start: pending), PostgreSQL.
@@ -63,7 +62,7 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 		Kind:  Kind,
 		Start: s.cfg.Start,
 		Batch: s.cfg.Pending.Batch,
-		Retry: retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max},
+		Retry: s.cfg.Reconnect.Policy(),
 		CheckStream: func(p outboxcdc.Position) error {
 			_, err := ParsePosition(p)
 			return err

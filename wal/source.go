@@ -289,7 +289,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		s.m.Connected.Set(0)
 	}()
 
-	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
+	backoff := retry.New(s.cfg.Reconnect.Policy())
 	lost := false // a stream was up and broke: the next session is a reconnect
 	failures := 0 // failed connection attempts before the first stream
 	for first := true; ; first = false {
