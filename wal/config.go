@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -265,14 +264,7 @@ func (c *Config) Validate() error {
 
 // splitTable splits "schema.table" (schema defaults to public).
 func splitTable(s string) (schema, table string, err error) {
-	schema, table, ok := strings.Cut(s, ".")
-	if !ok {
-		schema, table = "public", s
-	}
-	if schema == "" || table == "" || strings.Contains(table, ".") {
-		return "", "", fmt.Errorf("%q is not schema.table or table", s)
-	}
-	return schema, table, nil
+	return source.SplitTable(s, "public", "schema")
 }
 
 // legalName reports whether s is usable as a replication slot name (and, by
