@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -87,19 +86,7 @@ func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcd
 		Metrics:    s.pm,
 		LagSeconds: s.m.LagSeconds,
 	}
-	failures := 0
-	l.Retrying = func(err error, wait time.Duration) {
-		if !l.Opened() {
-			failures++
-			s.pm.ConnectFailures.Inc()
-			addr := s.address()
-			s.setReady(outboxcdc.Connecting(fmt.Errorf("cannot connect to the MySQL/MariaDB server at %s (attempt %d): %w", addr, failures, err)))
-			s.log.Warn().Err(err).Str("address", addr).Int("attempt", failures).Dur("backoff", wait).Str("start", s.cfg.Start).
-				Msg("cannot connect to the MySQL/MariaDB server; retrying")
-			return
-		}
-		s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
-	}
+	l.Retrying = s.rc.BackfillRetrying(l.Opened, s.cfg.Start)
 	pos, err := l.Run(ctx, *resume, out)
 	switch {
 	case ctx.Err() != nil:

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -78,19 +77,7 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 		Metrics:    s.pm,
 		LagSeconds: s.m.LagSeconds,
 	}
-	failures := 0
-	l.Retrying = func(err error, wait time.Duration) {
-		if !l.Opened() {
-			failures++
-			s.pm.ConnectFailures.Inc()
-			s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: cannot connect to the server at %s (attempt %d): %w", s.address(), failures, err)))
-			s.log.Warn().Err(err).Str("address", s.address()).Int("attempt", failures).Dur("backoff", wait).Str("start", s.cfg.Start).
-				Msg("cannot connect to the PostgreSQL server; retrying")
-			return
-		}
-		s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
-		s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
-	}
+	l.Retrying = s.rc.BackfillRetrying(l.Opened, s.cfg.Start)
 	pos, err := l.Run(ctx, from, out)
 	if ctx.Err() != nil {
 		return ctx.Err()

@@ -26,6 +26,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"github.com/outbox-cdc/outbox-cdc/retry"
+	"github.com/outbox-cdc/outbox-cdc/source"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -81,6 +82,7 @@ type Source struct {
 	log           zerolog.Logger
 	m             *outboxcdc.SourceMetrics
 	pm            *outboxcdc.ProgressMetrics // connect failures, backfill progress (progress.go)
+	rc            source.Reconnector         // the reconnect rule (source/reconnect.go)
 	catchUp       *outboxcdc.CatchUp         // progress lines while behind; Run's goroutine only
 	lagBytes      prometheus.Gauge
 	walStatus     *prometheus.GaugeVec
@@ -192,6 +194,7 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		}
 	}
 	s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: connecting to %s", s.address())))
+	s.rc = source.Reconnector{Server: "PostgreSQL", Prefix: "postgres source: ", Address: s.address, SetReady: s.setReady, Log: &s.log, Metrics: s.m, Progress: s.pm}
 	return s, nil
 }
 
@@ -289,28 +292,17 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		s.m.Connected.Set(0)
 	}()
 
-	backoff := retry.New(s.cfg.Reconnect.Policy())
-	lost := false // a stream was up and broke: the next session is a reconnect
-	failures := 0 // failed connection attempts before the first stream
+	s.rc.Start(s.cfg.Reconnect)
 	for first := true; ; first = false {
-		if lost {
-			s.m.Reconnects.Inc()
-		}
 		began := time.Now()
 		streamed, err := s.session(ctx, st, first)
-		lost = lost || streamed
 		s.m.Connected.Set(0)
 		if ctx.Err() != nil {
 			s.setReady(errors.New("postgres source: stopped"))
 			return ctx.Err()
 		}
-		if lost {
-			s.setReady(fmt.Errorf("postgres source: %w", err))
-		} else {
-			failures++
-			s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: cannot connect to the server at %s (attempt %d): %w", s.address(), failures, err)))
-		}
 		if isPermanent(err) {
+			s.setReady(fmt.Errorf("postgres source: %w", err))
 			// Returned, not logged: the connector logs why it stopped, once.
 			s.log.Debug().Err(err).Str("resume_lsn", st.resume.String()).Msg("stopping: permanent error")
 			// Deliver the whole transactions already decoded so the
@@ -322,22 +314,16 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			}
 			return err
 		}
-		if streamed && time.Since(began) > 10*time.Second {
-			backoff.Reset()
-		}
-		wait := backoff.Next()
-		if !lost {
-			// Never connected (a wrong host or port, the server down at the
-			// start): not a lost stream, and not a reconnection.
-			s.pm.ConnectFailures.Inc()
-			ev := s.log.Warn().Err(err).Str("address", s.address()).Int("attempt", failures).Dur("backoff", wait)
-			if st.checkpoint {
-				ev = ev.Str("resume_lsn", st.resume.String())
-			} else {
-				ev = ev.Str("start", s.cfg.Start)
-			}
-			ev.Msg("cannot connect to the PostgreSQL server; retrying")
+		wait, never := s.rc.Failed(began, streamed)
+		if never {
+			s.rc.ConnectFailed(err, wait, func(ev *zerolog.Event) *zerolog.Event {
+				if st.checkpoint {
+					return ev.Str("resume_lsn", st.resume.String())
+				}
+				return ev.Str("start", s.cfg.Start)
+			})
 		} else {
+			s.setReady(fmt.Errorf("postgres source: %w", err))
 			s.log.Warn().Err(err).Str("resume_lsn", st.resume.String()).Dur("backoff", wait).
 				Msg("replication stream lost; reconnecting")
 		}
