@@ -296,6 +296,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	for first := true; ; first = false {
 		began := time.Now()
 		streamed, err := s.session(ctx, st, first)
+		err = classify(err) // unmarked and not the network's: permanent (errors.go)
 		s.m.Connected.Set(0)
 		if ctx.Err() != nil {
 			s.setReady(errors.New("postgres source: stopped"))
@@ -439,8 +440,8 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 // timedOut names the step and the query timeout when err is the setup
 // deadline's doing; the error stays transient.
 func (s *Source) timedOut(ctx context.Context, step string, err error) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !isPermanent(err) {
-		return fmt.Errorf("%s: no answer within %s (source.query_timeout): %w", step, s.cfg.QueryTimeout, err)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !(outboxcdc.IsClassified(err) && isPermanent(err)) {
+		return outboxcdc.Transient(fmt.Errorf("%s: no answer within %s (source.query_timeout): %w", step, s.cfg.QueryTimeout, err))
 	}
 	return err
 }
@@ -566,8 +567,8 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 			if pgconn.Timeout(err) {
 				now := time.Now()
 				if silent := now.Sub(lastRecv); silent >= rt {
-					return fmt.Errorf("%w: nothing received for %s (receive timeout, source.receive_timeout) although pings were sent; "+
-						"the network path or the server is presumed gone, reconnecting", errSilent, silent.Round(time.Millisecond))
+					return outboxcdc.Transient(fmt.Errorf("%w: nothing received for %s (receive timeout, source.receive_timeout) although pings were sent; "+
+						"the network path or the server is presumed gone, reconnecting", errSilent, silent.Round(time.Millisecond)))
 				}
 				if !now.Before(next) {
 					// Ask for an answer when the server said nothing for a
@@ -649,7 +650,7 @@ func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, 
 		case *pgproto3.ErrorResponse:
 			return classify(fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m)))
 		case *pgproto3.CopyDone:
-			return errors.New("replication stream: server ended the copy stream")
+			return outboxcdc.Transient(errors.New("replication stream: server ended the copy stream"))
 		}
 	}
 }
@@ -1082,10 +1083,15 @@ func (s *Source) nameChanged(ctx context.Context, db *pgx.Conn, slot bool, from 
 			"if the old objects are this connector's and no other connector uses them, pin the old names in the configuration: "+strings.Join(pins, " and ")))
 }
 
-// slotBusy logs who holds the slot and returns a retryable error.
+// slotBusy logs who holds the slot and returns a retryable error (marked
+// transient: the holder may go away).
 func (s *Source) slotBusy(ctx context.Context, db *pgx.Conn, cause error) error {
 	if s.cfg.TakeOverSlot && db != nil {
-		return s.takeOverSlot(ctx, db, cause)
+		err := s.takeOverSlot(ctx, db, cause)
+		if !outboxcdc.IsClassified(err) {
+			err = outboxcdc.Transient(err)
+		}
+		return err
 	}
 	var pid int32
 	var app, addr string
@@ -1098,7 +1104,7 @@ func (s *Source) slotBusy(ctx context.Context, db *pgx.Conn, cause error) error 
 	}
 	s.log.Warn().Int32("active_pid", pid).Str("holder_application", app).Str("holder_addr", addr).
 		Msg("replication slot is in use by another connection (another instance, or a walsender that has not exited yet); retrying")
-	return fmt.Errorf("slot busy: %w", cause)
+	return outboxcdc.Transient(fmt.Errorf("slot busy: %w", cause))
 }
 
 // address is the server's host:port as source.dsn gives it (the first
