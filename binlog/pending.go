@@ -67,26 +67,15 @@ import (
 // in the pending form. It sets *resume to the stream position. Transient
 // failures are retried from the last batch sent.
 func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx) error {
-	l := backfill.Loop{
-		Kind:  Kind,
-		Start: s.cfg.Start,
-		Batch: s.cfg.Pending.Batch,
-		Retry: s.cfg.Reconnect.Policy(),
-		CheckStream: func(p outboxcdc.Position) error {
+	l := s.rc.Backfill(Kind, s.cfg.Common, s.cfg.ProgressInterval,
+		func(p outboxcdc.Position) error {
 			_, err := ParsePosition(p)
 			return err
 		},
-		Open: func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
+		func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
 			return s.openPending(ctx, db, st)
 		},
-		Started:    s.saveStart,
-		Sent:       func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
-		Log:        &s.log,
-		Every:      s.cfg.ProgressInterval,
-		Metrics:    s.pm,
-		LagSeconds: s.m.LagSeconds,
-	}
-	l.Retrying = s.rc.BackfillRetrying(l.Opened, s.cfg.Start)
+		s.saveStart)
 	pos, err := l.Run(ctx, *resume, out)
 	switch {
 	case ctx.Err() != nil:

@@ -1,12 +1,14 @@
 package source
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
@@ -98,4 +100,30 @@ func (r Reconnector) BackfillRetrying(opened func() bool, start string) func(err
 		r.SetReady(fmt.Errorf("%spending backfill: %w", r.Prefix, err))
 		r.Log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
 	}
+}
+
+// Backfill is the pending backfill (source.start: pending) of a source
+// with settings c, as every source runs it: retried with c.Reconnect, its
+// failures reported by BackfillRetrying, its rows counted as read. check
+// reads a stream position of the source; open and started are the
+// source's backfill.Loop Open and Started.
+func (r Reconnector) Backfill(kind string, c Common, every time.Duration, check func(outboxcdc.Position) error,
+	open func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error),
+	started func(ctx context.Context, start outboxcdc.Position) error) *backfill.Loop {
+	l := &backfill.Loop{
+		Kind:        kind,
+		Start:       c.Start,
+		Batch:       c.Pending.Batch,
+		Retry:       c.Reconnect.Policy(),
+		CheckStream: check,
+		Open:        open,
+		Started:     started,
+		Sent:        func(rows []backfill.Row) { r.Metrics.EventsRead.Add(float64(len(rows))) },
+		Log:         r.Log,
+		Every:       every,
+		Metrics:     r.Progress,
+		LagSeconds:  r.Metrics.LagSeconds,
+	}
+	l.Retrying = r.BackfillRetrying(l.Opened, c.Start)
+	return l
 }

@@ -57,27 +57,16 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 	if !backfill.IsPending(from) && !(from.IsZero() && s.cfg.Start == backfill.StartPending) {
 		return nil
 	}
-	l := backfill.Loop{
-		Kind:  Kind,
-		Start: s.cfg.Start,
-		Batch: s.cfg.Pending.Batch,
-		Retry: s.cfg.Reconnect.Policy(),
-		CheckStream: func(p outboxcdc.Position) error {
+	l := s.rc.Backfill(Kind, s.cfg.Common, s.cfg.ProgressInterval,
+		func(p outboxcdc.Position) error {
 			_, err := ParsePosition(p)
 			return err
 		},
-		Open: func(ctx context.Context, rs **backfill.State) (backfill.Snapshot, error) {
+		func(ctx context.Context, rs **backfill.State) (backfill.Snapshot, error) {
 			snap, err := s.openPending(ctx, st, rs)
 			return snap, retryable(err)
 		},
-		Started:    s.saveStart,
-		Sent:       func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
-		Log:        &s.log,
-		Every:      s.cfg.ProgressInterval,
-		Metrics:    s.pm,
-		LagSeconds: s.m.LagSeconds,
-	}
-	l.Retrying = s.rc.BackfillRetrying(l.Opened, s.cfg.Start)
+		s.saveStart)
 	pos, err := l.Run(ctx, from, out)
 	if ctx.Err() != nil {
 		return ctx.Err()
