@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/httpsink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
@@ -39,9 +40,9 @@ var sinkKinds = map[string]sinkKind{
 			return newKafkaSink(cfg, kind, log, reg) // transactional in exactly-once mode
 		},
 		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
-			out := sink.CheckKafka(ctx, cfg.Sink.KafkaConfig, topicNeeds(cfg)...)
+			out := kafka.CheckKafka(ctx, cfg.Sink.KafkaConfig, topicNeeds(cfg)...)
 			if cfg.Delivery == deliveryExactlyOnce {
-				out = append(out, sink.CheckTransactional(ctx, cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name)...)
+				out = append(out, kafka.CheckTransactional(ctx, cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name)...)
 			}
 			return out
 		},
