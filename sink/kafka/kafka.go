@@ -1,6 +1,6 @@
-// Package sink holds the destinations records are written to: Kafka (the
-// product) and stdout (for trying things out). Both implement
-// outboxcdc.Sink.
+// Package kafka is the Kafka sink: an idempotent producer (Kafka) and a
+// transactional one for exactly-once delivery (Transactional), both
+// outboxcdc.Sink, with the check and progress-topic tools cmd uses.
 package kafka
 
 import (
