@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -36,8 +36,8 @@ type Config struct {
 	// payload as it is; it must be UTF-8 text that SQS accepts, else the
 	// record is refused) or base64 (any bytes, such as Avro or Protobuf;
 	// consumers decode it).
-	BodyEncoding  string `yaml:"body_encoding"`
-	broker.Config `yaml:",inline"`
+	BodyEncoding string `yaml:"body_encoding"`
+	sink.Config  `yaml:",inline"`
 }
 
 // Body encodings and protocols.
@@ -84,7 +84,7 @@ const MaxBatch = 10
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	c := Config{Config: broker.DefaultConfig(), Protocol: ProtocolJSON, BodyEncoding: BodyText}
+	c := Config{Config: sink.DefaultConfig(), Protocol: ProtocolJSON, BodyEncoding: BodyText}
 	c.MaxMessageBytes = 256 << 10 // SQS's long-standing message size limit
 	c.MaxInFlight = MaxBatch
 	return c

@@ -72,7 +72,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // Attribute names the sink adds.
@@ -88,7 +88,7 @@ const MaxAttributes = 10
 
 // Sink is the SQS sink; it implements outboxcdc.Sink.
 type Sink struct {
-	*broker.Writer
+	*sink.Writer
 	cfg Config
 	aws aws.Config
 	log zerolog.Logger
@@ -112,7 +112,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 		log: log.With().Str("component", "sink").Str("sink", "sqs").Logger()}
 	s.log.Info().Str("region", ac.Region).Str("endpoint", outboxcdc.RedactDSN(cfg.Endpoint)).Str("protocol", cfg.Protocol).
 		Msg("sqs sink starting (SendMessageBatch, per-entry results)")
-	w, err := broker.New("sqs", cfg.Config, s.dial, s.log, reg)
+	w, err := sink.New("sqs", cfg.Config, s.dial, s.log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func loadAWS(ctx context.Context, cfg Config) (aws.Config, error) {
 
 // client returns an SQS client whose sockets are kept in socks (nil: not
 // kept) and whose requests the SDK does not retry.
-func client(cfg Config, ac aws.Config, socks *broker.Sockets) *awssqs.Client {
+func client(cfg Config, ac aws.Config, socks *sink.Sockets) *awssqs.Client {
 	d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
@@ -168,8 +168,8 @@ func client(cfg Config, ac aws.Config, socks *broker.Sockets) *awssqs.Client {
 	})
 }
 
-func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
-	socks := &broker.Sockets{}
+func (s *Sink) dial(ctx context.Context) (sink.Conn, error) {
+	socks := &sink.Sockets{}
 	c := &conn{s: s, c: client(s.cfg, s.aws, socks), socks: socks}
 	if err := c.Probe(ctx); err != nil {
 		c.Close()
@@ -206,7 +206,7 @@ func classify(err error) error {
 		code := ae.ErrorCode()
 		switch {
 		case authCodes[code]:
-			return broker.NoRecord(outboxcdc.Permanent(err,
+			return sink.NoRecord(outboxcdc.Permanent(err,
 				"check the AWS credentials (environment, profile, web identity, instance role) and that they may sqs:SendMessage and sqs:GetQueueUrl"))
 		case missingQueueCodes[code]:
 			return outboxcdc.Permanent(err, "create the queue, or fix route.topic (and sink.region, sink.queue_owner)")
@@ -215,8 +215,8 @@ func classify(err error) error {
 		}
 		return outboxcdc.Permanent(err, "")
 	}
-	if broker.IsCertificateError(err) {
-		return broker.NoRecord(outboxcdc.Permanent(err, "check sink.endpoint and the system's CA certificates"))
+	if sink.IsCertificateError(err) {
+		return sink.NoRecord(outboxcdc.Permanent(err, "check sink.endpoint and the system's CA certificates"))
 	}
 	if n := outboxcdc.Network(err); outboxcdc.IsClassified(n) {
 		return n
@@ -228,12 +228,12 @@ func classify(err error) error {
 type conn struct {
 	s     *Sink
 	c     *awssqs.Client
-	socks *broker.Sockets
+	socks *sink.Sockets
 
-	fault broker.Fault // the connection's first failure
+	fault sink.Fault // the connection's first failure
 }
 
-// Err implements broker.Conn.
+// Err implements sink.Conn.
 func (c *conn) Err() error { return c.fault.Err() }
 
 // call runs one request with sink.ack_timeout. A transport failure (no
@@ -282,11 +282,11 @@ func (c *conn) queueURL(ctx context.Context, name string) (string, error) {
 // record of its aggregate failed in this attempt.
 var errHeldBack = outboxcdc.Transient(errors.New("sqs: not sent: an earlier record of the same aggregate failed"))
 
-// Send implements broker.Conn: the records of each queue in batches of at
+// Send implements sink.Conn: the records of each queue in batches of at
 // most ten entries and max_message_bytes, one batch after the other.
-func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
+func (c *conn) Send(ctx context.Context, msgs []*sink.Msg) error {
 	var order []string
-	byQueue := map[string][]*broker.Msg{}
+	byQueue := map[string][]*sink.Msg{}
 	for _, m := range msgs {
 		if _, ok := byQueue[m.Rec.Topic]; !ok {
 			order = append(order, m.Rec.Topic)
@@ -301,7 +301,7 @@ func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
 	return nil
 }
 
-func (c *conn) sendQueue(ctx context.Context, queue string, msgs []*broker.Msg) error {
+func (c *conn) sendQueue(ctx context.Context, queue string, msgs []*sink.Msg) error {
 	fifo := IsFIFO(queue)
 	url, err := c.queueURL(ctx, queue)
 	if err != nil {
@@ -321,7 +321,7 @@ func (c *conn) sendQueue(ctx context.Context, queue string, msgs []*broker.Msg) 
 			}
 			return nil
 		}
-		var batch []*broker.Msg
+		var batch []*sink.Msg
 		var entries []types.SendMessageBatchRequestEntry
 		bytes := 0
 		n := 0
@@ -395,7 +395,7 @@ func (c *conn) sendQueue(ctx context.Context, queue string, msgs []*broker.Msg) 
 
 // entry builds the batch entry of m with id idx, and its size as SQS
 // counts it (body and attributes).
-func (c *conn) entry(m *broker.Msg, idx int, fifo bool) (types.SendMessageBatchRequestEntry, int, error) {
+func (c *conn) entry(m *sink.Msg, idx int, fifo bool) (types.SendMessageBatchRequestEntry, int, error) {
 	r := m.Rec
 	e := types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(idx))}
 	attrs := map[string]types.MessageAttributeValue{}
@@ -515,7 +515,7 @@ func stringOrBinary(v []byte) types.MessageAttributeValue {
 	return types.MessageAttributeValue{DataType: aws.String("Binary"), BinaryValue: v}
 }
 
-// Probe implements broker.Conn: SQS answers (GetQueueUrl of a queue the
+// Probe implements sink.Conn: SQS answers (GetQueueUrl of a queue the
 // sink resolved, else ListQueues; a refusal for want of permission still
 // proves SQS answers, refused credentials do not).
 func (c *conn) Probe(ctx context.Context) error {
@@ -546,7 +546,7 @@ func (c *conn) Probe(ctx context.Context) error {
 	return err
 }
 
-// Close implements broker.Conn.
+// Close implements sink.Conn.
 func (c *conn) Close() error {
 	c.fault.Fail(outboxcdc.Transient(errors.New("sqs client closed by the sink")))
 	c.socks.Abort()

@@ -1,4 +1,4 @@
-package broker
+package sink
 
 import (
 	"crypto/tls"

@@ -37,7 +37,7 @@
 // At most max_in_flight records and max_in_flight_bytes of them are
 // published and unanswered at a time (the Conn keeps to it); the records
 // themselves are the pipeline's batch, held until Write returns.
-package broker
+package sink
 
 import (
 	"context"
