@@ -1,5 +1,9 @@
-// Package broker is the delivery loop the message-broker sinks share
-// (RabbitMQ, NATS JetStream, Redis Streams): each sink supplies a Conn
+// Package sink is the delivery kit every sink uses, and the stdout sink.
+//
+// The kit holds what the sinks share: the delivery keys (Config), the
+// byte budget of records in flight, the record-size formula, health
+// tracking, ErrClosed, and Writer, the delivery loop of the message-broker
+// sinks (RabbitMQ, NATS JetStream, Redis Streams, SQS, HTTP): each supplies a Conn
 // that publishes records and reports the broker's answer to each; Writer
 // turns that into an outboxcdc.Sink whose Write returns nil only when the
 // broker acknowledged every record, retries transient failures with
