@@ -48,7 +48,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -189,9 +188,7 @@ type Writer struct {
 	conn   Conn
 	closed bool
 
-	health   *outboxcdc.SinkHealth
-	lastOK   atomic.Int64 // unix nanos of the last answer from the broker
-	lastFail atomic.Int64 // unix nanos of the last failed attempt
+	health *Health
 
 	stop      chan struct{}
 	probeDone chan struct{}
@@ -212,7 +209,7 @@ func New(sink string, cfg Config, dial Dialer, log zerolog.Logger, reg prometheu
 		stop:      make(chan struct{}),
 		probeDone: make(chan struct{}),
 	}
-	w.health = outboxcdc.NewSinkHealth(sink, sink+": not connected yet", sink+" reachable", w.m.Connected, log)
+	w.health = NewHealth(sink, sink+": not connected yet", sink+" reachable", w.m, log)
 	go w.probeLoop()
 	return w, nil
 }
@@ -230,7 +227,6 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 	start := time.Now()
 	msgs := make([]Msg, len(records))
 	todo := make([]*Msg, len(records))
-	var bytes float64
 	for i := range records {
 		r := &records[i]
 		msgs[i] = Msg{Rec: r, Index: i}
@@ -242,11 +238,8 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 				fmt.Errorf("record of %d bytes is larger than sink.max_message_bytes (%d)", n, w.cfg.MaxMessageBytes),
 				"raise sink.max_message_bytes if the broker takes it, or keep such payloads out of the outbox")}
 		}
-		bytes += float64(len(r.Key) + len(r.Value))
-		for _, h := range r.Headers {
-			bytes += float64(len(h.Key) + len(h.Value))
-		}
 	}
+	bytes := PayloadBytes(records)
 	// Close interrupts a Write (its Send waits for answers otherwise).
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
@@ -281,7 +274,7 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 			}
 			w.m.Bytes.Add(bytes)
 			w.m.WriteSeconds.Observe(time.Since(start).Seconds())
-			w.reached()
+			w.health.Reached()
 			if n > 1 {
 				w.log.Info().Int("records", len(records)).Int("attempts", n).Dur("took", time.Since(start)).
 					Msg("write succeeded after retries")
@@ -300,7 +293,7 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 		}
 		w.m.Retryable.Add(float64(failures))
 		lastErr = &Error{Sink: w.sink, Index: first.Index, Dest: first.Rec.Topic, Err: first.Err}
-		w.failed(lastErr)
+		w.health.Failed(lastErr)
 		wait := b.Next()
 		if asked := askedWait(next); asked > wait {
 			wait = asked
@@ -418,7 +411,7 @@ func (w *Writer) connect(ctx context.Context) (Conn, error) {
 		if ctx.Err() == nil && dctx.Err() != nil && !outboxcdc.IsClassified(err) {
 			err = outboxcdc.Transient(fmt.Errorf("no connection within sink.dial_timeout (%s): %w", w.cfg.DialTimeout, err))
 		}
-		w.failed(err)
+		w.health.Failed(err)
 		return nil, err
 	}
 	w.mu.Lock()
@@ -434,7 +427,7 @@ func (w *Writer) connect(ctx context.Context) (Conn, error) {
 	}
 	w.conn = c
 	w.mu.Unlock()
-	w.reached()
+	w.health.Reached()
 	return c, nil
 }
 
@@ -446,7 +439,7 @@ func (w *Writer) retire(c Conn) {
 	}
 	w.mu.Unlock()
 	if err := c.Err(); err != nil {
-		w.failed(err)
+		w.health.Failed(err)
 	}
 	c.Close()
 }
@@ -466,16 +459,6 @@ func (w *Writer) closedErr() error {
 
 // Ready returns nil while the broker answers.
 func (w *Writer) Ready() error { return w.health.Ready() }
-
-func (w *Writer) reached() {
-	w.lastOK.Store(time.Now().UnixNano())
-	w.health.Reached()
-}
-
-func (w *Writer) failed(err error) {
-	w.lastFail.Store(time.Now().UnixNano())
-	w.health.Failed(err)
-}
 
 // Close stops the sink: a Write in progress returns a permanent error,
 // then the connection is closed.
@@ -530,15 +513,14 @@ func (w *Writer) probeLoop() {
 }
 
 func (w *Writer) probe(ctx context.Context) {
-	iv := w.cfg.ReadyInterval.Nanoseconds()
-	if time.Now().UnixNano()-w.lastOK.Load() < iv {
+	if w.health.AnsweredWithin(w.cfg.ReadyInterval) {
 		return
 	}
 	c, err := w.connect(ctx)
 	if err != nil {
 		return // connect recorded the failure
 	}
-	if time.Now().UnixNano()-w.lastOK.Load() < iv {
+	if w.health.AnsweredWithin(w.cfg.ReadyInterval) {
 		return // just connected
 	}
 	pctx, pcancel := context.WithTimeout(ctx, w.cfg.DialTimeout)
@@ -547,12 +529,5 @@ func (w *Writer) probe(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	switch {
-	case err != nil:
-		w.failed(err)
-	case time.Now().UnixNano()-w.lastFail.Load() >= iv:
-		// Not ready while Writes keep failing even though the broker
-		// answers a probe (a queue that nacks, a full stream).
-		w.reached()
-	}
+	w.health.Probed(err, w.cfg.ReadyInterval)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/contract"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -29,7 +30,7 @@ func TestKafkaContract(t *testing.T) {
 		_, p, addrs := testenv.KafkaBehindProxy(t, opts...)
 		k, _ := newTestKafka(t, testConfig(addrs))
 		r := newKafkaReader(t, addrs, topic, parts)
-		return &contract.Env{Sink: k, Topic: topic, Proxy: p, ErrClosed: errClosed, Read: r.read}
+		return &contract.Env{Sink: k, Topic: topic, Proxy: p, ErrClosed: sink.ErrClosed, Read: r.read}
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/IBM/sarama"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // Error is a record the Kafka sink could not deliver. Write returns it (for
@@ -168,11 +169,8 @@ func permanent(err error) bool {
 	case errors.As(err, &cfgErr), errors.As(err, &encErr):
 		return true
 	case errors.Is(err, sarama.ErrShuttingDown), errors.Is(err, sarama.ErrClosedClient),
-		errors.Is(err, sarama.ErrInvalidPartition), errors.Is(err, errClosed):
+		errors.Is(err, sarama.ErrInvalidPartition), errors.Is(err, sink.ErrClosed):
 		return true
 	}
 	return false
 }
-
-// errClosed is returned by Write after Close.
-var errClosed = errors.New("kafka sink is closed")

@@ -9,6 +9,7 @@ import (
 	"github.com/IBM/sarama"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // The Kafka sinks' errors answer the one classification the other sinks
@@ -26,7 +27,7 @@ func TestErrorClassification(t *testing.T) {
 		{"not authorized", &Error{Index: 1, Topic: "t", Err: sarama.ErrTopicAuthorizationFailed, Permanent: true}, false, `WRITE and DESCRIBE on topic "t"`},
 		{"blocked", &Error{Index: 2, Topic: "t", Permanent: true,
 			Err: &TopicBlockedError{Topic: "t", Err: sarama.ErrUnknownTopicOrPartition}}, false, `create topic "t"`},
-		{"wrapped", fmt.Errorf("pipeline: %w", &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true}), false, ""},
+		{"wrapped", fmt.Errorf("pipeline: %w", &Error{Index: -1, Partition: -1, Err: sink.ErrClosed, Permanent: true}), false, ""},
 		{"fenced", &FencedError{TransactionalID: "x", Err: sarama.ErrProducerFenced}, false, "took over"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -37,7 +38,7 @@ func TestErrorClassification(t *testing.T) {
 				t.Errorf("Hint = %q, want it to hold %q", h, tc.hint)
 			}
 			var kerr sarama.KError
-			if errors.Is(tc.err, errClosed) || errors.As(tc.err, &kerr) {
+			if errors.Is(tc.err, sink.ErrClosed) || errors.As(tc.err, &kerr) {
 				return
 			}
 			t.Errorf("the cause is not reachable from %v", tc.err)

@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/retry"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -118,7 +119,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 	clear(k.oneByOne)
 	start := time.Now()
 	todo := k.pendings(records, nil)
-	bytes := recordBytes(records)
+	bytes := sink.PayloadBytes(records)
 	if err := k.linger(ctx, bytes); err != nil {
 		return err
 	}
@@ -175,7 +176,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 				len(todo), len(records), n, lastErr, ctx.Err())
 		case <-k.stop:
 			t.Stop()
-			return k.stopped(ctx, errClosed)
+			return k.stopped(ctx, sink.ErrClosed)
 		}
 	}
 }
@@ -240,7 +241,7 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
-		if errors.Is(err, errClosed) {
+		if errors.Is(err, sink.ErrClosed) {
 			return nil, nil, k.stopped(ctx, err)
 		}
 		e := &Error{Index: -1, Partition: -1, Err: fmt.Errorf("starting the producer: %w", err), Permanent: permanent(err)}
@@ -270,7 +271,7 @@ func (k *Kafka) attempt(ctx context.Context, todo []*pending) (retry []*pending,
 		p.batched = 0
 	}
 	works := k.plan(c, todo)
-	done := k.sendAll(c, works, a, func(n int64) error { return k.mem.acquire(ctx, nil, k.stop, n) })
+	done := k.sendAll(c, works, a, func(n int64) error { return k.acquire(ctx, n) })
 	watch := newStallWatch(k.cfg.stallAfter(), &a.last)
 	defer watch.stop()
 wait:
@@ -281,7 +282,7 @@ wait:
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		case <-k.stop:
-			return nil, nil, k.stopped(ctx, errClosed)
+			return nil, nil, k.stopped(ctx, sink.ErrClosed)
 		case <-watch.tick():
 			if err := watch.check(); err != nil {
 				k.failed(err) // Ready reports it; the read deadline ends the attempt
@@ -292,7 +293,7 @@ wait:
 		return nil, nil, ctx.Err()
 	}
 	if k.isClosed() {
-		return nil, nil, k.stopped(ctx, errClosed)
+		return nil, nil, k.stopped(ctx, sink.ErrClosed)
 	}
 	if p := k.split(todo); p != nil {
 		// A batch of several records was refused whole: the next attempt
@@ -326,9 +327,9 @@ wait:
 	return retry, e, nil
 }
 
-// stopped turns errClosed into a permanent Error (ctx errors pass).
+// stopped turns sink.ErrClosed into a permanent Error (ctx errors pass).
 func (k *Kafka) stopped(ctx context.Context, err error) error {
-	if errors.Is(err, errClosed) {
+	if errors.Is(err, sink.ErrClosed) {
 		return closedError()
 	}
 	return err
@@ -408,7 +409,7 @@ func (k *Kafka) Close() error {
 	// Requests a stopped Write left in flight are answered (or fail)
 	// before the producer goes: once Close returns, none of them can
 	// still land, after records of this key that a successor writes.
-	for k.mem.inUse() > 0 && time.Now().Before(deadline) {
+	for k.mem.InUse() > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	k.closeProducers(deadline)

@@ -8,13 +8,13 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/retry"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -239,7 +239,7 @@ func TestKafkaKeepsOrderPerKey(t *testing.T) {
 	if i != total {
 		t.Fatalf("wrote %d", i)
 	}
-	if used := k.mem.inUse(); used != 0 {
+	if used := k.mem.InUse(); used != 0 {
 		t.Fatalf("%d bytes still counted in flight after all writes", used)
 	}
 	got := consume(t, addrs, topic, total)
@@ -456,7 +456,7 @@ func TestKafkaCloseStopsBlockedWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := <-done
-	if !IsPermanent(err) || !errors.Is(err, errClosed) {
+	if !IsPermanent(err) || !errors.Is(err, sink.ErrClosed) {
 		t.Fatalf("Write during Close: %v", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
@@ -713,36 +713,6 @@ func TestRetryPolicy(t *testing.T) {
 		if got := b.Next(); got < w*8/10 || got > w*12/10 {
 			t.Errorf("wait %d = %v, want %v ±20%%", i, got, w)
 		}
-	}
-}
-
-func TestByteSemBounds(t *testing.T) {
-	s := byteSem{limit: 100}
-	ctx := context.Background()
-	if err := s.acquire(ctx, nil, nil, 500); err != nil { // larger than the limit, alone
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	acquired := make(chan struct{})
-	go func() {
-		defer wg.Done()
-		if err := s.acquire(ctx, nil, nil, 10); err != nil {
-			t.Error(err)
-		}
-		close(acquired)
-	}()
-	select {
-	case <-acquired:
-		t.Fatal("acquired past the limit")
-	case <-time.After(50 * time.Millisecond):
-	}
-	s.release(500)
-	wg.Wait()
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := s.acquire(cctx, nil, nil, 95); !errors.Is(err, context.Canceled) {
-		t.Fatalf("want Canceled, got %v", err)
 	}
 }
 

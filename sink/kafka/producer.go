@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // kafkaSink is what the at-least-once sink (Kafka) and the exactly-once
@@ -37,7 +38,7 @@ type kafkaSink struct {
 	stop      chan struct{} // closed by Close
 
 	// mem bounds the bytes of records sent and not yet answered.
-	mem byteSem
+	mem *outboxcdc.ByteBudget
 	// Used by the writing goroutine only (direct.go).
 	roundRobin int32                   // partition of the next null-key record
 	oneByOne   map[topicPartition]bool // partitions whose batch was refused whole in this write
@@ -50,9 +51,7 @@ type kafkaSink struct {
 	// fence, when set, is asked before every produce request (SetFence).
 	fence atomic.Pointer[func() error]
 
-	health   *outboxcdc.SinkHealth
-	lastOK   atomic.Int64 // unix nanos of the last produce or probe that reached a broker
-	lastFail atomic.Int64 // unix nanos of the last failed attempt
+	health *sink.Health
 }
 
 func newKafkaSink(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer, notYet, upMsg string,
@@ -65,10 +64,10 @@ func newKafkaSink(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer
 		headerKeys: headerKeyCache{},
 		stop:       make(chan struct{}),
 		probeDone:  make(chan struct{}),
-		mem:        byteSem{limit: cfg.MaxInFlightBytes},
+		mem:        outboxcdc.NewByteBudget(cfg.MaxInFlightBytes),
 		oneByOne:   map[topicPartition]bool{},
 	}
-	s.health = outboxcdc.NewSinkHealth("kafka", notYet, upMsg, s.m.Connected, log)
+	s.health = sink.NewHealth("kafka", notYet, upMsg, s.m, log)
 	s.producers = &producers{brokers: cfg.Brokers, config: start, stop: s.stop}
 	cfg.warnSecurity(log)
 	return s
@@ -106,16 +105,10 @@ func (s *kafkaSink) isClosed() bool {
 }
 
 // reached records that a broker answered.
-func (s *kafkaSink) reached() {
-	s.lastOK.Store(time.Now().UnixNano())
-	s.health.Reached()
-}
+func (s *kafkaSink) reached() { s.health.Reached() }
 
 // failed records a failed attempt or check.
-func (s *kafkaSink) failed(err error) {
-	s.lastFail.Store(time.Now().UnixNano())
-	s.health.Failed(err)
-}
+func (s *kafkaSink) failed(err error) { s.health.Failed(err) }
 
 // closeProducers shuts the producers down (after stop is closed and the
 // writing goroutine has stopped), waiting until deadline at most.
@@ -123,11 +116,23 @@ func (s *kafkaSink) closeProducers(deadline time.Time) {
 	if !s.producers.close(deadline) {
 		s.log.Warn().Dur("waited", closeWait).Msg("kafka producer did not shut down in time; abandoning it")
 	}
-	s.health.Closed(errClosed)
+	s.health.Closed(sink.ErrClosed)
+}
+
+// acquire takes n bytes of the in-flight budget (max_in_flight_bytes),
+// waiting while it is spent; sink.ErrClosed once the sink is closed.
+func (s *kafkaSink) acquire(ctx context.Context, n int64) error {
+	err := s.mem.Acquire(ctx, s.stop, n)
+	if errors.Is(err, outboxcdc.ErrBudgetStopped) {
+		return sink.ErrClosed
+	}
+	return err
 }
 
 // closedError is what a Write returns once the sink is closed.
-func closedError() error { return &Error{Index: -1, Partition: -1, Err: errClosed, Permanent: true} }
+func closedError() error {
+	return &Error{Index: -1, Partition: -1, Err: sink.ErrClosed, Permanent: true}
+}
 
 // producer is one sarama client with the producer identity the sink got
 // at its start: a producer id and epoch from InitProducerId (for the
@@ -198,13 +203,13 @@ type dialing struct {
 }
 
 // get returns the current producer, starting one if there is none. It
-// returns errClosed after close, and ctx's error when ctx ends first (a
+// returns sink.ErrClosed after close, and ctx's error when ctx ends first (a
 // start under way goes on and its producer becomes current).
 func (ps *producers) get(ctx context.Context) (*producer, error) {
 	ps.mu.Lock()
 	if ps.closed {
 		ps.mu.Unlock()
-		return nil, errClosed
+		return nil, sink.ErrClosed
 	}
 	if ps.cur != nil {
 		p := ps.cur
@@ -224,7 +229,7 @@ func (ps *producers) get(ctx context.Context) (*producer, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-ps.stop:
-		return nil, errClosed
+		return nil, sink.ErrClosed
 	}
 }
 
@@ -245,7 +250,7 @@ func (ps *producers) start(d *dialing) {
 	case err != nil:
 		d.err = err
 	case closed:
-		d.err = errClosed
+		d.err = sink.ErrClosed
 		ps.retire(p)
 	default:
 		if ps.onStart != nil {
@@ -380,9 +385,7 @@ func (k *kafkaSink) probeLoop(start bool) {
 }
 
 func (k *kafkaSink) probe(ctx context.Context, start bool) {
-	iv := k.cfg.ReadyInterval.Nanoseconds()
-	now := time.Now().UnixNano()
-	if now-k.lastOK.Load() < iv {
+	if k.health.AnsweredWithin(k.cfg.ReadyInterval) {
 		return
 	}
 	if !start && !k.producers.hasCurrent() {
@@ -390,12 +393,12 @@ func (k *kafkaSink) probe(ctx context.Context, start bool) {
 	}
 	c, err := k.producers.get(ctx)
 	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, errClosed) {
+		if ctx.Err() == nil && !errors.Is(err, sink.ErrClosed) {
 			k.failed(err)
 		}
 		return
 	}
-	if time.Now().UnixNano()-k.lastOK.Load() < iv {
+	if k.health.AnsweredWithin(k.cfg.ReadyInterval) {
 		return // just connected
 	}
 	// sarama tries every known address in turn, each with its read
@@ -434,14 +437,7 @@ func (k *kafkaSink) probe(ctx context.Context, start bool) {
 	if ctx.Err() != nil {
 		return
 	}
-	switch {
-	case !k.producers.current(c):
-		// Retired meanwhile; the Write that retired it reports.
-	case err != nil:
-		k.failed(err)
-	case time.Now().UnixNano()-k.lastFail.Load() >= iv:
-		// Do not mark ready while Writes keep failing even though the
-		// cluster answers metadata (e.g. NOT_ENOUGH_REPLICAS).
-		k.reached()
+	if k.producers.current(c) { // else retired meanwhile; the Write that retired it reports
+		k.health.Probed(err, k.cfg.ReadyInterval)
 	}
 }

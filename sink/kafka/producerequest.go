@@ -478,7 +478,7 @@ func (k *kafkaSink) send(c *producer, w *brokerWork, enc *encodeBuf, a *attempt,
 				connErr = ans.err
 				_ = w.broker.Close()
 			}
-			k.mem.release(sizes[r])
+			k.mem.Release(sizes[r])
 		}
 		for _, b := range w.rounds[r] {
 			berr := ans.err

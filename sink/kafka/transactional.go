@@ -14,6 +14,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/retry"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // TxnConfig is the exactly-once part of the sink section (sink.* keys, used
@@ -261,7 +262,7 @@ func (t *Transactional) Load(ctx context.Context) (outboxcdc.Position, error) {
 		var err error
 		pos, err = t.load(ctx)
 		if err == nil || ctx.Err() != nil || IsFenced(err) || errors.Is(err, ErrProgressUntrusted) ||
-			errors.Is(err, outboxcdc.ErrForeignPosition) || errors.Is(err, errProgressLayout) || errors.Is(err, errClosed) {
+			errors.Is(err, outboxcdc.ErrForeignPosition) || errors.Is(err, errProgressLayout) || errors.Is(err, sink.ErrClosed) {
 			return err
 		}
 		t.failed(err)
@@ -377,7 +378,7 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 		t.log.Debug().Err(err).Msg("record too large for sink.max_message_bytes") // the pipeline reports it (on_error)
 		return err
 	}
-	if err := t.linger(ctx, recordBytes(records)); err != nil {
+	if err := t.linger(ctx, sink.PayloadBytes(records)); err != nil {
 		return err
 	}
 	if t.open != nil {
@@ -392,7 +393,7 @@ func (t *Transactional) write(ctx context.Context, records []outboxcdc.Record, e
 			if !commit {
 				return nil // open: counted when it commits
 			}
-			t.committed(len(records), recordBytes(records), start, start)
+			t.committed(len(records), sink.PayloadBytes(records), start, start)
 			if n > 1 {
 				t.log.Info().Int("records", len(records)).Int("attempts", n).Dur("took", time.Since(start)).
 					Msg("kafka transaction committed after retries")
@@ -447,20 +448,6 @@ func (t *Transactional) committed(n int, bytes float64, start, began time.Time) 
 	t.reached()
 }
 
-// recordBytes is the key, value and header bytes of records, as the sink
-// metrics count them.
-func recordBytes(records []outboxcdc.Record) float64 {
-	var n int
-	for i := range records {
-		r := &records[i]
-		n += len(r.Key) + len(r.Value)
-		for _, h := range r.Headers {
-			n += len(h.Key) + len(h.Value)
-		}
-	}
-	return float64(n)
-}
-
 // openTxn is a Kafka transaction kept open across WriteAtomic calls for a
 // fragmented source transaction.
 type openTxn struct {
@@ -494,7 +481,7 @@ func (t *Transactional) continueOpen(ctx context.Context, msgs []*pending, recor
 	err := t.produce(ctx, o.p, msgs, records, end, o.started, o.deadline, o.records)
 	if err == nil && !commit {
 		o.records += len(records)
-		o.bytes += recordBytes(records)
+		o.bytes += sink.PayloadBytes(records)
 		t.open = o
 		t.tm.openRecords.Set(float64(o.records))
 		return nil
@@ -503,7 +490,7 @@ func (t *Transactional) continueOpen(ctx context.Context, msgs []*pending, recor
 		err = t.commit(ctx, o.p, records, end, o.started, o.deadline, o.records)
 		if err == nil {
 			t.tm.openRecords.Set(0)
-			t.committed(o.records+len(records), o.bytes+recordBytes(records), start, o.started)
+			t.committed(o.records+len(records), o.bytes+sink.PayloadBytes(records), start, o.started)
 			return nil
 		}
 	}
@@ -591,7 +578,7 @@ func (t *Transactional) attempt(ctx context.Context, msgs []*pending, records []
 		return err
 	}
 	if !commit {
-		t.open = &openTxn{p: p, started: started, deadline: deadline, records: len(records), bytes: recordBytes(records)}
+		t.open = &openTxn{p: p, started: started, deadline: deadline, records: len(records), bytes: sink.PayloadBytes(records)}
 		t.tm.openRecords.Set(float64(len(records)))
 		return nil
 	}
@@ -651,7 +638,7 @@ func (t *Transactional) produce(ctx context.Context, p *producer, msgs []*pendin
 	}
 	a := &attempt{}
 	a.last.Store(time.Now().UnixNano())
-	done := t.sendAll(p, works, a, func(n int64) error { return t.mem.acquire(ctx, nil, t.stop, n) })
+	done := t.sendAll(p, works, a, func(n int64) error { return t.acquire(ctx, n) })
 	if works == nil {
 		for _, m := range msgs {
 			if m.err == nil {
@@ -965,7 +952,7 @@ func (t *Transactional) producer(ctx context.Context) (*producer, error) {
 	switch {
 	case err == nil:
 		return p, nil
-	case errors.Is(err, errClosed):
+	case errors.Is(err, sink.ErrClosed):
 		return nil, closedError()
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return nil, err
