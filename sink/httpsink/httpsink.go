@@ -118,6 +118,27 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(env sink.Env) sink.Kind {
+	c.Template, c.Name = env.Template, env.Connector
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, _ sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c)
+}
+
 // tlsConfig builds the client TLS settings (nil: TLS only for https://
 // URLs, with the system's roots).
 func (c Config) tlsConfig() (*tls.Config, error) {

@@ -74,6 +74,30 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(env sink.Env) sink.Kind {
+	c.Template, c.DeadLetterTopic, c.Name = env.Template, env.DeadLetterTopic, env.Connector
+	if c.Template == "" {
+		c.Template = DefaultTopic
+	}
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, _ sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c)
+}
+
 // connect opens a NATS connection without automatic reconnects; its
 // socket is kept in socks (nil: not kept), which resets it when closed.
 func connect(ctx context.Context, cfg Config, closed func(error), socks *sink.Sockets) (*nats.Conn, error) {

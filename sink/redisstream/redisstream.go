@@ -76,6 +76,26 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(sink.Env) sink.Kind {
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, env sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c, env.Fixed...)
+}
+
 // connect returns a client that answered PING. Its sockets are kept in
 // socks (nil: not kept), which resets them when closed: the client closes
 // a connection whose XADDs got no reply in time, and what it still held
