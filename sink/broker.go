@@ -171,6 +171,14 @@ func askedWait(msgs []*Msg) time.Duration {
 	return d
 }
 
+// GaveUp is the error a Write returns when its context ends while left of
+// its total records are still unacknowledged after attempts: it names the
+// sink and the last failure, and wraps ctxErr.
+func GaveUp(sink string, left, total, attempts int, last, ctxErr error) error {
+	return fmt.Errorf("%s: %d of %d records not acknowledged after %d attempts (last failure: %v): %w",
+		sink, left, total, attempts, last, ctxErr)
+}
+
 // ErrClosed is the cause of the permanent error Write returns after Close.
 var ErrClosed = errors.New("sink is closed")
 
@@ -260,8 +268,7 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 				return w.closedErr()
 			}
 			if parent.Err() != nil && lastErr != nil {
-				return fmt.Errorf("%s: %d of %d records not acknowledged after %d attempts (last failure: %v): %w",
-					w.sink, len(todo), len(records), n, lastErr, ctx.Err())
+				return GaveUp(w.sink, len(todo), len(records), n, lastErr, ctx.Err())
 			}
 			return err
 		}
@@ -312,8 +319,7 @@ func (w *Writer) Write(ctx context.Context, records []outboxcdc.Record) error {
 			if w.stopped() {
 				return w.closedErr()
 			}
-			return fmt.Errorf("%s: %d of %d records not acknowledged after %d attempts (last failure: %v): %w",
-				w.sink, len(todo), len(records), n, lastErr, ctx.Err())
+			return GaveUp(w.sink, len(todo), len(records), n, lastErr, ctx.Err())
 		}
 	}
 }

@@ -132,8 +132,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 				if lastErr != nil {
-					return fmt.Errorf("kafka: %d of %d records not acknowledged after %d attempts (last failure: %v): %w",
-						len(todo), len(records), n, lastErr, ctxErr)
+					return sink.GaveUp("kafka", len(todo), len(records), n, lastErr, ctxErr)
 				}
 				return fmt.Errorf("kafka: %d of %d records not acknowledged: %w", len(todo), len(records), ctxErr)
 			}
@@ -172,8 +171,7 @@ func (k *Kafka) Write(ctx context.Context, records []outboxcdc.Record) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("kafka: %d of %d records not acknowledged after %d attempts (last failure: %v): %w",
-				len(todo), len(records), n, lastErr, ctx.Err())
+			return sink.GaveUp("kafka", len(todo), len(records), n, lastErr, ctx.Err())
 		case <-k.stop:
 			t.Stop()
 			return k.stopped(ctx, sink.ErrClosed)
