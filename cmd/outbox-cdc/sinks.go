@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
+	"github.com/outbox-cdc/outbox-cdc/sink/sns"
 	"github.com/outbox-cdc/outbox-cdc/sink/sqs"
 )
 
@@ -60,6 +61,7 @@ var sinkKinds = map[string]sinkKind{
 	"nats":     registered(natsjs.Destination, func(s *SinkConfig) *natsjs.Config { return &s.NATS }),
 	"redis":    registered(redisstream.Destination, func(s *SinkConfig) *redisstream.Config { return &s.Redis }),
 	"sqs":      registered(sqs.Destination, func(s *SinkConfig) *sqs.Config { return &s.SQS }),
+	"sns":      registered(sns.Destination, func(s *SinkConfig) *sns.Config { return &s.SNS }),
 	"http":     registered(httpsink.Destination, func(s *SinkConfig) *httpsink.Config { return &s.HTTP }),
 }
 
