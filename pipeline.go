@@ -548,7 +548,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 	// (txs), at most QueueTransactions of them and about QueueBytes.
 	in := make(chan Tx)
 	txs := make(chan queued, p.cfg.QueueTransactions)
-	qsem := &queueSem{limit: int64(p.cfg.QueueBytes)}
+	qsem := NewByteBudget(int64(p.cfg.QueueBytes)) // one transaction larger than the limit is admitted alone
 	batches := make(chan *batch, 1)
 	src := &sourceRun{done: make(chan struct{})}
 	go func() {
@@ -678,7 +678,7 @@ type queued struct {
 // blocks before the queue holds QueueTransactions of them. It closes
 // src.done once the source has returned and everything it sent before
 // is queued (or the pipeline stopped reading).
-func (p *Pipeline) intake(ctx context.Context, in <-chan Tx, txs chan<- queued, qsem *queueSem, src *sourceRun) {
+func (p *Pipeline) intake(ctx context.Context, in <-chan Tx, txs chan<- queued, qsem *ByteBudget, src *sourceRun) {
 	defer close(src.done)
 	defer func() {
 		for range in { // until Run returns and in is closed
@@ -693,7 +693,7 @@ func (p *Pipeline) intake(ctx context.Context, in <-chan Tx, txs chan<- queued, 
 		}
 		inTx = tx.More
 		q := queued{tx: tx, size: txSize(&tx)}
-		if !qsem.acquire(ctx, q.size) {
+		if qsem.Acquire(ctx, nil, q.size) != nil {
 			return
 		}
 		select {
@@ -717,57 +717,17 @@ func txSize(tx *Tx) int64 {
 	return n
 }
 
-// queueSem counts the bytes in the queue. One transaction larger than the
-// limit is admitted when the queue is empty, so it cannot block forever.
-type queueSem struct {
-	mu    sync.Mutex
-	used  int64
-	limit int64
-	wake  chan struct{} // closed on release; made only while someone waits
-}
-
-// acquire waits until n bytes fit; false when ctx ended first.
-func (s *queueSem) acquire(ctx context.Context, n int64) bool {
-	s.mu.Lock()
-	for s.used > 0 && s.used+n > s.limit {
-		if s.wake == nil {
-			s.wake = make(chan struct{})
-		}
-		wake := s.wake
-		s.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return false
-		}
-		s.mu.Lock()
-	}
-	s.used += n
-	s.mu.Unlock()
-	return true
-}
-
-func (s *queueSem) release(n int64) {
-	s.mu.Lock()
-	s.used -= n
-	if s.wake != nil {
-		close(s.wake)
-		s.wake = nil
-	}
-	s.mu.Unlock()
-}
-
 // batcher reads transactions, routes their events and hands batches to the
 // writer. While the writer is busy it keeps filling the next batch up to
 // the bounds, so a backlog makes large writes and an idle stream makes one
 // write per transaction. Fragments of a large transaction are handed on as
 // the batch fills, without waiting for the transaction's end; a fragmented
 // transaction always starts a new batch (see batch).
-func (p *Pipeline) batcher(ctx context.Context, txs <-chan queued, qsem *queueSem, src *sourceRun, out chan<- *batch) error {
+func (p *Pipeline) batcher(ctx context.Context, txs <-chan queued, qsem *ByteBudget, src *sourceRun, out chan<- *batch) error {
 	inTx := false // the last transaction received was a fragment with More
 	cur := p.newBatch(inTx)
 	take := func(q queued) error {
-		qsem.release(q.size)
+		qsem.Release(q.size)
 		tx := q.tx
 		if tx.More && !inTx && len(cur.marks) > 0 {
 			// A fragmented transaction begins: the whole ones before it

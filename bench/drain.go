@@ -25,7 +25,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
 // backlog is a loaded backlog and where it sits in the source's log.
@@ -508,9 +508,9 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 // exactly-once sink would, so an exactly-once connector named name starts
 // there. The connector's own start then fences this producer.
 func seedProgress(ctx context.Context, br *broker, name string, pos outboxcdc.Position) error {
-	kc := sink.DefaultKafkaConfig()
+	kc := kafka.DefaultKafkaConfig()
 	kc.Brokers = br.addrs
-	t, err := sink.NewTransactional(kc, sink.DefaultTxnConfig(), name, pos.Kind(), zerolog.Nop(), prometheus.NewRegistry())
+	t, err := kafka.NewTransactional(kc, kafka.DefaultTxnConfig(), name, pos.Kind(), zerolog.Nop(), prometheus.NewRegistry())
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/binlog"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
@@ -84,9 +84,9 @@ func runProfile(ctx context.Context, o *options) error {
 			return err
 		}
 	}
-	kcfg := sink.DefaultKafkaConfig()
+	kcfg := kafka.DefaultKafkaConfig()
 	kcfg.Brokers = []string{br.addr}
-	snk, err := sink.NewKafka(kcfg, log, reg)
+	snk, err := kafka.NewKafka(kcfg, log, reg)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
 // The expected bytes in this file are derived by hand from the sources
@@ -617,7 +617,7 @@ func renderConnect(r outboxcdc.Record) *jsonRecord {
 	case r.Partition != nil:
 		j.Partition = r.Partition
 	case r.Key != nil:
-		j.Partition = i32(sink.JavaPartition(r.Key, 6))
+		j.Partition = i32(kafka.JavaPartition(r.Key, 6))
 	}
 	return j
 }
@@ -652,7 +652,7 @@ func TestConnectPartitionFollowsKeyBytes(t *testing.T) {
 		if string(keys[k]) != w {
 			t.Fatalf("%s key %q, want %q", k, keys[k], w)
 		}
-		parts[sink.JavaPartition(keys[k], 12)] = true
+		parts[kafka.JavaPartition(keys[k], 12)] = true
 	}
 	if len(parts) < 2 {
 		t.Fatalf("the three key encodings of one aggregate all hash to one partition of 12; pick another id for this test")

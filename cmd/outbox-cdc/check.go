@@ -16,7 +16,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
 // runCheck is `outbox-cdc check --config FILE [--connector NAME] [--json]`:
@@ -190,9 +190,9 @@ func checkProgress(ctx context.Context, cfg Config, kind string, witness outboxc
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	seen, werr := witness.Load(ctx)
-	p, err := sink.ReadProgress(ctx, cfg.Sink.KafkaConfig, cfg.Sink.ProgressTopic, cfg.Name, kind)
+	p, err := kafka.ReadProgress(ctx, cfg.Sink.KafkaConfig, cfg.Sink.ProgressTopic, cfg.Name, kind)
 	switch {
-	case err != nil && !errors.Is(err, sink.ErrProgressUntrusted) && !errors.Is(err, outboxcdc.ErrForeignPosition):
+	case err != nil && !errors.Is(err, kafka.ErrProgressUntrusted) && !errors.Is(err, outboxcdc.ErrForeignPosition):
 		return "", outboxcdc.Warn(name, fmt.Sprintf("progress topic %s not readable here (%v); witness %s: %s; the source's position checks cannot judge the saved position",
 			cfg.Sink.ProgressTopic, err, fmt.Sprint(witness), orNone(seen)),
 			"check sink.brokers and that the connector's user may read "+cfg.Sink.ProgressTopic+", then run check again")
@@ -222,7 +222,7 @@ func orNone(p outboxcdc.Position) string {
 // topicNeeds lists the topic families the route (and the dead-letter
 // policy) writes to: a template's literal text before its first
 // placeholder, or the whole name when it has none.
-func topicNeeds(cfg Config) []sink.TopicNeed {
+func topicNeeds(cfg Config) []kafka.TopicNeed {
 	tmpl := cfg.Route.Topic
 	if tmpl == "" {
 		tmpl = router.DefaultTopic
@@ -239,14 +239,14 @@ func topicNeeds(cfg Config) []sink.TopicNeed {
 			tmpl = tmpl[:i] + "{"
 		}
 	}
-	var needs []sink.TopicNeed
+	var needs []kafka.TopicNeed
 	if i := strings.IndexByte(tmpl, '{'); i >= 0 {
-		needs = append(needs, sink.TopicNeed{Prefix: tmpl[:i]})
+		needs = append(needs, kafka.TopicNeed{Prefix: tmpl[:i]})
 	} else {
-		needs = append(needs, sink.TopicNeed{Prefix: tmpl, Exact: true})
+		needs = append(needs, kafka.TopicNeed{Prefix: tmpl, Exact: true})
 	}
 	if cfg.Pipeline.OnError == outboxcdc.OnErrorDLQ && cfg.Pipeline.DLQTopic != "" {
-		needs = append(needs, sink.TopicNeed{Prefix: cfg.Pipeline.DLQTopic, Exact: true})
+		needs = append(needs, kafka.TopicNeed{Prefix: cfg.Pipeline.DLQTopic, Exact: true})
 	}
 	return needs
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/ha"
 	"github.com/outbox-cdc/outbox-cdc/lifecycle"
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/httpsink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
@@ -66,15 +66,15 @@ type SourceConfig struct {
 type SinkConfig struct {
 	// Type is the broker: kafka, rabbitmq, nats, redis, sqs, sns, http (webhooks),
 	// or stdout (one JSON line per record, for trying things out).
-	Type             string `yaml:"type"`
-	sink.KafkaConfig `yaml:",inline"`
-	sink.TxnConfig   `yaml:",inline"`   // exactly-once only
-	RabbitMQ         rabbitmq.Config    `yaml:"-"`
-	NATS             natsjs.Config      `yaml:"-"`
-	Redis            redisstream.Config `yaml:"-"`
-	SQS              sqs.Config         `yaml:"-"`
-	SNS              sns.Config         `yaml:"-"`
-	HTTP             httpsink.Config    `yaml:"-"`
+	Type              string `yaml:"type"`
+	kafka.KafkaConfig `yaml:",inline"`
+	kafka.TxnConfig   `yaml:",inline"`   // exactly-once only
+	RabbitMQ          rabbitmq.Config    `yaml:"-"`
+	NATS              natsjs.Config      `yaml:"-"`
+	Redis             redisstream.Config `yaml:"-"`
+	SQS               sqs.Config         `yaml:"-"`
+	SNS               sns.Config         `yaml:"-"`
+	HTTP              httpsink.Config    `yaml:"-"`
 }
 
 // CheckpointConfig selects the checkpoint store.
@@ -150,7 +150,7 @@ func defaultConfig() Config {
 		Source:   SourceConfig{Type: binlog.Kind, MySQL: binlog.DefaultConfig(), Postgres: wal.DefaultConfig()},
 		Route:    router.DefaultConfig(),
 		Delivery: deliveryAtLeastOnce,
-		Sink: SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig(),
+		Sink: SinkConfig{Type: "kafka", KafkaConfig: kafka.DefaultKafkaConfig(), TxnConfig: kafka.DefaultTxnConfig(),
 			RabbitMQ: rabbitmq.DefaultConfig(), NATS: natsjs.DefaultConfig(), Redis: redisstream.DefaultConfig(),
 			SQS: sqs.DefaultConfig(), SNS: sns.DefaultConfig(), HTTP: httpsink.DefaultConfig()},
 		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig(), TableConfig: checkpoint.DefaultTableConfig()},

@@ -14,7 +14,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/ha"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
 // Delivery modes (the top-level delivery key).
@@ -23,7 +23,7 @@ import (
 //     then the position is saved to checkpoint.type file or table. After a
 //     crash the last batch may be sent again.
 //   - exactly-once: each batch and its position go into one Kafka
-//     transaction (sink.Transactional); the position lives in
+//     transaction (kafka.Transactional); the position lives in
 //     sink.progress_topic. The checkpoint store (checkpoint.type file, the
 //     default, or table; kafka means file) holds a witness of it: a copy
 //     written after the commits that is never read to resume, only to
@@ -74,9 +74,9 @@ func (c Config) validateDelivery() error {
 // newKafkaSink returns the Kafka sink of the delivery mode.
 func newKafkaSink(cfg Config, kind string, log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
 	if cfg.Delivery != deliveryExactlyOnce {
-		return sink.NewKafka(cfg.Sink.KafkaConfig, log, reg)
+		return kafka.NewKafka(cfg.Sink.KafkaConfig, log, reg)
 	}
-	t, err := sink.NewTransactional(cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name, kind, log, reg)
+	t, err := kafka.NewTransactional(cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name, kind, log, reg)
 	if err != nil {
 		return nil, err
 	}

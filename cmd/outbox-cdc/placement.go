@@ -11,7 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outbox-cdc/outbox-cdc/placement"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
 // The process's placement: section, at the top level beside connectors:
@@ -28,9 +28,9 @@ import (
 type PlacementConfig struct {
 	placement.Config `yaml:",inline"`
 	// TLS to the placement brokers, as sink.tls.
-	TLS sink.TLSConfig `yaml:"tls"`
+	TLS kafka.TLSConfig `yaml:"tls"`
 	// SASL authentication to the placement brokers, as sink.sasl.
-	SASL sink.SASLConfig `yaml:"sasl"`
+	SASL kafka.SASLConfig `yaml:"sasl"`
 }
 
 // defaultPlacementConfig is off; session_timeout 0 takes the connectors'
@@ -144,5 +144,5 @@ func validatePlacement(p *PlacementConfig, cs []Config, listed bool) error {
 
 // clientOpts are the TLS and SASL options of the placement client.
 func (p PlacementConfig) clientOpts() ([]kgo.Opt, error) {
-	return sink.ClientSecurity("placement", p.TLS, p.SASL)
+	return kafka.ClientSecurity("placement", p.TLS, p.SASL)
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
 	"github.com/outbox-cdc/outbox-cdc/ha"
 	"github.com/outbox-cdc/outbox-cdc/migrate"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
 // The position commands act on the store run uses: the checkpoint file or
@@ -325,7 +325,7 @@ func (s *progressStore) String() string {
 	return fmt.Sprintf("progress topic %s (connector %q)", s.cfg.Sink.ProgressTopic, s.cfg.Name)
 }
 func (s *progressStore) read(ctx context.Context) (saved, error) {
-	p, err := sink.ReadProgress(ctx, s.cfg.Sink.KafkaConfig, s.cfg.Sink.ProgressTopic, s.cfg.Name, "")
+	p, err := kafka.ReadProgress(ctx, s.cfg.Sink.KafkaConfig, s.cfg.Sink.ProgressTopic, s.cfg.Name, "")
 	if err != nil {
 		return saved{}, err
 	}
@@ -335,7 +335,7 @@ func (s *progressStore) read(ctx context.Context) (saved, error) {
 	return saved{pos: p.Position, savedAt: p.SavedAt, exists: true}, nil
 }
 func (s *progressStore) write(ctx context.Context, pos outboxcdc.Position) error {
-	if err := sink.WriteProgress(ctx, s.cfg.Sink.KafkaConfig, s.cfg.Sink.TxnConfig, s.cfg.Name, s.kind, pos, s.log); err != nil {
+	if err := kafka.WriteProgress(ctx, s.cfg.Sink.KafkaConfig, s.cfg.Sink.TxnConfig, s.cfg.Name, s.kind, pos, s.log); err != nil {
 		return fmt.Errorf("writing the progress record: %w", err)
 	}
 	// The witness follows, so that it never claims more than the progress.

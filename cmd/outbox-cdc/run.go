@@ -13,7 +13,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
 func newLogger(cfg LogConfig, w io.Writer) zerolog.Logger {
@@ -180,7 +180,7 @@ func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger
 // this one believed. With HA that is a lost lock, not a failure: the
 // connector goes back to standby instead of halting.
 func claimedElsewhere(cfg Config, err error) bool {
-	return cfg.HA.Enabled && (errors.Is(err, checkpoint.ErrFenced) || sink.IsFenced(err))
+	return cfg.HA.Enabled && (errors.Is(err, checkpoint.ErrFenced) || kafka.IsFenced(err))
 }
 
 // lostExitWait bounds how long a process that lost the HA lock waits for

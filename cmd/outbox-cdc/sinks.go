@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/router"
 	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/httpsink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
@@ -40,9 +41,9 @@ var sinkKinds = map[string]sinkKind{
 			return newKafkaSink(cfg, kind, log, reg) // transactional in exactly-once mode
 		},
 		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
-			out := sink.CheckKafka(ctx, cfg.Sink.KafkaConfig, topicNeeds(cfg)...)
+			out := kafka.CheckKafka(ctx, cfg.Sink.KafkaConfig, topicNeeds(cfg)...)
 			if cfg.Delivery == deliveryExactlyOnce {
-				out = append(out, sink.CheckTransactional(ctx, cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name)...)
+				out = append(out, kafka.CheckTransactional(ctx, cfg.Sink.KafkaConfig, cfg.Sink.TxnConfig, cfg.Name)...)
 			}
 			return out
 		},
@@ -56,68 +57,35 @@ var sinkKinds = map[string]sinkKind{
 			return []outboxcdc.CheckResult{outboxcdc.Pass("sink", "sink.type stdout: nothing to connect to")}
 		},
 	},
-	"rabbitmq": {
-		config:   func(s *SinkConfig) any { return &s.RabbitMQ },
-		dest:     rabbitmq.Destination,
-		validate: func(c Config) error { return c.rabbitMQ().Validate() },
-		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
-			return rabbitmq.New(cfg.rabbitMQ(), log, reg)
+	"rabbitmq": registered(rabbitmq.Destination, func(s *SinkConfig) *rabbitmq.Config { return &s.RabbitMQ }),
+	"nats":     registered(natsjs.Destination, func(s *SinkConfig) *natsjs.Config { return &s.NATS }),
+	"redis":    registered(redisstream.Destination, func(s *SinkConfig) *redisstream.Config { return &s.Redis }),
+	"sqs":      registered(sqs.Destination, func(s *SinkConfig) *sqs.Config { return &s.SQS }),
+	"sns":      registered(sns.Destination, func(s *SinkConfig) *sns.Config { return &s.SNS }),
+	"http":     registered(httpsink.Destination, func(s *SinkConfig) *httpsink.Config { return &s.HTTP }),
+}
+
+// registered is the sinkKind of a sink package whose configuration is a
+// sink.Kind: its keys decode into *field(&cfg.Sink), route.topic names a
+// dest, and validate, build and check are the Kind's, on the
+// configuration completed from the rest of the connector's (sinkEnv).
+func registered[K sink.Kind](dest *router.Destination, field func(*SinkConfig) *K) sinkKind {
+	kind := func(c Config) sink.Kind { return (*field(&c.Sink)).With(c.sinkEnv()) }
+	return sinkKind{
+		config:   func(s *SinkConfig) any { return field(s) },
+		dest:     dest,
+		validate: func(c Config) error { return kind(c).Validate() },
+		build: func(c Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
+			return kind(c).Open(log, reg)
 		},
-		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
-			return rabbitmq.Check(ctx, cfg.rabbitMQ())
-		},
-	},
-	"nats": {
-		config:   func(s *SinkConfig) any { return &s.NATS },
-		dest:     natsjs.Destination,
-		validate: func(c Config) error { return c.nats().Validate() },
-		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
-			return natsjs.New(cfg.nats(), log, reg)
-		},
-		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult { return natsjs.Check(ctx, cfg.nats()) },
-	},
-	"redis": {
-		config:   func(s *SinkConfig) any { return &s.Redis },
-		dest:     redisstream.Destination,
-		validate: func(c Config) error { return c.Sink.Redis.Validate() },
-		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
-			return redisstream.New(cfg.Sink.Redis, log, reg)
-		},
-		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
-			return redisstream.Check(ctx, cfg.Sink.Redis, cfg.fixedDestinations()...)
-		},
-	},
-	"sqs": {
-		config:   func(s *SinkConfig) any { return &s.SQS },
-		dest:     sqs.Destination,
-		validate: func(c Config) error { return c.Sink.SQS.Validate() },
-		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
-			return sqs.New(cfg.Sink.SQS, log, reg)
-		},
-		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
-			return sqs.Check(ctx, cfg.Sink.SQS, cfg.fixedDestinations()...)
-		},
-	},
-	"sns": {
-		config:   func(s *SinkConfig) any { return &s.SNS },
-		dest:     sns.Destination,
-		validate: func(c Config) error { return c.Sink.SNS.Validate() },
-		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
-			return sns.New(cfg.Sink.SNS, log, reg)
-		},
-		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
-			return sns.Check(ctx, cfg.Sink.SNS, cfg.fixedDestinations()...)
-		},
-	},
-	"http": {
-		config:   func(s *SinkConfig) any { return &s.HTTP },
-		dest:     httpsink.Destination,
-		validate: func(c Config) error { return c.http().Validate() },
-		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
-			return httpsink.New(cfg.http(), log, reg)
-		},
-		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult { return httpsink.Check(ctx, cfg.http()) },
-	},
+		check: func(ctx context.Context, c Config) []outboxcdc.CheckResult { return kind(c).Check(ctx, c.sinkEnv()) },
+	}
+}
+
+// sinkEnv is what a sink's configuration takes from the rest of the
+// connector's.
+func (c Config) sinkEnv() sink.Env {
+	return sink.Env{Connector: c.Name, Template: c.Route.Topic, DeadLetterTopic: c.deadLetterTopic(), Fixed: c.fixedDestinations()}
 }
 
 // sinkTypeNames lists the sink types for messages, from sinkKinds.
@@ -131,30 +99,9 @@ func (c Config) deadLetterTopic() string {
 	return c.Pipeline.DLQTopic
 }
 
-// rabbitMQ and nats return the sink's configuration with the values the
-// command derives from the rest of it.
-func (c Config) rabbitMQ() rabbitmq.Config {
-	r := c.Sink.RabbitMQ
-	r.DeadLetterTopic, r.AppID = c.deadLetterTopic(), c.Name
-	return r
-}
-
-func (c Config) nats() natsjs.Config {
-	n := c.Sink.NATS
-	n.Template, n.DeadLetterTopic, n.Name = c.Route.Topic, c.deadLetterTopic(), c.Name
-	if n.Template == "" {
-		n.Template = natsjs.DefaultTopic
-	}
-	return n
-}
-
 // http returns the HTTP sink's configuration: the URL template is
 // route.topic.
-func (c Config) http() httpsink.Config {
-	h := c.Sink.HTTP
-	h.Template, h.Name = c.Route.Topic, c.Name
-	return h
-}
+func (c Config) http() httpsink.Config { return c.Sink.HTTP.With(c.sinkEnv()).(httpsink.Config) }
 
 // fixedDestinations are the destinations known before any row: the route
 // template (its placeholders left in) and the dead-letter topic.

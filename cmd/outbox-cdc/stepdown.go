@@ -13,7 +13,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/ha"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 	"github.com/rs/zerolog"
 )
 
@@ -74,7 +74,7 @@ func sinkProbe(cfg Config) func(ctx context.Context) error {
 	case "stdout":
 		return nil
 	case "kafka":
-		return func(ctx context.Context) error { return sink.ReachKafka(ctx, cfg.Sink.KafkaConfig, timeout) }
+		return func(ctx context.Context) error { return kafka.ReachKafka(ctx, cfg.Sink.KafkaConfig, timeout) }
 	}
 	kind, ok := sinkKinds[cfg.Sink.Type]
 	if !ok || kind.check == nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
 // blockingSink fails its writes, or blocks them until release is closed.
@@ -66,7 +66,7 @@ func TestSinkWatchStalledFor(t *testing.T) {
 // TestSinkWatchKeepsAtomic: an exactly-once sink stays an AtomicSink
 // through the watch (the pipeline stores positions with it).
 func TestSinkWatchKeepsAtomic(t *testing.T) {
-	var a outboxcdc.AtomicSink = (*sink.Transactional)(nil)
+	var a outboxcdc.AtomicSink = (*kafka.Transactional)(nil)
 	if _, ok := (&sinkWatch{}).watch(a).(outboxcdc.AtomicSink); !ok {
 		t.Fatal("the watch hid AtomicSink")
 	}

@@ -12,14 +12,14 @@ import (
 	"github.com/aws/smithy-go"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // HTTPClient returns the HTTP client of one connection: its sockets are
 // kept in socks (nil: not kept), so that giving the connection up resets
 // them. The SDK client built on it must have aws.NopRetryer: the sink
 // retries (package broker), not the SDK.
-func HTTPClient(cfg Config, socks *broker.Sockets) *http.Client {
+func HTTPClient(cfg Config, socks *sink.Sockets) *http.Client {
 	d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
@@ -78,7 +78,7 @@ func (s *Service) Classify(err error) error {
 		code := ae.ErrorCode()
 		switch {
 		case authCodes[code]:
-			return broker.NoRecord(outboxcdc.Permanent(err, s.AuthHint))
+			return sink.NoRecord(outboxcdc.Permanent(err, s.AuthHint))
 		case s.Missing[code]:
 			return outboxcdc.Permanent(err, s.MissingHint)
 		case TransientCodes[code] || ae.ErrorFault() == smithy.FaultServer:
@@ -86,8 +86,8 @@ func (s *Service) Classify(err error) error {
 		}
 		return outboxcdc.Permanent(err, "")
 	}
-	if broker.IsCertificateError(err) {
-		return broker.NoRecord(outboxcdc.Permanent(err, "check sink.endpoint and the system's CA certificates"))
+	if sink.IsCertificateError(err) {
+		return sink.NoRecord(outboxcdc.Permanent(err, "check sink.endpoint and the system's CA certificates"))
 	}
 	if n := outboxcdc.Network(err); outboxcdc.IsClassified(n) {
 		return n
@@ -100,11 +100,11 @@ func (s *Service) Classify(err error) error {
 type Conn struct {
 	Svc        *Service
 	AckTimeout time.Duration
-	Socks      *broker.Sockets
-	fault      broker.Fault // the connection's first failure
+	Socks      *sink.Sockets
+	fault      sink.Fault // the connection's first failure
 }
 
-// Err implements broker.Conn.
+// Err implements sink.Conn.
 func (c *Conn) Err() error { return c.fault.Err() }
 
 // Close gives the connection up: its sockets are reset.

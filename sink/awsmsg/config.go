@@ -19,7 +19,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // Config is the part of the sink section the AWS sinks share.
@@ -40,8 +40,8 @@ type Config struct {
 	// payload as it is; it must be UTF-8 text the service accepts, else
 	// the record is refused) or base64 (any bytes, such as Avro or
 	// Protobuf; consumers decode it).
-	BodyEncoding  string `yaml:"body_encoding"`
-	broker.Config `yaml:",inline"`
+	BodyEncoding string `yaml:"body_encoding"`
+	sink.Config  `yaml:",inline"`
 }
 
 // Body encodings.
@@ -56,7 +56,7 @@ const MaxBatch = 10
 // DefaultConfig returns the defaults with maxBytes as
 // max_message_bytes.
 func DefaultConfig(maxBytes int) Config {
-	c := Config{Config: broker.DefaultConfig(), BodyEncoding: BodyText}
+	c := Config{Config: sink.DefaultConfig(), BodyEncoding: BodyText}
 	c.MaxMessageBytes = maxBytes
 	c.MaxInFlight = MaxBatch
 	return c

@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // Attribute names the sinks add.
@@ -51,7 +51,7 @@ type Message struct {
 // headers, the overflow past the tenth in outbox_cdc.headers), and FIFO
 // ids when fifo. A record the service would refuse (too large, a payload
 // that is not text with body_encoding text) is a permanent error.
-func Build(svc string, cfg Config, m *broker.Msg, fifo bool) (Message, error) {
+func Build(svc string, cfg Config, m *sink.Msg, fifo bool) (Message, error) {
 	r := m.Rec
 	out := Message{Attrs: map[string]Attr{}}
 	attrs := out.Attrs
@@ -187,16 +187,16 @@ type SendBatch func(ctx context.Context, dest string, msgs []Message) (Answer, e
 // record of its aggregate failed in this attempt.
 var errHeldBack = outboxcdc.Transient(errors.New("not sent: an earlier record of the same aggregate failed"))
 
-// Send implements broker.Conn's Send for c: the records of each
+// Send implements sink.Conn's Send for c: the records of each
 // destination (Rec.Topic, resolved by resolve; the error of resolve is
 // the outcome of all its records) in batches of at most ten entries and
 // max_message_bytes, one batch after the other, each record's outcome
 // its entry's result. When an entry fails, the later records of its
 // aggregate are held back.
-func (c *Conn) Send(ctx context.Context, cfg Config, msgs []*broker.Msg, isFIFO func(string) bool,
+func (c *Conn) Send(ctx context.Context, cfg Config, msgs []*sink.Msg, isFIFO func(string) bool,
 	resolve func(context.Context, string) (string, error), send SendBatch) error {
 	var order []string
-	byDest := map[string][]*broker.Msg{}
+	byDest := map[string][]*sink.Msg{}
 	for _, m := range msgs {
 		if _, ok := byDest[m.Rec.Topic]; !ok {
 			order = append(order, m.Rec.Topic)
@@ -222,7 +222,7 @@ func (c *Conn) Send(ctx context.Context, cfg Config, msgs []*broker.Msg, isFIFO 
 	return nil
 }
 
-func (c *Conn) sendDest(ctx context.Context, cfg Config, dest string, fifo bool, msgs []*broker.Msg, send SendBatch) error {
+func (c *Conn) sendDest(ctx context.Context, cfg Config, dest string, fifo bool, msgs []*sink.Msg, send SendBatch) error {
 	failed := map[string]bool{} // keys with a failed record
 	for len(msgs) > 0 {
 		if err := c.Err(); err != nil {
@@ -231,7 +231,7 @@ func (c *Conn) sendDest(ctx context.Context, cfg Config, dest string, fifo bool,
 			}
 			return nil
 		}
-		var batch []*broker.Msg
+		var batch []*sink.Msg
 		var entries []Message
 		bytes := 0
 		n := 0

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -55,8 +55,8 @@ type Config struct {
 	ProbeURL string `yaml:"probe_url"`
 	// TLS to the receiver (on with an https:// URL); cert_file and
 	// key_file send a client certificate (mTLS).
-	TLS           broker.TLS `yaml:"tls"`
-	broker.Config `yaml:",inline"`
+	TLS         sink.TLS `yaml:"tls"`
+	sink.Config `yaml:",inline"`
 
 	// Template is route.topic, set by the command (not a key of this
 	// section).
@@ -108,7 +108,7 @@ func DefaultConfig() Config {
 		Body:             BodyEnvelope,
 		ContentType:      "application/json",
 		RetryAfterMax:    time.Minute,
-		Config:           broker.DefaultConfig(),
+		Config:           sink.DefaultConfig(),
 	}
 	c.MaxInFlight = 16 // concurrent requests
 	c.AckTimeout = 10 * time.Second

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/contract"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -46,7 +46,7 @@ func contractFactory(mode string) contract.Factory {
 			cfg.MaxMessageBytes = o.MaxMessageBytes
 		}
 		return &contract.Env{
-			Sink: newSink(t, cfg), Topic: base + "/hooks/CONTRACT", Proxy: p, ErrClosed: broker.ErrClosed,
+			Sink: newSink(t, cfg), Topic: base + "/hooks/CONTRACT", Proxy: p, ErrClosed: sink.ErrClosed,
 			Read: func(t *testing.T) []contract.Message {
 				var out []contract.Message
 				for _, a := range rc.arrivals() {

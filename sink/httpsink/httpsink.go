@@ -3,7 +3,7 @@
 // of one URL in one POST), and counts as delivered only when the receiver
 // answered 2xx. The delivery loop (retries with backoff, per-key order
 // across retries, the permanent-error path to pipeline.on_error) is
-// package broker's; this package is one broker.Conn.
+// package broker's; this package is one sink.Conn.
 //
 // # Order and parallelism
 //
@@ -12,7 +12,7 @@
 // by a hash of the key. A lane's requests go out one at a time, in record
 // order; up to max_in_flight lanes send at once. When a request of a lane
 // fails, the lane sends no later record of the failed records' keys in
-// this attempt: they are marked failed too, so broker.Writer sends them
+// this attempt: they are marked failed too, so sink.Writer sends them
 // again, after the failed one, in order. An aggregate's records therefore
 // reach the receiver in commit order, and a record is sent again only
 // when its own request failed: a copy arrives twice only when the
@@ -66,7 +66,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // HTTP header names the sink sends.
@@ -85,7 +85,7 @@ const (
 
 // Sink is the HTTP webhook sink; it implements outboxcdc.Sink.
 type Sink struct {
-	*broker.Writer
+	*sink.Writer
 	cfg    Config
 	secret []byte
 	tls    *tls.Config
@@ -110,12 +110,33 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	s.log.Info().Str("url_template", redactURL(cfg.Template)).Str("mode", cfg.Mode).Str("body", cfg.Body).
 		Bool("signed", secret != nil).Int("max_in_flight", cfg.MaxInFlight).
 		Msg("http sink starting (2xx acknowledges; per-aggregate order, aggregates in parallel)")
-	w, err := broker.New("http", cfg.Config, s.dial, s.log, reg)
+	w, err := sink.New("http", cfg.Config, s.dial, s.log, reg)
 	if err != nil {
 		return nil, err
 	}
 	s.Writer = w
 	return s, nil
+}
+
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(env sink.Env) sink.Kind {
+	c.Template, c.Name = env.Template, env.Connector
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, _ sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c)
 }
 
 // tlsConfig builds the client TLS settings (nil: TLS only for https://
@@ -148,7 +169,7 @@ func (c Config) client(tc *tls.Config) *http.Client {
 	}
 }
 
-func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
+func (s *Sink) dial(ctx context.Context) (sink.Conn, error) {
 	return &conn{s: s, c: s.cfg.client(s.tls)}, nil
 }
 
@@ -157,20 +178,20 @@ func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
 type conn struct {
 	s     *Sink
 	c     *http.Client
-	fault broker.Fault
+	fault sink.Fault
 }
 
-// Err implements broker.Conn.
+// Err implements sink.Conn.
 func (c *conn) Err() error { return c.fault.Err() }
 
-// Close implements broker.Conn.
+// Close implements sink.Conn.
 func (c *conn) Close() error {
 	c.fault.Fail(outboxcdc.Transient(errors.New("http client closed by the sink")))
 	c.c.CloseIdleConnections()
 	return nil
 }
 
-// Probe implements broker.Conn: a HEAD request to the probe URL; any
+// Probe implements sink.Conn: a HEAD request to the probe URL; any
 // answer below 500 means the receiver is there.
 func (c *conn) Probe(ctx context.Context) error {
 	if err := c.Err(); err != nil {
@@ -197,10 +218,10 @@ func (c *conn) Probe(ctx context.Context) error {
 }
 
 // lane is records sent one request at a time, in order.
-type lane struct{ msgs []*broker.Msg }
+type lane struct{ msgs []*sink.Msg }
 
-// Send implements broker.Conn.
-func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
+// Send implements sink.Conn.
+func (c *conn) Send(ctx context.Context, msgs []*sink.Msg) error {
 	cfg := c.s.cfg
 	var lanes []*lane
 	index := map[string]*lane{}
@@ -263,7 +284,7 @@ func (c *conn) sendLane(ctx context.Context, l *lane, budget *budget) {
 		}
 		// The next request: consecutive records of one URL, leaving out
 		// those behind a failure of their key.
-		var req []*broker.Msg
+		var req []*sink.Msg
 		var size int64
 		rest := pending[:0:0]
 		for i, m := range pending {
@@ -296,7 +317,7 @@ func (c *conn) sendLane(ctx context.Context, l *lane, budget *budget) {
 }
 
 // post sends one request and returns nil for a 2xx answer.
-func (c *conn) post(ctx context.Context, msgs []*broker.Msg) error {
+func (c *conn) post(ctx context.Context, msgs []*sink.Msg) error {
 	cfg := c.s.cfg
 	target := msgs[0].Rec.Topic
 	var body []byte
@@ -392,11 +413,11 @@ func (s *Sink) answer(target string, resp *http.Response) error {
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		err = outboxcdc.Transient(err)
 		if d, ok := RetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			return broker.RetryAfter(err, min(d, s.cfg.RetryAfterMax))
+			return sink.RetryAfter(err, min(d, s.cfg.RetryAfterMax))
 		}
 		return err
 	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusProxyAuthRequired:
-		return broker.NoRecord(outboxcdc.Permanent(err, "check the credentials in sink.headers and the receiver's access rules"))
+		return sink.NoRecord(outboxcdc.Permanent(err, "check the credentials in sink.headers and the receiver's access rules"))
 	case code >= 300 && code < 400:
 		return outboxcdc.Permanent(err, "redirects are not followed: set route.topic to the URL the receiver redirects to ("+redactURL(resp.Header.Get("Location"))+")")
 	}
@@ -424,8 +445,8 @@ func RetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // classifyNet marks a failed round trip.
 func classifyNet(err error) error {
-	if broker.IsCertificateError(err) {
-		return broker.NoRecord(outboxcdc.Permanent(err,
+	if sink.IsCertificateError(err) {
+		return sink.NoRecord(outboxcdc.Permanent(err,
 			"set sink.tls.ca_file to the CA that signed the receiver's certificate, and sink.tls.server_name if it names another host"))
 	}
 	var ue *url.Error

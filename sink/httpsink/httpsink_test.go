@@ -23,7 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // arrival is one request the receiver took (read the whole body of).
@@ -430,7 +430,7 @@ func TestHTTPPermanentRefusals(t *testing.T) {
 			s := newSink(t, cfg)
 			rs := records(rc.srv.URL, 6, 2)
 			err := write(t, s, rs, 30*time.Second)
-			var be *broker.Error
+			var be *sink.Error
 			if !errors.As(err, &be) || !be.Permanent || be.Index != c.index {
 				t.Fatalf("error %v, want a permanent error for record %d", err, c.index)
 			}

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // pki is a throwaway CA with a server certificate (localhost, 127.0.0.1)
@@ -112,7 +112,7 @@ func TestHTTPMutualTLS(t *testing.T) {
 	wrongCA := cfg
 	wrongCA.TLS.CAFile = other.ca
 	err = write(t, newSink(t, wrongCA), rs, 10*time.Second)
-	var be *broker.Error
+	var be *sink.Error
 	if !errors.As(err, &be) || !be.Permanent || be.Index != -1 {
 		t.Fatalf("wrong CA: %v, want a permanent error naming no record", err)
 	}

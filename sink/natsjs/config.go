@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -49,8 +49,8 @@ type Config struct {
 	// connection that misses two pings is given up.
 	PingInterval time.Duration `yaml:"ping_interval"`
 	// TLS to the server (also on with a tls:// URL).
-	TLS           broker.TLS `yaml:"tls"`
-	broker.Config `yaml:",inline"`
+	TLS         sink.TLS `yaml:"tls"`
+	sink.Config `yaml:",inline"`
 
 	// Template is route.topic and DeadLetterTopic pipeline.dlq_topic, set
 	// by the command; they derive the subjects of a created stream.
@@ -94,7 +94,7 @@ func DefaultConfig() Config {
 		StreamStorage:   "file",
 		StreamReplicas:  1,
 		PingInterval:    10 * time.Second,
-		Config:          broker.DefaultConfig(),
+		Config:          sink.DefaultConfig(),
 	}
 }
 

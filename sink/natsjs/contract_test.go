@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/contract"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -23,7 +23,7 @@ func TestContract(t *testing.T) {
 		cfg := testConfig(testenv.WithHost(t, f.url, p.Addr()), f.stream)
 		var read []contract.Message
 		return &contract.Env{
-			Sink: newSink(t, cfg), Topic: f.prefix + ".ORDER", Proxy: p, ErrClosed: broker.ErrClosed,
+			Sink: newSink(t, cfg), Topic: f.prefix + ".ORDER", Proxy: p, ErrClosed: sink.ErrClosed,
 			Read: func(t *testing.T) []contract.Message {
 				// The stream keeps every message: read those stored since
 				// the last call.

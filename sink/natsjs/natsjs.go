@@ -39,7 +39,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // Header keys the sink adds.
@@ -51,7 +51,7 @@ const (
 
 // Sink is the NATS JetStream sink; it implements outboxcdc.Sink.
 type Sink struct {
-	*broker.Writer
+	*sink.Writer
 	cfg Config
 	log zerolog.Logger
 }
@@ -66,7 +66,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	cfg.TLS.Warn(s.log)
 	s.log.Info().Str("url", outboxcdcRedact(cfg.URL)).Str("stream", cfg.Stream).
 		Msg("nats sink starting (JetStream PubAck, Nats-Msg-Id = message id)")
-	w, err := broker.New("nats", cfg.Config, s.dial, s.log, reg)
+	w, err := sink.New("nats", cfg.Config, s.dial, s.log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +74,33 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(env sink.Env) sink.Kind {
+	c.Template, c.DeadLetterTopic, c.Name = env.Template, env.DeadLetterTopic, env.Connector
+	if c.Template == "" {
+		c.Template = DefaultTopic
+	}
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, _ sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c)
+}
+
 // connect opens a NATS connection without automatic reconnects; its
 // socket is kept in socks (nil: not kept), which resets it when closed.
-func connect(ctx context.Context, cfg Config, closed func(error), socks *broker.Sockets) (*nats.Conn, error) {
+func connect(ctx context.Context, cfg Config, closed func(error), socks *sink.Sockets) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("outbox-cdc " + cfg.Name),
 		nats.NoReconnect(),
@@ -137,7 +161,7 @@ func connect(ctx context.Context, cfg Config, closed func(error), socks *broker.
 // dialer dials as the client would and keeps the socket.
 type dialer struct {
 	d     net.Dialer
-	socks *broker.Sockets
+	socks *sink.Sockets
 }
 
 func (d dialer) Dial(network, addr string) (net.Conn, error) {
@@ -155,15 +179,15 @@ func classifyConnect(err error) error {
 			"check sink.username/password, sink.token or sink.creds_file")
 	case errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrInvalidArg):
 		return outboxcdc.Permanent(err, "fix sink.url")
-	case broker.IsCertificateError(err):
+	case sink.IsCertificateError(err):
 		return outboxcdc.Permanent(fmt.Errorf("nats: %w", err), "set sink.tls.ca_file to the CA that signed the server's certificate, and sink.tls.server_name if it names another host")
 	}
 	return outboxcdc.Transient(fmt.Errorf("connecting to nats: %w", err))
 }
 
-func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
+func (s *Sink) dial(ctx context.Context) (sink.Conn, error) {
 	c := &conn{cfg: s.cfg}
-	nc, err := connect(ctx, s.cfg, c.lost, &broker.Sockets{})
+	nc, err := connect(ctx, s.cfg, c.lost, &sink.Sockets{})
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +256,7 @@ type conn struct {
 	subjects   []string
 	maxPayload int64
 
-	fault broker.Fault
+	fault sink.Fault
 }
 
 // lost records that the connection dropped (err nil: closed).
@@ -243,15 +267,15 @@ func (c *conn) lost(err error) {
 	c.fault.Fail(outboxcdc.Transient(fmt.Errorf("nats connection lost: %w", err)))
 }
 
-// Err implements broker.Conn.
+// Err implements sink.Conn.
 func (c *conn) Err() error { return c.fault.Err() }
 
-// Send implements broker.Conn.
-func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
-	return broker.SendWindow(ctx, c.cfg.Config, &c.fault, "PubAck", msgs, c.publish)
+// Send implements sink.Conn.
+func (c *conn) Send(ctx context.Context, msgs []*sink.Msg) error {
+	return sink.SendWindow(ctx, c.cfg.Config, &c.fault, "PubAck", msgs, c.publish)
 }
 
-func (c *conn) publish(m *broker.Msg) (broker.Pending, error) {
+func (c *conn) publish(m *sink.Msg) (sink.Pending, error) {
 	msg, err := c.message(m)
 	if err != nil {
 		m.Err = err
@@ -275,7 +299,7 @@ func (c *conn) publish(m *broker.Msg) (broker.Pending, error) {
 
 // msgID is the Nats-Msg-Id of a record: its message id, marked on a copy
 // sent again after an acknowledged one (see the package documentation).
-func msgID(m *broker.Msg) string {
+func msgID(m *sink.Msg) string {
 	if m.Rec.MessageID == "" || m.Again == 0 {
 		return m.Rec.MessageID
 	}
@@ -285,11 +309,11 @@ func msgID(m *broker.Msg) string {
 // pubAck is a published record's PubAck.
 type pubAck struct {
 	c *conn
-	m *broker.Msg
+	m *sink.Msg
 	f jetstream.PubAckFuture
 }
 
-// Await implements broker.Pending.
+// Await implements sink.Pending.
 func (p pubAck) Await(stop <-chan struct{}) bool {
 	var ack *jetstream.PubAck
 	var err error
@@ -348,7 +372,7 @@ func (c *conn) classify(subject string, err error) error {
 }
 
 // message builds the NATS message of a record.
-func (c *conn) message(m *broker.Msg) (*nats.Msg, error) {
+func (c *conn) message(m *sink.Msg) (*nats.Msg, error) {
 	r := m.Rec
 	h := nats.Header{}
 	for _, hd := range r.Headers {
@@ -380,7 +404,7 @@ func (c *conn) message(m *broker.Msg) (*nats.Msg, error) {
 	return &nats.Msg{Subject: r.Topic, Data: r.Value, Header: h}, nil
 }
 
-// Probe implements broker.Conn: a stream info request.
+// Probe implements sink.Conn: a stream info request.
 func (c *conn) Probe(ctx context.Context) error {
 	if err := c.Err(); err != nil {
 		return err
@@ -391,7 +415,7 @@ func (c *conn) Probe(ctx context.Context) error {
 	return nil
 }
 
-// Close implements broker.Conn.
+// Close implements sink.Conn.
 func (c *conn) Close() error {
 	c.fault.Fail(outboxcdc.Transient(errors.New("nats connection closed by the sink")))
 	c.nc.Close()

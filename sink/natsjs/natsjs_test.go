@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
@@ -180,7 +180,7 @@ func TestMissingStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := s.Write(ctx, records("x", 1, 1))
-	var be *broker.Error
+	var be *sink.Error
 	if !errors.As(err, &be) || !be.Permanent || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("Write = %v", err)
 	}
@@ -310,10 +310,10 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("Write over TLS: %v", err)
 	}
 
-	cfg.TLS = broker.TLS{}
+	cfg.TLS = sink.TLS{}
 	s = newSink(t, cfg)
 	err = s.Write(ctx, records("tls", 1, 1))
-	var be *broker.Error
+	var be *sink.Error
 	if !errors.As(err, &be) || !be.Permanent || !strings.Contains(err.Error(), "ca_file") {
 		t.Fatalf("Write without the CA = %v, want a permanent certificate error", err)
 	}

@@ -9,7 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -48,8 +48,8 @@ type Config struct {
 	// about three of them is given up.
 	Heartbeat time.Duration `yaml:"heartbeat"`
 	// TLS to the broker (also on with an amqps:// URL).
-	TLS           broker.TLS `yaml:"tls"`
-	broker.Config `yaml:",inline"`
+	TLS         sink.TLS `yaml:"tls"`
+	sink.Config `yaml:",inline"`
 
 	// DeadLetterTopic is pipeline.dlq_topic, set by the command: records
 	// with this Topic are dead letters and go to DLQExchange.
@@ -79,7 +79,7 @@ func DefaultConfig() Config {
 		ExchangeType: "topic",
 		ContentType:  "application/json",
 		Heartbeat:    10 * time.Second,
-		Config:       broker.DefaultConfig(),
+		Config:       sink.DefaultConfig(),
 	}
 	c.MaxMessageBytes = 16 << 20 // RabbitMQ 4's max_message_size default; 3.x allows 128 MiB
 	return c

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/contract"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -26,7 +26,7 @@ func TestContract(t *testing.T) {
 		}
 		var read []contract.Message
 		return &contract.Env{
-			Sink: newSink(t, cfg), Topic: "ORDER", Proxy: p, ErrClosed: broker.ErrClosed,
+			Sink: newSink(t, cfg), Topic: "ORDER", Proxy: p, ErrClosed: sink.ErrClosed,
 			Read: func(t *testing.T) []contract.Message {
 				// Consuming takes the messages off the queue: keep them.
 				for {

@@ -37,7 +37,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // Header keys the sink adds.
@@ -48,7 +48,7 @@ const (
 
 // Sink is the RabbitMQ sink; it implements outboxcdc.Sink.
 type Sink struct {
-	*broker.Writer
+	*sink.Writer
 	cfg Config
 	log zerolog.Logger
 }
@@ -63,7 +63,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	cfg.TLS.Warn(s.log)
 	s.log.Info().Str("url", outboxcdc.RedactDSN(cfg.URL)).Str("exchange", cfg.Exchange).
 		Msg("rabbitmq sink starting (publisher confirms, mandatory, persistent)")
-	w, err := broker.New("rabbitmq", cfg.Config, s.dial, s.log, reg)
+	w, err := sink.New("rabbitmq", cfg.Config, s.dial, s.log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -71,11 +71,32 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(env sink.Env) sink.Kind {
+	c.DeadLetterTopic, c.AppID = env.DeadLetterTopic, env.Connector
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, _ sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c)
+}
+
 // connect opens an AMQP connection with cfg's credentials, TLS, heartbeat
 // and dial timeout; its socket is kept in socks (nil: not kept).
 // DialConfig takes no context, so it runs aside and is abandoned (and
 // closed when it comes up) when ctx ends first.
-func connect(ctx context.Context, cfg Config, socks *broker.Sockets) (*amqp.Connection, error) {
+func connect(ctx context.Context, cfg Config, socks *sink.Sockets) (*amqp.Connection, error) {
 	raw, u, err := cfg.dialURL()
 	if err != nil {
 		return nil, outboxcdc.Permanent(err, "fix sink.url")
@@ -138,7 +159,7 @@ func classifyDial(err error) error {
 		}
 		return outboxcdc.Transient(fmt.Errorf("connecting to rabbitmq: %w", err))
 	}
-	if broker.IsCertificateError(err) {
+	if sink.IsCertificateError(err) {
 		return outboxcdc.Permanent(fmt.Errorf("connecting to rabbitmq: %w", err),
 			"set sink.tls.ca_file to the CA that signed the broker's certificate, and sink.tls.server_name if it names another host")
 	}
@@ -160,19 +181,19 @@ func classifyClose(e *amqp.Error, cfg Config) error {
 	err := fmt.Errorf("rabbitmq closed the channel: %w", e)
 	switch e.Code {
 	case amqp.NotFound:
-		return broker.NoRecord(outboxcdc.Permanent(err,
+		return sink.NoRecord(outboxcdc.Permanent(err,
 			fmt.Sprintf("declare exchange %q (and %q for dead letters), or set sink.declare: true", cfg.Exchange, cfg.dlqExchange())))
 	case amqp.AccessRefused:
-		return broker.NoRecord(outboxcdc.Permanent(err, "grant the user write permission on the exchange in the vhost"))
+		return sink.NoRecord(outboxcdc.Permanent(err, "grant the user write permission on the exchange in the vhost"))
 	case amqp.PreconditionFailed:
-		return broker.NoRecord(outboxcdc.Permanent(err,
+		return sink.NoRecord(outboxcdc.Permanent(err,
 			"a message larger than the broker's max_message_size is refused this way: keep sink.max_message_bytes at or below it, so such a record is named and pipeline.on_error applies"))
 	}
 	return outboxcdc.Transient(err)
 }
 
-func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
-	socks := &broker.Sockets{}
+func (s *Sink) dial(ctx context.Context) (sink.Conn, error) {
+	socks := &sink.Sockets{}
 	c, err := connect(ctx, s.cfg, socks)
 	if err != nil {
 		return nil, err
@@ -181,7 +202,7 @@ func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
 	// mode) wait for the broker without a deadline of their own: the end
 	// of ctx (sink.dial_timeout) tears the socket down, which ends them.
 	stop := context.AfterFunc(ctx, socks.Abort)
-	fail := func(err error) (broker.Conn, error) {
+	fail := func(err error) (sink.Conn, error) {
 		if !stop() {
 			err = outboxcdc.Transient(fmt.Errorf("rabbitmq: the broker did not set the connection up in time: %w", ctx.Err()))
 		}
@@ -260,7 +281,7 @@ type conn struct {
 	ch  *amqp.Channel
 	// socks is the connection's socket: a connection given up is torn
 	// down by closing it (see watch).
-	socks *broker.Sockets
+	socks *sink.Sockets
 	// returns carries the basic.return of unroutable records. The broker
 	// sends a record's return before its confirm, and the client hands it
 	// over before it resolves the confirm, so it is here by the time the
@@ -268,7 +289,7 @@ type conn struct {
 	returns  chan amqp.Return
 	returned map[string]int
 
-	fault broker.Fault
+	fault sink.Fault
 	// verdict is set when the broker closed the channel or connection
 	// with a reason: it has read everything sent before, and the
 	// connection is closed the AMQP way.
@@ -294,12 +315,12 @@ func (c *conn) watch(closes chan *amqp.Error) {
 	}
 }
 
-// Send implements broker.Conn.
-func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
-	return broker.SendWindow(ctx, c.cfg.Config, &c.fault, "publisher confirm", msgs, c.publish)
+// Send implements sink.Conn.
+func (c *conn) Send(ctx context.Context, msgs []*sink.Msg) error {
+	return sink.SendWindow(ctx, c.cfg.Config, &c.fault, "publisher confirm", msgs, c.publish)
 }
 
-func (c *conn) publish(m *broker.Msg) (broker.Pending, error) {
+func (c *conn) publish(m *sink.Msg) (sink.Pending, error) {
 	r := m.Rec
 	pub := c.publishing(m)
 	if err := pub.Headers.Validate(); err != nil {
@@ -319,11 +340,11 @@ func (c *conn) publish(m *broker.Msg) (broker.Pending, error) {
 // confirm is a published record's publisher confirm.
 type confirm struct {
 	c  *conn
-	m  *broker.Msg
+	m  *sink.Msg
 	dc *amqp.DeferredConfirmation
 }
 
-// Await implements broker.Pending.
+// Await implements sink.Pending.
 func (f confirm) Await(stop <-chan struct{}) bool {
 	select {
 	case <-f.dc.Done():
@@ -379,7 +400,7 @@ func (c *conn) closeReason() error {
 	}
 }
 
-// Err implements broker.Conn.
+// Err implements sink.Conn.
 func (c *conn) Err() error {
 	if err := c.fault.Err(); err != nil {
 		return err
@@ -390,7 +411,7 @@ func (c *conn) Err() error {
 	return nil
 }
 
-// Probe implements broker.Conn: a passive declare of the exchange on a
+// Probe implements sink.Conn: a passive declare of the exchange on a
 // channel of its own (a failure closes only that channel).
 func (c *conn) Probe(ctx context.Context) error {
 	if err := c.Err(); err != nil {
@@ -418,7 +439,7 @@ func (c *conn) Probe(ctx context.Context) error {
 	}
 }
 
-// Close implements broker.Conn. A connection in use, or closed by the
+// Close implements sink.Conn. A connection in use, or closed by the
 // broker with a reason, is closed the AMQP way (waiting at most a second
 // for close-ok); one given up otherwise (an answer overdue, the socket
 // lost) only has its socket closed: a silent peer would not answer
@@ -436,7 +457,7 @@ func (c *conn) Close() error {
 }
 
 // publishing builds the AMQP message of a record.
-func (c *conn) publishing(m *broker.Msg) amqp.Publishing {
+func (c *conn) publishing(m *sink.Msg) amqp.Publishing {
 	r := m.Rec
 	p := amqp.Publishing{
 		ContentType:  c.cfg.ContentType,

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
@@ -178,7 +178,7 @@ func TestMissingExchange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := s.Write(ctx, records(1, 1))
-	var be *broker.Error
+	var be *sink.Error
 	if !errors.As(err, &be) || !be.Permanent || be.Index != -1 || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("Write = %v, want a permanent error about the missing exchange", err)
 	}
@@ -193,7 +193,7 @@ func TestBadCredentials(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := s.Write(ctx, records(1, 1))
-	var be *broker.Error
+	var be *sink.Error
 	if !errors.As(err, &be) || !be.Permanent || strings.Contains(err.Error(), "wrong-password") {
 		t.Fatalf("Write = %v, want a permanent error without the password", err)
 	}

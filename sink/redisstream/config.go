@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -35,8 +35,8 @@ type Config struct {
 	// costs the server more.
 	ExactTrim bool `yaml:"exact_trim"`
 	// TLS to the server (also on with a rediss:// URL).
-	TLS           broker.TLS `yaml:"tls"`
-	broker.Config `yaml:",inline"`
+	TLS         sink.TLS `yaml:"tls"`
+	sink.Config `yaml:",inline"`
 }
 
 // DefaultTopic is the stream key template when route.topic is not set.
@@ -53,7 +53,7 @@ var Destination = &router.Destination{
 
 // DefaultConfig returns the defaults; URL still has to be set.
 func DefaultConfig() Config {
-	c := Config{Config: broker.DefaultConfig()}
+	c := Config{Config: sink.DefaultConfig()}
 	c.MaxInFlight = 500 // XADDs per pipeline round trip
 	return c
 }

@@ -3,7 +3,7 @@ package redisstream
 import (
 	"testing"
 
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/contract"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -21,7 +21,7 @@ func TestContract(t *testing.T) {
 		}
 		stream := f.prefix + "ORDER"
 		return &contract.Env{
-			Sink: newSink(t, cfg), Topic: stream, Proxy: p, ErrClosed: broker.ErrClosed,
+			Sink: newSink(t, cfg), Topic: stream, Proxy: p, ErrClosed: sink.ErrClosed,
 			Read: func(t *testing.T) []contract.Message {
 				var out []contract.Message
 				for _, m := range f.read(t, stream) {

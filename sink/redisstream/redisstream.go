@@ -36,7 +36,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 )
 
 // Entry field names.
@@ -50,7 +50,7 @@ const (
 
 // Sink is the Redis Streams sink; it implements outboxcdc.Sink.
 type Sink struct {
-	*broker.Writer
+	*sink.Writer
 	cfg Config
 	log zerolog.Logger
 }
@@ -68,7 +68,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	cfg.TLS.Warn(s.log)
 	s.log.Info().Str("url", outboxcdc.RedactDSN(cfg.URL)).Int64("max_len", cfg.MaxLen).Dur("min_id_age", cfg.MinIDAge).
 		Msg("redis sink starting (XADD replies, server-assigned entry ids)")
-	w, err := broker.New("redis", cfg.Config, s.dial, s.log, reg)
+	w, err := sink.New("redis", cfg.Config, s.dial, s.log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -76,11 +76,31 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(sink.Env) sink.Kind {
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, env sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c, env.Fixed...)
+}
+
 // connect returns a client that answered PING. Its sockets are kept in
 // socks (nil: not kept), which resets them when closed: the client closes
 // a connection whose XADDs got no reply in time, and what it still held
 // must not reach the server after the records were sent again.
-func connect(ctx context.Context, cfg Config, socks *broker.Sockets) (*redis.Client, error) {
+func connect(ctx context.Context, cfg Config, socks *sink.Sockets) (*redis.Client, error) {
 	o, err := cfg.options()
 	if err != nil {
 		return nil, outboxcdc.Permanent(err, "fix sink.url and sink.tls")
@@ -103,8 +123,8 @@ func connect(ctx context.Context, cfg Config, socks *broker.Sockets) (*redis.Cli
 	return c, nil
 }
 
-func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
-	c, err := connect(ctx, s.cfg, &broker.Sockets{})
+func (s *Sink) dial(ctx context.Context) (sink.Conn, error) {
+	c, err := connect(ctx, s.cfg, &sink.Sockets{})
 	if err != nil {
 		return nil, err
 	}
@@ -118,17 +138,17 @@ func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
 func classify(err error) error {
 	switch {
 	case redis.IsAuthError(err):
-		return broker.NoRecord(outboxcdc.Permanent(err, "check sink.username and sink.password (or the credentials in sink.url)"))
+		return sink.NoRecord(outboxcdc.Permanent(err, "check sink.username and sink.password (or the credentials in sink.url)"))
 	case redis.HasErrorPrefix(err, "NOPERM"):
-		return broker.NoRecord(outboxcdc.Permanent(err, "grant the user XADD on the stream keys (ACL: +xadd ~outbox:*)"))
+		return sink.NoRecord(outboxcdc.Permanent(err, "grant the user XADD on the stream keys (ACL: +xadd ~outbox:*)"))
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return outboxcdc.Permanent(err, "the key holds another type than a stream: change route.topic or remove the key")
 	case redis.IsOOMError(err), redis.IsReadOnlyError(err), redis.IsLoadingError(err), redis.IsMasterDownError(err),
 		redis.IsClusterDownError(err), redis.IsTryAgainError(err), redis.HasErrorPrefix(err, "BUSY"):
 		return outboxcdc.Transient(err)
 	}
-	if broker.IsCertificateError(err) {
-		return broker.NoRecord(outboxcdc.Permanent(err,
+	if sink.IsCertificateError(err) {
+		return sink.NoRecord(outboxcdc.Permanent(err,
 			"set sink.tls.ca_file to the CA that signed the server's certificate, and sink.tls.server_name if it names another host"))
 	}
 	var re redis.Error
@@ -148,15 +168,15 @@ type conn struct {
 	cfg Config
 	c   *redis.Client
 
-	fault broker.Fault // the connection's first failure
+	fault sink.Fault // the connection's first failure
 }
 
-// Err implements broker.Conn.
+// Err implements sink.Conn.
 func (c *conn) Err() error { return c.fault.Err() }
 
-// Send implements broker.Conn: pipelines of at most max_in_flight XADDs
+// Send implements sink.Conn: pipelines of at most max_in_flight XADDs
 // and max_in_flight_bytes, one after the other.
-func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
+func (c *conn) Send(ctx context.Context, msgs []*sink.Msg) error {
 	for len(msgs) > 0 {
 		n, bytes := 0, int64(0)
 		for n < len(msgs) && n < c.cfg.MaxInFlight {
@@ -182,7 +202,7 @@ func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
 	return nil
 }
 
-func (c *conn) pipeline(ctx context.Context, chunk []*broker.Msg) error {
+func (c *conn) pipeline(ctx context.Context, chunk []*sink.Msg) error {
 	minID := ""
 	if c.cfg.MinIDAge > 0 {
 		minID = strconv.FormatInt(time.Now().Add(-c.cfg.MinIDAge).UnixMilli(), 10)
@@ -256,7 +276,7 @@ func (c *conn) args(r *outboxcdc.Record, minID string) *redis.XAddArgs {
 	return a
 }
 
-// Probe implements broker.Conn.
+// Probe implements sink.Conn.
 func (c *conn) Probe(ctx context.Context) error {
 	if err := c.Err(); err != nil {
 		return err
@@ -267,7 +287,7 @@ func (c *conn) Probe(ctx context.Context) error {
 	return nil
 }
 
-// Close implements broker.Conn.
+// Close implements sink.Conn.
 func (c *conn) Close() error {
 	c.fault.Fail(outboxcdc.Transient(errors.New("redis connection closed by the sink")))
 	return c.c.Close()

@@ -46,8 +46,8 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/awsmsg"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
 )
 
 // Attribute names the sink adds (those of the SQS sink).
@@ -68,7 +68,7 @@ var service = &awsmsg.Service{
 
 // Sink is the SNS sink; it implements outboxcdc.Sink.
 type Sink struct {
-	*broker.Writer
+	*sink.Writer
 	cfg Config
 	aws aws.Config
 	log zerolog.Logger
@@ -92,12 +92,32 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	s.log = log.With().Str("component", "sink").Str("sink", "sns").Logger()
 	s.log.Info().Str("region", s.aws.Region).Str("endpoint", outboxcdc.RedactDSN(cfg.Endpoint)).
 		Msg("sns sink starting (PublishBatch, per-entry results)")
-	w, err := broker.New("sns", cfg.Config.Config, s.dial, s.log, reg)
+	w, err := sink.New("sns", cfg.Config.Config, s.dial, s.log, reg)
 	if err != nil {
 		return nil, err
 	}
 	s.Writer = w
 	return s, nil
+}
+
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(sink.Env) sink.Kind {
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, env sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c, env.Fixed...)
 }
 
 func newSink(ctx context.Context, cfg Config) (*Sink, error) {
@@ -112,7 +132,7 @@ func newSink(ctx context.Context, cfg Config) (*Sink, error) {
 	return s, nil
 }
 
-func (s *Sink) newConn(socks *broker.Sockets) *conn {
+func (s *Sink) newConn(socks *sink.Sockets) *conn {
 	hc := awsmsg.HTTPClient(s.cfg.Config, socks)
 	c := &conn{Conn: awsmsg.Conn{Svc: service, AckTimeout: s.cfg.AckTimeout, Socks: socks}, s: s,
 		c: awssns.NewFromConfig(s.aws, func(o *awssns.Options) {
@@ -130,8 +150,8 @@ func (s *Sink) newConn(socks *broker.Sockets) *conn {
 	return c
 }
 
-func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
-	c := s.newConn(&broker.Sockets{})
+func (s *Sink) dial(ctx context.Context) (sink.Conn, error) {
+	c := s.newConn(&sink.Sockets{})
 	if err := c.Probe(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -168,7 +188,7 @@ func (c *conn) topicARN(ctx context.Context, topic string) (string, error) {
 			part = p[1]
 		}
 		if !awsmsg.IsAccountID(account) {
-			return "", broker.NoRecord(outboxcdc.Permanent(errors.New("sns: STS named no account for the credentials"), "set sink.topic_owner"))
+			return "", sink.NoRecord(outboxcdc.Permanent(errors.New("sns: STS named no account for the credentials"), "set sink.topic_owner"))
 		}
 		c.s.mu.Lock()
 		c.s.account, c.s.part = account, part
@@ -177,9 +197,9 @@ func (c *conn) topicARN(ctx context.Context, topic string) (string, error) {
 	return "arn:" + part + ":sns:" + c.s.aws.Region + ":" + account + ":" + topic, nil
 }
 
-// Send implements broker.Conn: the records of each topic in batches of at
+// Send implements sink.Conn: the records of each topic in batches of at
 // most ten entries and max_message_bytes, one batch after the other.
-func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
+func (c *conn) Send(ctx context.Context, msgs []*sink.Msg) error {
 	return c.Conn.Send(ctx, c.s.cfg.Config, msgs, IsFIFO, c.topicARN, c.publishBatch)
 }
 
@@ -211,7 +231,7 @@ func entryOf(m awsmsg.Message, idx int) types.PublishBatchRequestEntry {
 		MessageGroupId: awsmsg.OptString(m.GroupID), MessageDeduplicationId: awsmsg.OptString(m.DedupID)}
 }
 
-// Probe implements broker.Conn: SNS answers (GetTopicAttributes of a
+// Probe implements sink.Conn: SNS answers (GetTopicAttributes of a
 // topic the sink wrote to, else ListTopics; a refusal for want of
 // permission still proves SNS answers, refused credentials do not).
 func (c *conn) Probe(ctx context.Context) error {

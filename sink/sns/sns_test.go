@@ -13,8 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/awsmsg"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
 	"github.com/outbox-cdc/outbox-cdc/sink/contract"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -222,7 +222,7 @@ func TestTooLarge(t *testing.T) {
 	recs := records("q.fifo", 3, 3)
 	recs[1].Value = []byte(strings.Repeat("x", 5000))
 	err := s.Write(context.Background(), recs)
-	var be *broker.Error
+	var be *sink.Error
 	if !errors.As(err, &be) || !be.Permanent || be.Index != 1 {
 		t.Fatalf("too large: %v", err)
 	}
@@ -270,7 +270,7 @@ func TestCheck(t *testing.T) {
 	recs := records("c.fifo", 3, 3)
 	recs[1].Topic = "missing"
 	err := s.Write(context.Background(), recs)
-	var be *broker.Error
+	var be *sink.Error
 	if !errors.As(err, &be) || !be.Permanent || be.Index != 1 {
 		t.Fatalf("missing topic: %v", err)
 	}
@@ -305,7 +305,7 @@ func TestContract(t *testing.T) {
 		}
 		var read []contract.Message
 		return &contract.Env{
-			Sink: testSink(t, cfg), Topic: "contract.fifo", Proxy: p, ErrClosed: broker.ErrClosed,
+			Sink: testSink(t, cfg), Topic: "contract.fifo", Proxy: p, ErrClosed: sink.ErrClosed,
 			Read: func(t *testing.T) []contract.Message {
 				for _, m := range e.Drain(t, "contract-q.fifo") {
 					read = append(read, contract.Message{ID: m.Attrs[AttrMessageID], Key: m.Attrs[AttrKey], Value: m.Body})

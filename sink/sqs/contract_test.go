@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/contract"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -27,7 +27,7 @@ func TestContract(t *testing.T) {
 		}
 		var read []contract.Message
 		return &contract.Env{
-			Sink: newSink(t, cfg), Topic: queue, Proxy: p, ErrClosed: broker.ErrClosed,
+			Sink: newSink(t, cfg), Topic: queue, Proxy: p, ErrClosed: sink.ErrClosed,
 			Read: func(t *testing.T) []contract.Message {
 				for _, m := range e.Drain(t, queue) {
 					read = append(read, contract.Message{ID: m.Attrs[AttrMessageID], Key: m.Attrs[AttrKey], Value: m.Body})

@@ -59,8 +59,8 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/sink/awsmsg"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
 )
 
 // Attribute names the sink adds.
@@ -76,7 +76,7 @@ const MaxAttributes = awsmsg.MaxAttributes
 
 // Sink is the SQS sink; it implements outboxcdc.Sink.
 type Sink struct {
-	*broker.Writer
+	*sink.Writer
 	cfg Config
 	aws aws.Config
 	log zerolog.Logger
@@ -110,7 +110,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 		log: log.With().Str("component", "sink").Str("sink", "sqs").Logger()}
 	s.log.Info().Str("region", ac.Region).Str("endpoint", outboxcdc.RedactDSN(cfg.Endpoint)).Str("protocol", cfg.Protocol).
 		Msg("sqs sink starting (SendMessageBatch, per-entry results)")
-	w, err := broker.New("sqs", cfg.Config.Config, s.dial, s.log, reg)
+	w, err := sink.New("sqs", cfg.Config.Config, s.dial, s.log, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -118,9 +118,29 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Sink, erro
 	return s, nil
 }
 
+// With, Open and Check make Config a sink.Kind: the command registers it
+// as a sink.type (cmd/outbox-cdc/sinks.go).
+var _ sink.Kind = Config{}
+
+// With completes the configuration with what the command derives from
+// the rest of the connector's.
+func (c Config) With(sink.Env) sink.Kind {
+	return c
+}
+
+// Open returns the sink (New).
+func (c Config) Open(log zerolog.Logger, reg prometheus.Registerer) (outboxcdc.Sink, error) {
+	return sink.Opened(New(c, log, reg))
+}
+
+// Check is the package's Check, for outbox-cdc check.
+func (c Config) Check(ctx context.Context, env sink.Env) []outboxcdc.CheckResult {
+	return Check(ctx, c, env.Fixed...)
+}
+
 // client returns an SQS client whose sockets are kept in socks (nil: not
 // kept) and whose requests the SDK does not retry.
-func client(cfg Config, ac aws.Config, socks *broker.Sockets) *awssqs.Client {
+func client(cfg Config, ac aws.Config, socks *sink.Sockets) *awssqs.Client {
 	return awssqs.NewFromConfig(ac, func(o *awssqs.Options) {
 		o.HTTPClient = awsmsg.HTTPClient(cfg.Config, socks)
 		o.Retryer = aws.NopRetryer{}
@@ -133,12 +153,12 @@ func client(cfg Config, ac aws.Config, socks *broker.Sockets) *awssqs.Client {
 	})
 }
 
-func (s *Sink) newConn(socks *broker.Sockets) *conn {
+func (s *Sink) newConn(socks *sink.Sockets) *conn {
 	return &conn{Conn: awsmsg.Conn{Svc: service, AckTimeout: s.cfg.AckTimeout, Socks: socks}, s: s, c: client(s.cfg, s.aws, socks)}
 }
 
-func (s *Sink) dial(ctx context.Context) (broker.Conn, error) {
-	c := s.newConn(&broker.Sockets{})
+func (s *Sink) dial(ctx context.Context) (sink.Conn, error) {
+	c := s.newConn(&sink.Sockets{})
 	if err := c.Probe(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -179,9 +199,9 @@ func (c *conn) queueURL(ctx context.Context, name string) (string, error) {
 	return u, nil
 }
 
-// Send implements broker.Conn: the records of each queue in batches of at
+// Send implements sink.Conn: the records of each queue in batches of at
 // most ten entries and max_message_bytes, one batch after the other.
-func (c *conn) Send(ctx context.Context, msgs []*broker.Msg) error {
+func (c *conn) Send(ctx context.Context, msgs []*sink.Msg) error {
 	return c.Conn.Send(ctx, c.s.cfg.Config, msgs, IsFIFO, c.queueURL, c.sendBatch)
 }
 
@@ -204,7 +224,7 @@ func (c *conn) sendBatch(ctx context.Context, url string, msgs []awsmsg.Message)
 
 // entry builds the batch entry of m with id idx, and its size as SQS
 // counts it (body and attributes).
-func (c *conn) entry(m *broker.Msg, idx int, fifo bool) (types.SendMessageBatchRequestEntry, int, error) {
+func (c *conn) entry(m *sink.Msg, idx int, fifo bool) (types.SendMessageBatchRequestEntry, int, error) {
 	msg, err := awsmsg.Build(service.Name, c.s.cfg.Config, m, fifo)
 	if err != nil {
 		return types.SendMessageBatchRequestEntry{}, 0, err
@@ -220,7 +240,7 @@ func entryOf(m awsmsg.Message, idx int) types.SendMessageBatchRequestEntry {
 		MessageGroupId: awsmsg.OptString(m.GroupID), MessageDeduplicationId: awsmsg.OptString(m.DedupID)}
 }
 
-// Probe implements broker.Conn: SQS answers (GetQueueUrl of a queue the
+// Probe implements sink.Conn: SQS answers (GetQueueUrl of a queue the
 // sink resolved, else ListQueues; a refusal for want of permission still
 // proves SQS answers, refused credentials do not).
 func (c *conn) Probe(ctx context.Context) error {

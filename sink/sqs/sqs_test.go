@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
@@ -194,7 +194,7 @@ func TestEntryRefused(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		err := s.Write(ctx, recs)
-		var be *broker.Error
+		var be *sink.Error
 		if !errors.As(err, &be) || !be.Permanent || be.Index != 4 {
 			t.Fatalf("want a permanent error for record 4, got %v", err)
 		}
@@ -225,7 +225,7 @@ func TestTooLarge(t *testing.T) {
 	recs := records("q.fifo", 3, 3)
 	recs[1].Value = []byte(strings.Repeat("x", 5000))
 	err := s.Write(context.Background(), recs)
-	var be *broker.Error
+	var be *sink.Error
 	if !errors.As(err, &be) || !be.Permanent || be.Index != 1 {
 		t.Fatalf("too large: %v", err)
 	}
@@ -252,7 +252,7 @@ func TestDeduplicationID(t *testing.T) {
 	s := newSink(t, testConfig(e.Endpoint))
 	c := &conn{s: s}
 	r := records("d.fifo", 1, 1)[0]
-	m := &broker.Msg{Rec: &r}
+	m := &sink.Msg{Rec: &r}
 	en, _, err := c.entry(m, 0, true)
 	if err != nil {
 		t.Fatal(err)
@@ -379,7 +379,7 @@ func TestCheck(t *testing.T) {
 		recs := records("c.fifo", 3, 3)
 		recs[1].Topic = "missing"
 		err := s.Write(context.Background(), recs)
-		var be *broker.Error
+		var be *sink.Error
 		if !errors.As(err, &be) || !be.Permanent || be.Index != 1 {
 			t.Fatalf("missing queue: %v", err)
 		}
@@ -396,7 +396,7 @@ func TestManyHeaders(t *testing.T) {
 		r.Headers = append(r.Headers, outboxcdc.Header{Key: fmt.Sprintf("h%d", i), Value: []byte(fmt.Sprintf("v%d", i))})
 	}
 	r.Headers = append(r.Headers, outboxcdc.Header{Key: "bin", Value: []byte{0xff, 0}})
-	e, _, err := c.entry(&broker.Msg{Rec: &r}, 0, true)
+	e, _, err := c.entry(&sink.Msg{Rec: &r}, 0, true)
 	if err != nil {
 		t.Fatal(err)
 	}

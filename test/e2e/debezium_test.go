@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
@@ -281,7 +281,7 @@ func (w dbzWant) check(t *testing.T, got kcatRecord) {
 	}
 	p := w.partition
 	if p < 0 {
-		p = sink.JavaPartition([]byte(w.key), 3)
+		p = kafka.JavaPartition([]byte(w.key), 3)
 	}
 	if got.partition != p {
 		t.Errorf("partition %d, want %d", got.partition, p)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
@@ -172,7 +172,7 @@ func checkDelivery(t *testing.T, got []consumed, want []string, partitions int32
 		if !ok {
 			t.Fatalf("unexpected record %+v", r)
 		}
-		if p := sink.JavaPartition([]byte(r.Key), partitions); p != r.Partition {
+		if p := kafka.JavaPartition([]byte(r.Key), partitions); p != r.Partition {
 			t.Fatalf("record %s key %q on partition %d, Java murmur2 says %d", id, r.Key, r.Partition, p)
 		}
 		seen[id]++
