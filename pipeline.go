@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
+
 // Router turns one outbox event into one record. It is pure: no I/O. A row
 // that cannot be routed yields a *BadRowError. Called from the pipeline's
 // batching goroutine only. The record may share ev's payload, strings and

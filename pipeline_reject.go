@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
 )
 
 // divert replaces record i of b, which the sink rejected with err, by its

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
 )
 
 // CheckpointObserver hears about every durable checkpoint.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
 )
 
 // atomicCheckpointer loads from an AtomicSink; its Save is never called

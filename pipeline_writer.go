@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
 )
 
 // writer writes each batch and hands its end position to the saver, which
