@@ -165,7 +165,7 @@ func TestConnectorFlag(t *testing.T) {
 // names another; with a single connector configured, a --connector that is
 // not its name still names the Debezium connector, as before lists.
 func TestImportDebeziumConnectorNames(t *testing.T) {
-	offsets := "../../migrate/testdata/offsets-topic.kcat.txt"
+	offsets := "../../debezium/testdata/offsets-topic.kcat.txt"
 	dir := t.TempDir()
 	single := writeFile(t, minimal+"checkpoint:\n  path: "+dir+"/single.checkpoint\n")
 	list := writeFile(t, `connectors:

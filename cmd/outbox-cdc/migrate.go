@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/outbox-cdc/outbox-cdc/migrate"
+	"github.com/outbox-cdc/outbox-cdc/debezium"
 )
 
 // migrateOptions are the flags of migrate debezium-config.
@@ -42,7 +42,7 @@ func runMigrate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox-cdc migrate debezium-config: %v\n", err)
 		return 2
 	}
-	tr, err := migrate.TranslateDebeziumConfig(raw)
+	tr, err := debezium.TranslateDebeziumConfig(raw)
 	if err != nil {
 		fmt.Fprintf(stderr, "outbox-cdc migrate debezium-config: %v\n", err)
 		return 2
@@ -59,7 +59,7 @@ func runMigrate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // debeziumConfigReport is the translated YAML under a comment block that
 // lists what was not carried over and why.
-func debeziumConfigReport(tr *migrate.Translation) []byte {
+func debeziumConfigReport(tr *debezium.Translation) []byte {
 	var b bytes.Buffer
 	b.WriteString("# outbox-cdc configuration translated from a Debezium connector by `outbox-cdc migrate debezium-config`.\n")
 	b.WriteString("# Next: outbox-cdc check --config FILE, then outbox-cdc position import-debezium (docs/migration.md, Cut-over runbook).\n")

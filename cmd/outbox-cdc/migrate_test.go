@@ -13,7 +13,7 @@ import (
 // password, which is never copied); an incomplete one is refused naming
 // what to fill in.
 func TestMigrateDebeziumConfigLoads(t *testing.T) {
-	dir := filepath.Join("..", "..", "migrate", "testdata", "debezium-config")
+	dir := filepath.Join("..", "..", "debezium", "testdata", "debezium-config")
 	cases := []struct {
 		file    string
 		code    int    // with --strict

@@ -14,7 +14,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/binlog"
-	"github.com/outbox-cdc/outbox-cdc/migrate"
+	"github.com/outbox-cdc/outbox-cdc/debezium"
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
 
@@ -144,7 +144,7 @@ func alterOffsets(ctx context.Context, cfg Config, body []byte, log zerolog.Logg
 	if len(e.Offset) == 0 || string(e.Offset) == "null" {
 		return true, resetOffsets(ctx, cfg, log)
 	}
-	pos, _, err := migrate.Convert(cfg.Source.Type, e.Offset, migrate.Options{PreferFile: cfg.source().preferFileForm(cfg)})
+	pos, _, err := debezium.Convert(cfg.Source.Type, e.Offset, debezium.Options{PreferFile: cfg.source().preferFileForm(cfg)})
 	if err != nil {
 		return false, badOffset("%v", err)
 	}

@@ -16,8 +16,8 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/checkpoint"
+	"github.com/outbox-cdc/outbox-cdc/debezium"
 	"github.com/outbox-cdc/outbox-cdc/ha"
-	"github.com/outbox-cdc/outbox-cdc/migrate"
 	"github.com/outbox-cdc/outbox-cdc/sink/kafka"
 )
 
@@ -172,7 +172,7 @@ func runPosition(sub string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "outbox-cdc: reading the Debezium offset: %v\n", err)
 			return 1
 		}
-		pos, notes, err := migrate.Convert(kind, data, migrate.Options{
+		pos, notes, err := debezium.Convert(kind, data, debezium.Options{
 			Connector:  o.debeziumName,
 			PreferFile: cfg.source().preferFileForm(cfg),
 		})

@@ -209,7 +209,7 @@ func TestPositionSetPostgresAndDamaged(t *testing.T) {
 }
 
 func TestPositionImportDebezium(t *testing.T) {
-	td := filepath.Join("..", "..", "migrate", "testdata")
+	td := filepath.Join("..", "..", "debezium", "testdata")
 	cfg, cp := positionEnv(t, "mysql")
 
 	code, out, errs := runCmd(t, "position", "import-debezium", "--config", cfg, "--offset", filepath.Join(td, "offsets-topic.kcat.txt"))
@@ -261,7 +261,7 @@ func TestPositionImportDebezium(t *testing.T) {
 }
 
 func TestPositionImportPostgres(t *testing.T) {
-	td := filepath.Join("..", "..", "migrate", "testdata")
+	td := filepath.Join("..", "..", "debezium", "testdata")
 	cfg, cp := positionEnv(t, "postgres")
 	code, out, errs := runCmd(t, "position", "import-debezium", "--config", cfg, "--offset", filepath.Join(td, "server-postgres.offsets.dat"))
 	if code != 0 || !strings.Contains(out, "derived position: postgres:0/16DA5F0 (LSN 0/16DA5F0)") || !strings.Contains(out, "inside transaction 767") {
@@ -273,7 +273,7 @@ func TestPositionImportPostgres(t *testing.T) {
 }
 
 func TestPositionFileGTIDOff(t *testing.T) {
-	td := filepath.Join("..", "..", "migrate", "testdata")
+	td := filepath.Join("..", "..", "debezium", "testdata")
 	cfg, cp := positionEnv(t, "mysql")
 	t.Setenv("OUTBOX_CDC_SOURCE_GTID", "off")
 	code, out, errs := runCmd(t, "position", "import-debezium", "--config", cfg, "--offset", filepath.Join(td, "connect-mysql-gtid.json"))

@@ -1,4 +1,4 @@
-package migrate
+package debezium
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -316,6 +317,13 @@ func (tr *translator) get(key string) (string, bool) {
 		tr.used[key] = true
 	}
 	return v, ok
+}
+
+// flag returns a boolean key that is on unless it says false, and marks it
+// used.
+func (tr *translator) flag(key string) bool {
+	v, ok := tr.get(key)
+	return !ok || v != "false"
 }
 
 func (tr *translator) unsupported(key, reason string) {
@@ -658,17 +666,12 @@ func (tr *translator) route() {
 		missing = "error"
 	}
 	tr.out.set("route.on_missing_column", strings.ToLower(missing), "table.field.additional.missing (Debezium's default: error)")
-	if v, ok := tr.get(p + "route.tombstone.on.empty.payload"); ok && v == "true" {
-		tr.out.set("route.tombstone_on_empty_payload", true, "")
-	}
-	if v, ok := tr.get(p + "table.expand.json.payload"); ok && v == "true" {
-		tr.out.set("route.expand_json_payload", true, "")
-	}
-	if v, ok := tr.get(p + "table.json.payload.null.behavior"); ok {
-		tr.out.set("route.expand_json_nulls", strings.ToLower(v), "")
-	}
-	if v, ok := tr.get(p + "table.json.payload.empty.array.behavior"); ok {
-		tr.out.set("route.expand_json_empty_arrays", strings.ToLower(v), "")
+	for _, o := range routeOptions {
+		if v, ok := tr.get(p + o.opt); ok {
+			if x, ok := o.value(v); ok {
+				tr.out.set(o.key, x, "")
+			}
+		}
 	}
 	op, _ := tr.get(p + "table.op.invalid.behavior")
 	if op == "" {
@@ -697,6 +700,31 @@ func (tr *translator) route() {
 		why = "a NULL timestamp column falls back to it, as to ts_ms in Debezium"
 	}
 	tr.out.set("route.timestamp", "produce", why)
+}
+
+// routeOptions are the EventRouter options that become one route key each,
+// in the order they are written.
+var routeOptions = []struct {
+	opt, key string
+	value    func(string) (any, bool)
+}{
+	{"route.tombstone.on.empty.payload", "route.tombstone_on_empty_payload", onlyTrue},
+	{"table.expand.json.payload", "route.expand_json_payload", onlyTrue},
+	{"table.json.payload.null.behavior", "route.expand_json_nulls", lower},
+	{"table.json.payload.empty.array.behavior", "route.expand_json_empty_arrays", lower},
+}
+
+// Value conversions for the tables: false means nothing is written.
+func onlyTrue(v string) (any, bool) { return true, v == "true" }
+func lower(v string) (any, bool)    { return strings.ToLower(v), true }
+func text(v string) (any, bool)     { return v, true }
+func integer(v string) (any, bool) {
+	n, err := strconv.Atoi(v)
+	return n, err == nil
+}
+func millis(v string) (any, bool) {
+	n, err := strconv.Atoi(v)
+	return strconv.Itoa(n) + "ms", err == nil
 }
 
 // topicTemplate turns the default regex with a replacement that only
@@ -762,14 +790,11 @@ func (tr *translator) converters() {
 			tr.valueCnv = name
 		}
 		if name == "json" || (name == "binary" && tr.props[part+".converter.delegate.converter.type"] == "org.apache.kafka.connect.json.JsonConverter") {
-			on := true
 			key := part + ".converter.schemas.enable"
 			if name == "binary" {
 				key = part + ".converter.delegate.converter.type.schemas.enable"
 			}
-			if v, ok := tr.get(key); ok {
-				on = v != "false"
-			}
+			on := tr.flag(key)
 			if name == "binary" {
 				tr.out.set("route.converters.delegate_schemas", on, key)
 			} else {
@@ -794,10 +819,7 @@ func (tr *translator) converters() {
 		}
 		switch format {
 		case "json":
-			on := true
-			if v, ok := tr.get("header.converter.schemas.enable"); ok {
-				on = v != "false"
-			}
+			on := tr.flag("header.converter.schemas.enable")
 			tr.out.set("route.converters.headers", "json", "Debezium Server's header format")
 			tr.out.set("route.converters.header_schemas", on, "debezium.format.header.schemas.enable (default true)")
 		default:
@@ -806,20 +828,15 @@ func (tr *translator) converters() {
 		}
 	} else {
 		class, ok := tr.get("header.converter")
+		h, known := headerConverters[class]
 		switch {
 		case !ok:
 			tr.out.set("route.converters.headers", "simple", "Kafka Connect's default header.converter, SimpleHeaderConverter")
-		case class == "org.apache.kafka.connect.storage.SimpleHeaderConverter":
-			tr.out.set("route.converters.headers", "simple", "")
-		case class == "org.apache.kafka.connect.json.JsonConverter":
-			on := true
-			if v, ok := tr.get("header.converter.schemas.enable"); ok {
-				on = v != "false"
+		case known:
+			tr.out.set("route.converters.headers", h.name, h.comment)
+			if h.name == "json" {
+				tr.out.set("route.converters.header_schemas", tr.flag("header.converter.schemas.enable"), "")
 			}
-			tr.out.set("route.converters.headers", "json", "")
-			tr.out.set("route.converters.header_schemas", on, "")
-		case class == "org.apache.kafka.connect.storage.StringConverter":
-			tr.out.set("route.converters.headers", "simple", "StringConverter writes the same text as SimpleHeaderConverter for the header values the EventRouter sets")
 		default:
 			tr.unsupported("header.converter", class+": not reproduced")
 			tr.out.set("route.converters.headers", "simple", "")
@@ -830,30 +847,14 @@ func (tr *translator) converters() {
 	if v, ok := tr.get("decimal.handling.mode"); ok {
 		tr.out.set("route.converters.decimal_handling", v, "")
 	}
-	if v, ok := tr.get("time.precision.mode"); ok && v != "adaptive" && v != "adaptive_time_microseconds" {
-		tr.unsupported("time.precision.mode", v+": outbox-cdc renders date and time columns as the default adaptive mode does")
-	} else if ok {
-		tr.ignored("time.precision.mode", "the default mode: date and time columns render the same")
-	}
-	if v, ok := tr.get("binary.handling.mode"); ok && v != "bytes" {
-		tr.unsupported("binary.handling.mode", v+": outbox-cdc renders binary columns as bytes (the default)")
-	} else if ok {
-		tr.ignored("binary.handling.mode", "the default")
-	}
-	if v, ok := tr.get("bigint.unsigned.handling.mode"); ok && v != "long" {
-		tr.unsupported("bigint.unsigned.handling.mode", v+": outbox-cdc renders BIGINT UNSIGNED as long (the default)")
-	} else if ok {
-		tr.ignored("bigint.unsigned.handling.mode", "the default")
-	}
-	if v, ok := tr.get("schema.name.adjustment.mode"); ok && v != "none" {
-		tr.unsupported("schema.name.adjustment.mode", v+": outbox-cdc writes schema names unchanged (none)")
-	} else if ok {
-		tr.ignored("schema.name.adjustment.mode", "none: names unchanged, as outbox-cdc writes them")
-	}
-	if v, ok := tr.get("field.name.adjustment.mode"); ok && v != "none" {
-		tr.unsupported("field.name.adjustment.mode", v+": outbox-cdc writes the expanded payload's field names unchanged (none)")
-	} else if ok {
-		tr.ignored("field.name.adjustment.mode", "none: names unchanged")
+	for _, m := range valueModes {
+		switch v, ok := tr.get(m.key); {
+		case !ok:
+		case slices.Contains(m.same, v):
+			tr.ignored(m.key, m.ignored)
+		default:
+			tr.unsupported(m.key, v+": "+m.unsupported)
+		}
 	}
 	prefix, ok := tr.get("topic.prefix")
 	if !ok {
@@ -879,6 +880,34 @@ func (tr *translator) converters() {
 	}
 }
 
+// headerConverters maps Kafka Connect header converter classes to
+// route.converters.headers (json also takes schemas.enable).
+var headerConverters = map[string]struct{ name, comment string }{
+	"org.apache.kafka.connect.storage.SimpleHeaderConverter": {"simple", ""},
+	"org.apache.kafka.connect.json.JsonConverter":            {"json", ""},
+	"org.apache.kafka.connect.storage.StringConverter":       {"simple", "StringConverter writes the same text as SimpleHeaderConverter for the header values the EventRouter sets"},
+}
+
+// valueModes are connector settings that shape column values: outbox-cdc
+// renders the values the modes in same render (ignored), and no other
+// (unsupported: the value, then the reason).
+var valueModes = []struct {
+	key                  string
+	same                 []string
+	ignored, unsupported string
+}{
+	{"time.precision.mode", []string{"adaptive", "adaptive_time_microseconds"},
+		"the default mode: date and time columns render the same", "outbox-cdc renders date and time columns as the default adaptive mode does"},
+	{"binary.handling.mode", []string{"bytes"}, "the default", "outbox-cdc renders binary columns as bytes (the default)"},
+	{"bigint.unsigned.handling.mode", []string{"long"}, "the default", "outbox-cdc renders BIGINT UNSIGNED as long (the default)"},
+	{"schema.name.adjustment.mode", []string{"none"}, "none: names unchanged, as outbox-cdc writes them", "outbox-cdc writes schema names unchanged (none)"},
+	{"field.name.adjustment.mode", []string{"none"}, "none: names unchanged", "outbox-cdc writes the expanded payload's field names unchanged (none)"},
+}
+
+// serverFormats maps Debezium Server's debezium.format.key and .value to
+// route.converters names.
+var serverFormats = map[string]string{"json": "json", "simplestring": "string", "binary": "binary", "jsonbytearray": "json"}
+
 // converter returns route.converters' name for a part's converter.
 func (tr *translator) converter(part string) string {
 	if tr.server {
@@ -886,15 +915,8 @@ func (tr *translator) converter(part string) string {
 		if !ok {
 			format = "json"
 		}
-		switch format {
-		case "json":
-			return "json"
-		case "simplestring":
-			return "string"
-		case "binary":
-			return "binary"
-		case "jsonbytearray":
-			return "json"
+		if name, ok := serverFormats[format]; ok {
+			return name
 		}
 		tr.unsupported("debezium.format."+part, format+": outbox-cdc writes json, simplestring and binary")
 		return "json"
@@ -950,37 +972,58 @@ func (tr *translator) sink() {
 	}
 	for _, pre := range []string{"debezium.sink.kafka.producer.", "producer.override."} {
 		tr.each(pre, func(k, v string) {
-			opt := strings.TrimPrefix(k, pre)
-			switch opt {
-			case "compression.type":
-				tr.get(k)
-				tr.out.set("sink.compression", v, "")
-			case "linger.ms":
-				tr.get(k)
-				if n, err := strconv.Atoi(v); err == nil {
-					tr.out.set("sink.linger", strconv.Itoa(n)+"ms", "")
-				}
-			case "max.request.size":
-				tr.get(k)
-				if n, err := strconv.Atoi(v); err == nil {
-					tr.out.set("sink.max_message_bytes", n, "")
-				}
-			case "client.id":
-				tr.get(k)
-				tr.out.set("sink.client_id", v, "")
-			case "acks", "enable.idempotence", "max.in.flight.requests.per.connection", "retries", "key.serializer", "value.serializer":
-				tr.ignored(k, "outbox-cdc's producer is always idempotent with acks=all and byte-array serializers")
-			case "security.protocol", "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.location", "ssl.keystore.location":
-				tr.unsupported(k, "set sink.tls and sink.sasl by hand (PEM files, not Java keystores; the JAAS password is not copied)")
-			default:
-				tr.unsupported(k, "a producer setting outbox-cdc does not take; see sink.* in docs/configuration.md")
+			r, ok := producerSettings[strings.TrimPrefix(k, pre)]
+			if !ok {
+				r = rule{unsupported: "a producer setting outbox-cdc does not take; see sink.* in docs/configuration.md"}
 			}
+			tr.apply(k, v, r)
 		})
 	}
 	tr.each("debezium.sink.", func(k, _ string) {
 		tr.unsupported(k, "a Debezium Server sink setting outbox-cdc does not take")
 	})
 }
+
+// A rule says what becomes of one key: it is translated into the outbox-cdc
+// key to (value converts it; false writes nothing), or else ignored, or
+// else unsupported, with the reason.
+type rule struct {
+	to                   string
+	value                func(string) (any, bool)
+	ignored, unsupported string
+}
+
+func (tr *translator) apply(k, v string, r rule) {
+	switch {
+	case r.to != "":
+		tr.get(k)
+		if x, ok := r.value(v); ok {
+			tr.out.set(r.to, x, "")
+		}
+	case r.ignored != "":
+		tr.ignored(k, r.ignored)
+	default:
+		tr.unsupported(k, r.unsupported)
+	}
+}
+
+// producerSettings are the Kafka producer settings of Debezium Server
+// (debezium.sink.kafka.producer.*) and Kafka Connect (producer.override.*).
+var producerSettings = func() map[string]rule {
+	m := map[string]rule{
+		"compression.type": {to: "sink.compression", value: text},
+		"linger.ms":        {to: "sink.linger", value: millis},
+		"max.request.size": {to: "sink.max_message_bytes", value: integer},
+		"client.id":        {to: "sink.client_id", value: text},
+	}
+	for _, k := range []string{"acks", "enable.idempotence", "max.in.flight.requests.per.connection", "retries", "key.serializer", "value.serializer"} {
+		m[k] = rule{ignored: "outbox-cdc's producer is always idempotent with acks=all and byte-array serializers"}
+	}
+	for _, k := range []string{"security.protocol", "sasl.mechanism", "sasl.jaas.config", "ssl.truststore.location", "ssl.keystore.location"} {
+		m[k] = rule{unsupported: "set sink.tls and sink.sasl by hand (PEM files, not Java keystores; the JAAS password is not copied)"}
+	}
+	return m
+}()
 
 // pipeline translates Kafka Connect's error handling.
 func (tr *translator) pipeline() {
@@ -1027,38 +1070,49 @@ var ignoredPrefixes = []struct{ prefix, reason string }{
 	{"config.providers", "Kafka Connect's config providers: put secrets into *_file keys"},
 }
 
+// otherSettings are the settings that are neither translated nor ignored
+// by prefix: the first that matches a key says what became of it.
+var otherSettings = []struct {
+	match func(key, value string) bool
+	rule
+}{
+	{func(k, v string) bool { return k == "provide.transaction.metadata" && v == "true" },
+		rule{unsupported: "outbox-cdc writes no transaction topic; every record's id header names its row"}},
+	{func(k, _ string) bool { return k == "provide.transaction.metadata" }, rule{ignored: "false: nothing to write"}},
+	{func(k, _ string) bool { return k == "predicates" || strings.HasPrefix(k, "predicates.") },
+		rule{unsupported: "Kafka Connect transform predicates are not reproduced: the EventRouter applies to every outbox row"}},
+	{func(k, _ string) bool { return k == "message.key.columns" },
+		rule{unsupported: "changes Debezium's change-event keys, not the EventRouter's; outbox-cdc keys records by table.field.event.key"}},
+	{func(k, _ string) bool {
+		return strings.HasPrefix(k, "column.") || strings.HasPrefix(k, "datatype.propagate")
+	},
+		rule{unsupported: "column transformations and type propagation change the values or schemas Debezium writes; outbox-cdc does not reproduce them"}},
+	{func(k, _ string) bool {
+		return k == "converters" || strings.Contains(k, ".converter.") && !strings.HasPrefix(k, "key.") && !strings.HasPrefix(k, "value.") && !strings.HasPrefix(k, "header.")
+	}, rule{unsupported: "custom Debezium converters change column values; outbox-cdc does not run them"}},
+	{func(k, _ string) bool { return k == "database.include.list" || k == "schema.include.list" },
+		rule{ignored: "the outbox table's database or schema is in source.dsn / source.table"}},
+}
+
 // rest accounts for the settings not translated so far.
 func (tr *translator) rest() {
+next:
 	for _, k := range sortedKeys(tr.props) {
 		if tr.used[k] {
 			continue
 		}
 		for _, ig := range ignoredPrefixes {
-			if ig.reason != "" && (k == ig.prefix || strings.HasPrefix(k, ig.prefix)) {
+			if strings.HasPrefix(k, ig.prefix) {
 				tr.ignored(k, ig.reason)
+				continue next
+			}
+		}
+		v := tr.props[k]
+		for _, o := range otherSettings {
+			if o.match(k, v) {
+				tr.apply(k, v, o.rule)
 				break
 			}
-		}
-		if tr.used[k] {
-			continue
-		}
-		switch {
-		case k == "provide.transaction.metadata":
-			if tr.props[k] == "true" {
-				tr.unsupported(k, "outbox-cdc writes no transaction topic; every record's id header names its row")
-			} else {
-				tr.ignored(k, "false: nothing to write")
-			}
-		case k == "predicates" || strings.HasPrefix(k, "predicates."):
-			tr.unsupported(k, "Kafka Connect transform predicates are not reproduced: the EventRouter applies to every outbox row")
-		case k == "message.key.columns":
-			tr.unsupported(k, "changes Debezium's change-event keys, not the EventRouter's; outbox-cdc keys records by table.field.event.key")
-		case strings.HasPrefix(k, "column.") || strings.HasPrefix(k, "datatype.propagate"):
-			tr.unsupported(k, "column transformations and type propagation change the values or schemas Debezium writes; outbox-cdc does not reproduce them")
-		case k == "converters" || strings.Contains(k, ".converter.") && !strings.HasPrefix(k, "key.") && !strings.HasPrefix(k, "value.") && !strings.HasPrefix(k, "header."):
-			tr.unsupported(k, "custom Debezium converters change column values; outbox-cdc does not run them")
-		case k == "database.include.list" || k == "schema.include.list":
-			tr.ignored(k, "the outbox table's database or schema is in source.dsn / source.table")
 		}
 	}
 }

@@ -1,4 +1,4 @@
-// Package migrate converts other tools' source positions into outbox-cdc
+// Package debezium converts other tools' source positions into outbox-cdc
 // positions, and parses, describes and compares positions for the
 // `outbox-cdc position` commands. It does no I/O: callers read the input
 // and write the checkpoint.
@@ -69,7 +69,7 @@
 //	                boundary Debezium streamed from.
 //	txId, messageType, ts_usec, xmin, transaction_id, incremental_snapshot_*
 //	                Informational; txId, messageType and ts_usec are quoted in notes.
-package migrate
+package debezium
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package migrate
+package debezium
 
 import (
 	"bytes"
@@ -152,7 +152,7 @@ func TestTranslateDebeziumConfig(t *testing.T) {
 			}
 			want, err := os.ReadFile(golden)
 			if err != nil {
-				t.Fatalf("%v (go test ./migrate -run TestTranslateDebeziumConfig -update)", err)
+				t.Fatalf("%v (go test ./debezium -run TestTranslateDebeziumConfig -update)", err)
 			}
 			if !bytes.Equal(tr.YAML, want) {
 				t.Errorf("%s differs:\n%s", golden, tr.YAML)
