@@ -362,9 +362,15 @@ func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sa
 		req.TransactionalID = &c.idem.txn.id
 	}
 	now := time.Now()
+	preset := presetting(sc.Producer.Compression)
+	enc.raw = enc.raw[:0]
 	for _, b := range round {
-		recs := enc.records(len(b.recs))
 		ptrs := enc.pointers(len(b.recs))
+		var recs []sarama.Record
+		if !preset {
+			recs = enc.records(len(b.recs))
+		}
+		from := len(enc.raw)
 		var first time.Time
 		var maxDelta time.Duration
 		for i, p := range b.recs {
@@ -376,9 +382,15 @@ func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sa
 			if i == 0 {
 				first = ts
 			}
+			delta := ts.Sub(first)
+			maxDelta = max(maxDelta, delta)
+			if preset {
+				// ptrs[i] stays nil: sarama only counts Records.
+				enc.raw = appendRecord(enc.raw, int64(delta/time.Millisecond), int64(i), p.rec.Key, p.rec.Value, p.headers)
+				continue
+			}
 			r := &recs[i]
-			*r = sarama.Record{Key: p.rec.Key, Value: p.rec.Value, TimestampDelta: ts.Sub(first), OffsetDelta: int64(i)}
-			maxDelta = max(maxDelta, r.TimestampDelta)
+			*r = sarama.Record{Key: p.rec.Key, Value: p.rec.Value, TimestampDelta: delta, OffsetDelta: int64(i)}
 			if len(p.headers) > 0 {
 				r.Headers = enc.headers(p.headers)
 			}
@@ -397,18 +409,27 @@ func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sa
 			Records:          ptrs,
 			IsTransactional:  c.idem.txn != nil,
 		}
+		if preset {
+			setRecords(batch, enc.raw[from:len(enc.raw):len(enc.raw)])
+		}
 		req.AddBatch(b.tp.topic, b.tp.partition, batch)
 	}
 	return req
 }
 
 // encodeBuf holds the sarama records of one attempt in a few large
-// slices rather than one allocation per record and header.
+// slices rather than one allocation per record and header, or, for
+// uncompressed batches, the records encoded (raw, reused by every request:
+// sarama copies it into the request before AsyncProduce returns).
 type encodeBuf struct {
 	recs []sarama.Record
 	ptrs []*sarama.Record
 	hdrs []*sarama.RecordHeader
+	raw  []byte
 }
+
+// maxKeptRaw is the most of raw kept between writes.
+const maxKeptRaw = 4 << 20
 
 // reset empties e for the next attempt, dropping what it pointed to.
 func (e *encodeBuf) reset() {
@@ -416,6 +437,10 @@ func (e *encodeBuf) reset() {
 	clear(e.ptrs)
 	clear(e.hdrs)
 	e.recs, e.ptrs, e.hdrs = e.recs[:0], e.ptrs[:0], e.hdrs[:0]
+	if cap(e.raw) > maxKeptRaw {
+		e.raw = nil
+	}
+	e.raw = e.raw[:0]
 }
 
 func (e *encodeBuf) records(n int) []sarama.Record {
