@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/IBM/sarama"
+
+	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Uncompressed record batches: the sink encodes a batch's records itself,
@@ -24,7 +26,7 @@ import (
 // metric) and encodes Records only while that is nil. Both fields are
 // unexported, so they are found by name once, checked for their types, and
 // set through their offsets; with another sarama whose fields differ,
-// presetOK is false and sarama encodes the records as before. Compressed
+// presetField.ok is false and sarama encodes the records as before. Compressed
 // batches are always left to sarama (its codecs are unexported).
 
 var presetField = func() (f struct {
@@ -40,13 +42,11 @@ var presetField = func() (f struct {
 	return f
 }()
 
-// presetRecords is set to false by a test to compare against sarama's
-// own encoding.
-var presetRecords = true
-
-// presetting says whether batches of codec get their records encoded here.
+// presetting says whether a sink whose batches have codec encodes their
+// records itself (kafkaSink.preset). Its pendings then carry no sarama
+// headers: the records are encoded from their own.
 func presetting(codec sarama.CompressionCodec) bool {
-	return presetRecords && presetField.ok && codec == sarama.CompressionNone
+	return presetField.ok && codec == sarama.CompressionNone
 }
 
 // setRecords makes raw, the encoded records of b (b.Records must still
@@ -62,10 +62,10 @@ func setRecords(b *sarama.RecordBatch, raw []byte) {
 // Record.encode writes it: its length, attributes (0), timestamp and
 // offset deltas, key, value (nil: length -1) and headers, every integer a
 // zigzag varint.
-func appendRecord(dst []byte, tsDeltaMs, offsetDelta int64, key, value []byte, headers []sarama.RecordHeader) []byte {
+func appendRecord(dst []byte, tsDeltaMs, offsetDelta int64, key, value []byte, headers []outboxcdc.Header) []byte {
 	n := 1 + varintLen(tsDeltaMs) + varintLen(offsetDelta) + bytesLen(key) + bytesLen(value) + varintLen(int64(len(headers)))
 	for i := range headers {
-		n += bytesLen(headers[i].Key) + bytesLen(headers[i].Value)
+		n += varintLen(int64(len(headers[i].Key))) + len(headers[i].Key) + bytesLen(headers[i].Value)
 	}
 	dst = binary.AppendVarint(dst, int64(n))
 	dst = append(dst, 0)
@@ -75,7 +75,8 @@ func appendRecord(dst []byte, tsDeltaMs, offsetDelta int64, key, value []byte, h
 	dst = appendBytes(dst, value)
 	dst = binary.AppendVarint(dst, int64(len(headers)))
 	for i := range headers {
-		dst = appendBytes(dst, headers[i].Key)
+		dst = binary.AppendVarint(dst, int64(len(headers[i].Key))) // a key is never null
+		dst = append(dst, headers[i].Key...)
 		dst = appendBytes(dst, headers[i].Value)
 	}
 	return dst

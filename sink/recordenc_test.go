@@ -64,7 +64,7 @@ func TestPresetRecordsSameBytes(t *testing.T) {
 	long := []byte(strings.Repeat("x", 300))
 	recs := []outboxcdc.Record{
 		{Topic: "a", Key: []byte("k1"), Value: []byte(`{"a":1}`), Timestamp: t0,
-			Headers: []outboxcdc.Header{{Key: "id", Value: []byte("1")}, {Key: "empty", Value: []byte{}}, {Key: "null", Value: nil}}},
+			Headers: []outboxcdc.Header{{Key: "id", Value: []byte("1")}, {Key: "empty", Value: []byte{}}, {Key: "null", Value: nil}, {Key: "", Value: []byte("no key")}}},
 		{Topic: "a", Key: nil, Value: nil, Timestamp: t0.Add(3 * time.Millisecond)},
 		{Topic: "a", Key: []byte{}, Value: []byte{}, Timestamp: t0.Add(-2 * time.Second)},
 		{Topic: "a", Key: long, Value: long, Timestamp: t0.Add(90 * time.Minute),
@@ -102,9 +102,8 @@ func TestPresetRecordsSameBytes(t *testing.T) {
 		}
 		for _, round := range rounds {
 			for _, on := range []bool{false, true} {
-				presetRecords = on
+				k.preset = on
 				req := k.request(p, round, &encodeBuf{})
-				presetRecords = true
 				// acks=all waits for an answer: send with none expected.
 				req.RequiredAcks = sarama.NoResponse
 				if _, err := br.Produce(req); err != nil {
