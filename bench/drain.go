@@ -433,6 +433,7 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 	// transaction is read for a long time before its first record.
 	last, lastAt := -1.0, time.Now()
 	prog := newProgress(c.started)
+	scrapes := 0
 	for i := 0; ; i++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -449,6 +450,7 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 		default:
 		}
 		mm, _ := c.metrics("outbox_cdc_records_delivered_total", "outbox_cdc_source_events_total")
+		scrapes++
 		n := mm["outbox_cdc_records_delivered_total"]
 		prog.add(time.Now(), min(n, float64(bl.rows)))
 		if int(n) >= bl.rows {
@@ -474,6 +476,7 @@ func drainInto(ctx context.Context, o *options, be *backend, bl *backlog, m drai
 		r.AllocBytes, r.Mallocs = mm["go_memstats_alloc_bytes_total"], mm["go_memstats_mallocs_total"]
 		r.AllocBytesPerRow, r.MallocsPerRow = r.AllocBytes/float64(bl.rows), r.Mallocs/float64(bl.rows)
 	}
+	logScrapeCost(c, scrapes, r.CPUSeconds)
 	// The checkpoint is saved right after the records are counted.
 	time.Sleep(300 * time.Millisecond)
 	if !m.exactly {
@@ -838,4 +841,29 @@ func rawProduceSarama(ctx context.Context, o *options, br *broker, topic string)
 		return 0, *e
 	}
 	return time.Since(start).Seconds(), nil
+}
+
+// logScrapeCost logs what the drain's own /metrics polling (every 10 ms)
+// cost the connector: each scrape gathers every metric (the process
+// collector reads /proc) and serves it over HTTP, so a slow drain, with
+// more scrapes, shows more CPU per row. It scrapes the idle connector 100
+// more times and takes their CPU as the cost of one.
+func logScrapeCost(c *connector, scrapes int, cpu float64) {
+	before, err := readProc(c.cmd.Process.Pid)
+	if err != nil {
+		return
+	}
+	const n = 100
+	for range n {
+		if _, err := c.metrics(); err != nil {
+			return
+		}
+	}
+	after, err := readProc(c.cmd.Process.Pid)
+	if err != nil {
+		return
+	}
+	each := (after.CPUSeconds - before.CPUSeconds) / n
+	logf("  the bench's /metrics polling: %d scrapes in the drain, %.2f ms of connector CPU each (100 more after it): about %.2f of its %.2f CPU s",
+		scrapes, 1000*each, each*float64(scrapes), cpu)
 }

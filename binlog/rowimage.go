@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"slices"
 	"unsafe"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
@@ -301,6 +302,41 @@ type fastLayout struct {
 	spans  []fieldSpan
 	// slots: messageID, aggregateType, aggregateID, eventType, payload, then
 	// the extra columns present in the table, in l.extra's order.
+	rows []fieldSpan // readRows: every row's spans, len(spans) per row
+}
+
+// maxReadRows is the most rows whose spans readRows keeps; a rows event of
+// more (a server with a large binlog_row_event_max_size) is read twice.
+const maxReadRows = 4096
+
+// readRows reads the spans of every row of an event's data, checking every
+// row's bounds, in one pass: it returns the rows' count and their spans
+// (f.rows, len(f.spans) per row), or nil spans when there are more than
+// maxReadRows rows (the caller reads them again one by one).
+func (f *fastLayout) readRows(present, data []byte) (int, []fieldSpan, error) {
+	r, err := newRowReader(f.widths, present, data)
+	if err != nil {
+		return 0, nil, err
+	}
+	k := len(f.spans)
+	all := f.rows[:0]
+	for {
+		if r.row == maxReadRows {
+			f.rows = all[:0]
+			n, err := countRows(f.widths, present, data)
+			return n, nil, err
+		}
+		all = slices.Grow(all, k)[:len(all)+k]
+		ok, err := r.next(f.take, all[len(all)-k:])
+		if err != nil {
+			return 0, nil, err
+		}
+		if !ok {
+			all = all[:len(all)-k]
+			f.rows = all
+			return r.row, all, nil
+		}
+	}
 }
 
 // textType says whether a column's value is delivered as its bytes, as

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -814,4 +815,89 @@ func FuzzRowImage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReadRowsOnePass: readRows gives every row's spans as reading row by
+// row does, and the same error for data cut inside a row; over
+// maxReadRows rows it gives the count alone (the stream reads them again).
+func TestReadRowsOnePass(t *testing.T) {
+	ws := allTypesWidths(t)
+	present := []byte{0xff, 0xff, 0xff, 0x07}
+	f := &fastLayout{widths: ws, take: make([]int8, len(ws)), spans: make([]fieldSpan, 3)}
+	for i := range f.take {
+		f.take[i] = -1
+	}
+	f.take[22], f.take[23], f.take[26] = 0, 1, 2
+	rowByRow := func(data []byte) ([]fieldSpan, error) {
+		r, err := newRowReader(ws, present, data)
+		if err != nil {
+			return nil, err
+		}
+		var all []fieldSpan
+		for {
+			ok, err := r.next(f.take, f.spans)
+			if err != nil || !ok {
+				return all, err
+			}
+			all = append(all, f.spans...)
+		}
+	}
+	var rows [][][]byte
+	for i := range 5 {
+		rows = append(rows, allTypesRow(i+1))
+	}
+	data := rowsData(rows...)
+	want, _ := rowByRow(data)
+	n, got, err := f.readRows(present, data)
+	if err != nil || n != 5 || !slices.Equal(got, want) {
+		t.Fatalf("5 rows: %d rows, %v; spans\n%v\nwant\n%v", n, err, got, want)
+	}
+	_, wantErr := rowByRow(data[:len(data)-3])
+	if _, _, err := f.readRows(present, data[:len(data)-3]); err == nil || wantErr == nil || err.Error() != wantErr.Error() {
+		t.Fatalf("cut: %v, row by row %v", err, wantErr)
+	}
+	many := make([][][]byte, maxReadRows+1)
+	for i := range many {
+		many[i] = rows[i%5]
+	}
+	n, got, err = f.readRows(present, rowsData(many...))
+	if err != nil || n != maxReadRows+1 || got != nil {
+		t.Fatalf("%d rows: %d rows, %d spans, %v", maxReadRows+1, n, len(got), err)
+	}
+}
+
+// BenchmarkFastRows: the stream reading INSERT rows events of 30 rows of
+// allTypesCols from their row images, one transaction per event.
+func BenchmarkFastRows(b *testing.B) {
+	es := newEventStream(&testing.T{}, seedColumns)
+	tm := eventBytes(replication.TABLE_MAP_EVENT, tableMapBody(95, "shop", "outbox", allTypesCols))
+	rows := make([][][]byte, 30)
+	for i := range rows {
+		rows[i] = allTypesRow(i)
+	}
+	ev := writeRowsEvent(95, len(allTypesCols), rowsData(rows...))
+	xid := eventBytes(replication.XID_EVENT, xidBody())
+	b.ReportAllocs()
+	b.ResetTimer()
+	handle := func(raw []byte) {
+		e, err := es.parser.Parse(raw)
+		if err != nil {
+			b.Fatalf("%.200v", err)
+		}
+		es.offset += uint32(len(raw))
+		e.Header.LogPos = es.offset
+		if err := es.st.handle(e, es.offset); err != nil {
+			b.Fatalf("%.200v", err)
+		}
+	}
+	for range b.N {
+		handle(tm)
+		handle(ev)
+		handle(xid)
+		for i := range es.sent {
+			es.sent[i].Release()
+		}
+		es.sent = es.sent[:0]
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(30*b.N), "ns/row")
 }

@@ -353,7 +353,7 @@ func (st *stream) fastRows(ev *replication.BinlogEvent, e *replication.RowsEvent
 	l := ts.layout
 	f := l.fast
 	data := body.data[body.pos:]
-	n, err := countRows(f.widths, e.ColumnBitmap1, data)
+	n, spans, err := f.readRows(e.ColumnBitmap1, data)
 	if err != nil {
 		return bad(err)
 	}
@@ -363,15 +363,20 @@ func (st *stream) fastRows(ev *replication.BinlogEvent, e *replication.RowsEvent
 	}
 	origin := st.origin(ev)
 	st.g.reserve(n, st.rowsHint)
-	for range n {
+	k := len(f.spans)
+	for i := range n {
 		if !st.wants() {
-			if _, err := r.next(nil, nil); err != nil {
-				return bad(err)
+			if spans == nil {
+				if _, err := r.next(nil, nil); err != nil {
+					return bad(err)
+				}
 			}
 			st.g.ordinal++ // over the memory bound: counted, not decoded into an Event
 			continue
 		}
-		if _, err := r.next(f.take, f.spans); err != nil {
+		if spans != nil {
+			copy(f.spans, spans[i*k:(i+1)*k])
+		} else if _, err := r.next(f.take, f.spans); err != nil {
 			return bad(err)
 		}
 		if err := st.take(l.eventAt(data), origin, ts); err != nil {

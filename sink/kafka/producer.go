@@ -29,6 +29,9 @@ type kafkaSink struct {
 	// headerKeys caches header keys as bytes; used by the writing
 	// goroutine only (under writing).
 	headerKeys headerKeyCache
+	// preset: uncompressed batches, whose records the sink encodes
+	// itself (recordenc.go); pendings then skip the sarama headers.
+	preset bool
 
 	// writing is held by every Write (and Load), so Close can wait for
 	// the one in progress: sarama panics on a send to a closed producer.
@@ -67,6 +70,8 @@ func newKafkaSink(cfg KafkaConfig, log zerolog.Logger, reg prometheus.Registerer
 		mem:        outboxcdc.NewByteBudget(cfg.MaxInFlightBytes),
 		oneByOne:   map[topicPartition]bool{},
 	}
+	var codec sarama.CompressionCodec
+	s.preset = codec.UnmarshalText([]byte(cfg.Compression)) == nil && presetting(codec)
 	s.health = sink.NewHealth("kafka", notYet, upMsg, s.m, log)
 	s.producers = &producers{brokers: cfg.Brokers, config: start, stop: s.stop}
 	cfg.warnSecurity(log)

@@ -78,6 +78,9 @@ func (k *kafkaSink) pendings(records []outboxcdc.Record, extra *outboxcdc.Record
 	// The previous write's slices when no request of it is in flight any
 	// more (an abandoned attempt's may be).
 	b := &k.bufs
+	if k.preset {
+		nh = 0 // the records are encoded from their own headers (recordenc.go)
+	}
 	if k.sending.Load() != 0 || cap(b.pend) < n || cap(b.hdrs) < nh {
 		b.pend = make([]pending, n)
 		b.todo = make([]*pending, n)
@@ -92,7 +95,7 @@ func (k *kafkaSink) pendings(records []outboxcdc.Record, extra *outboxcdc.Record
 		}
 		p := &pend[i]
 		*p = pending{rec: r, index: index, size: int64(r.Size())}
-		if len(r.Headers) > 0 {
+		if len(r.Headers) > 0 && !k.preset {
 			from := len(hdrs)
 			for _, h := range r.Headers {
 				hdrs = append(hdrs, sarama.RecordHeader{Key: k.headerKeys.get(h.Key), Value: h.Value})
@@ -198,7 +201,7 @@ const (
 // wireBytes is the most a record can take in a record batch.
 func wireBytes(p *pending) int {
 	n := recordOverhead + len(p.rec.Key) + len(p.rec.Value)
-	for _, h := range p.headers {
+	for _, h := range p.rec.Headers {
 		n += headerOverhead + len(h.Key) + len(h.Value)
 	}
 	return n
@@ -256,10 +259,21 @@ func (k *kafkaSink) plan(c *producer, todo []*pending) []*brokerWork {
 
 	// Partition of every record, then the per-partition runs in order of
 	// first appearance.
+	// The last record's topic and partition are looked up first: a
+	// write's records mostly share a topic.
 	var order []topicPartition
-	runs := map[topicPartition][]*pending{}
+	var runs [][]*pending // per partition, in order's order
+	index := map[topicPartition]int{}
+	var lastTopic string
+	var lastMeta *topicMeta
+	var lastTP topicPartition
+	last := -1
 	for _, p := range todo {
-		m := meta(p.rec.Topic)
+		m := lastMeta
+		if m == nil || p.rec.Topic != lastTopic {
+			m = meta(p.rec.Topic)
+			lastTopic, lastMeta = p.rec.Topic, m
+		}
 		if m.err != nil {
 			p.err, p.partition = m.err, -1
 			continue
@@ -283,18 +297,25 @@ func (k *kafkaSink) plan(c *producer, todo []*pending) []*brokerWork {
 		}
 		p.partition = part
 		tp := topicPartition{p.rec.Topic, part}
-		if _, ok := runs[tp]; !ok {
-			order = append(order, tp)
+		if last < 0 || tp != lastTP {
+			i, ok := index[tp]
+			if !ok {
+				i = len(order)
+				index[tp] = i
+				order = append(order, tp)
+				runs = append(runs, nil)
+			}
+			last, lastTP = i, tp
 		}
-		runs[tp] = append(runs[tp], p)
+		runs[last] = append(runs[last], p)
 	}
 
 	limit := k.cfg.MaxMessageBytes
 	target := min(limit, requestTarget)
 	works := map[*sarama.Broker]*brokerWork{}
 	var out []*brokerWork
-	for _, tp := range order {
-		recs := runs[tp]
+	for i, tp := range order {
+		recs := runs[i]
 		leader, err := c.client.Leader(tp.topic, tp.partition)
 		if err != nil {
 			for _, p := range recs {
@@ -362,9 +383,15 @@ func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sa
 		req.TransactionalID = &c.idem.txn.id
 	}
 	now := time.Now()
+	preset := k.preset
+	enc.raw = enc.raw[:0]
 	for _, b := range round {
-		recs := enc.records(len(b.recs))
 		ptrs := enc.pointers(len(b.recs))
+		var recs []sarama.Record
+		if !preset {
+			recs = enc.records(len(b.recs))
+		}
+		from := len(enc.raw)
 		var first time.Time
 		var maxDelta time.Duration
 		for i, p := range b.recs {
@@ -376,9 +403,15 @@ func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sa
 			if i == 0 {
 				first = ts
 			}
+			delta := ts.Sub(first)
+			maxDelta = max(maxDelta, delta)
+			if preset {
+				// ptrs[i] stays nil: sarama only counts Records.
+				enc.raw = appendRecord(enc.raw, int64(delta/time.Millisecond), int64(i), p.rec.Key, p.rec.Value, p.rec.Headers)
+				continue
+			}
 			r := &recs[i]
-			*r = sarama.Record{Key: p.rec.Key, Value: p.rec.Value, TimestampDelta: ts.Sub(first), OffsetDelta: int64(i)}
-			maxDelta = max(maxDelta, r.TimestampDelta)
+			*r = sarama.Record{Key: p.rec.Key, Value: p.rec.Value, TimestampDelta: delta, OffsetDelta: int64(i)}
 			if len(p.headers) > 0 {
 				r.Headers = enc.headers(p.headers)
 			}
@@ -397,18 +430,27 @@ func (k *kafkaSink) request(c *producer, round []*partBatch, enc *encodeBuf) *sa
 			Records:          ptrs,
 			IsTransactional:  c.idem.txn != nil,
 		}
+		if preset {
+			setRecords(batch, enc.raw[from:len(enc.raw):len(enc.raw)])
+		}
 		req.AddBatch(b.tp.topic, b.tp.partition, batch)
 	}
 	return req
 }
 
 // encodeBuf holds the sarama records of one attempt in a few large
-// slices rather than one allocation per record and header.
+// slices rather than one allocation per record and header, or, for
+// uncompressed batches, the records encoded (raw, reused by every request:
+// sarama copies it into the request before AsyncProduce returns).
 type encodeBuf struct {
 	recs []sarama.Record
 	ptrs []*sarama.Record
 	hdrs []*sarama.RecordHeader
+	raw  []byte
 }
+
+// maxKeptRaw is the most of raw kept between writes.
+const maxKeptRaw = 4 << 20
 
 // reset empties e for the next attempt, dropping what it pointed to.
 func (e *encodeBuf) reset() {
@@ -416,6 +458,10 @@ func (e *encodeBuf) reset() {
 	clear(e.ptrs)
 	clear(e.hdrs)
 	e.recs, e.ptrs, e.hdrs = e.recs[:0], e.ptrs[:0], e.hdrs[:0]
+	if cap(e.raw) > maxKeptRaw {
+		e.raw = nil
+	}
+	e.raw = e.raw[:0]
 }
 
 func (e *encodeBuf) records(n int) []sarama.Record {
