@@ -26,7 +26,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -100,14 +99,16 @@ func (o Options) Dialer() *net.Dialer {
 // or keyword string for "postgres") whose connections follow o. It does
 // not connect.
 func Open(dialect, dsn string, o Options) (*sql.DB, error) {
-	switch dialect {
-	case MySQL:
-		return openMySQL(dsn, o)
-	case Postgres:
-		return openPostgres(dsn, o)
+	d, err := DialectOf(dialect)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("dbconn: unknown dialect %q", dialect)
+	return d.Open(dsn, o)
 }
+
+// Open returns a pool on dsn in d's syntax whose connections follow o
+// (see the package Open).
+func (d *Dialect) Open(dsn string, o Options) (*sql.DB, error) { return d.open(dsn, o) }
 
 func openMySQL(dsn string, o Options) (*sql.DB, error) {
 	cfg, err := mysql.ParseDSN(dsn)
