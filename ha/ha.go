@@ -69,6 +69,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/dbconn"
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
@@ -155,8 +156,8 @@ func (c Config) StepDownWithin() time.Duration { return c.SinkUnreachableTimeout
 func (c Config) conn(wait time.Duration) dbconn.Options {
 	o := dbconn.Defaults()
 	o.SessionIdle = c.SessionTimeout
-	o.KeepAlive = max(time.Second, c.SessionTimeout/5)
-	o.KeepAliveProbes = 3
+	ka := max(time.Second, c.SessionTimeout/5)
+	o.Peer = deadpeer.Policy{Idle: ka, Interval: ka, Count: 3, UserTimeout: true}
 	o.IO = wait + c.CheckTimeout()
 	o.Application = "outbox-cdc-ha"
 	return o

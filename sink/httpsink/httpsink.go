@@ -51,7 +51,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -66,6 +65,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/sink/broker"
 )
 
@@ -130,7 +130,7 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 // client returns an HTTP client with its own connection pool; redirects
 // are not followed (a POST would turn into a GET).
 func (c Config) client(tc *tls.Config) *http.Client {
-	d := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}
+	d := deadpeer.HTTP.Dialer(c.DialTimeout)
 	t := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           d.DialContext,

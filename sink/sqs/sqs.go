@@ -72,6 +72,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/sink/broker"
 )
 
@@ -141,7 +142,7 @@ func loadAWS(ctx context.Context, cfg Config) (aws.Config, error) {
 // client returns an SQS client whose sockets are kept in socks (nil: not
 // kept) and whose requests the SDK does not retry.
 func client(cfg Config, ac aws.Config, socks *broker.Sockets) *awssqs.Client {
-	d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	d := deadpeer.HTTP.Dialer(cfg.DialTimeout)
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		TLSHandshakeTimeout: cfg.DialTimeout,
