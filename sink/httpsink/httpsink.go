@@ -67,6 +67,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // HTTP header names the sink sends.
@@ -424,7 +425,7 @@ func RetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // classifyNet marks a failed round trip.
 func classifyNet(err error) error {
-	if broker.IsCertificateError(err) {
+	if tlsconf.IsCertificateError(err) {
 		return broker.NoRecord(outboxcdc.Permanent(err,
 			"set sink.tls.ca_file to the CA that signed the receiver's certificate, and sink.tls.server_name if it names another host"))
 	}

@@ -37,6 +37,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // Entry field names.
@@ -127,7 +128,7 @@ func classify(err error) error {
 		redis.IsClusterDownError(err), redis.IsTryAgainError(err), redis.HasErrorPrefix(err, "BUSY"):
 		return outboxcdc.Transient(err)
 	}
-	if broker.IsCertificateError(err) {
+	if tlsconf.IsCertificateError(err) {
 		return broker.NoRecord(outboxcdc.Permanent(err,
 			"set sink.tls.ca_file to the CA that signed the server's certificate, and sink.tls.server_name if it names another host"))
 	}

@@ -74,6 +74,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // Attribute names the sink adds.
@@ -216,7 +217,7 @@ func classify(err error) error {
 		}
 		return outboxcdc.Permanent(err, "")
 	}
-	if broker.IsCertificateError(err) {
+	if tlsconf.IsCertificateError(err) {
 		return broker.NoRecord(outboxcdc.Permanent(err, "check sink.endpoint and the system's CA certificates"))
 	}
 	if n := outboxcdc.Network(err); outboxcdc.IsClassified(n) {
