@@ -1,42 +1,30 @@
 package tlsconf
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
+// testCert is a real certificate (the errors' messages read it).
 func testCert(t *testing.T) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c := testenv.NewCerts(t)
+	pair, err := tls.LoadX509KeyPair(c.Cert, c.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "server"}, DNSNames: []string{"server.test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cert
 }
 
 // Every form a certificate verification failure comes in is recognised
@@ -93,18 +81,30 @@ func TestCertificateErrorForms(t *testing.T) {
 // chain check returns x509's value error wrapped, verify_full crypto/tls's
 // *CertificateVerificationError.
 func TestHandshakeErrorsAreVerifyErrors(t *testing.T) {
-	srv := httptest.NewTLSServer(nil)
-	defer srv.Close()
-	addr := srv.Listener.Addr().String()
-	host, _, _ := net.SplitHostPort(addr)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+	certs := testenv.NewCerts(t)
+	pair, err := tls.LoadX509KeyPair(certs.Cert, certs.Key)
+	if err != nil {
 		t.Fatal(err)
 	}
-	other := filepath.Join(t.TempDir(), "other.pem")
-	if err := os.WriteFile(other, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: testCert(t).Raw}), 0o600); err != nil {
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}})
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.(*tls.Conn).Handshake()
+			}()
+		}
+	}()
+	addr := ln.Addr().String()
+	other := testenv.NewCerts(t).CA // a CA that did not sign the server's certificate
 	for _, c := range []struct {
 		name  string
 		files Files
@@ -112,10 +112,10 @@ func TestHandshakeErrorsAreVerifyErrors(t *testing.T) {
 	}{
 		{"verify_ca, wrong CA", Files{CAFile: other}, VerifyCA},
 		{"verify_full, wrong CA", Files{CAFile: other}, VerifyFull},
-		{"verify_full, wrong name", Files{CAFile: caFile, ServerName: "wrong.test"}, VerifyFull},
+		{"verify_full, wrong name", Files{CAFile: certs.CA, ServerName: "wrong.test"}, VerifyFull},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := c.files.Build(c.v, host)
+			cfg, err := c.files.Build(c.v, "127.0.0.1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,14 +129,16 @@ func TestHandshakeErrorsAreVerifyErrors(t *testing.T) {
 			}
 		})
 	}
-	// The right CA and name verify: the classifiers are not asked.
-	cfg, err := Files{CAFile: caFile}.Build(VerifyCA, host)
-	if err != nil {
-		t.Fatal(err)
+	// The right CA and name verify.
+	for _, v := range []Verify{VerifyCA, VerifyFull} {
+		cfg, err := Files{CAFile: certs.CA}.Build(v, "127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := tls.Dial("tcp", addr, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
 	}
-	conn, err := tls.Dial("tcp", addr, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn.Close()
 }
