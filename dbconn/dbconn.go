@@ -1,6 +1,8 @@
 // Package dbconn opens the connector's side connections to the source
 // database: the HA lock, the checkpoint table and the outbox lifecycle.
-// The replication streams have their own (binlog/, wal/).
+// The replication streams have their own (binlog/, wal/). Their SQL is
+// written once against a Dialect (dialect.go), which holds all that
+// differs between MySQL/MariaDB and PostgreSQL.
 //
 // A side connection must never wait forever on a peer that went silent (a
 // dead host, a cut network, a frozen process), on either end:
