@@ -14,6 +14,12 @@
 //   - The group's balancer is franz-go's cooperative sticky balancer: the
 //     partitions (connectors) are spread evenly, and a rebalance moves only
 //     the connectors that must move; the others keep running.
+//   - A replica that cannot deliver for a connector (it stepped down:
+//     its sink is out of reach while another replica proved it reaches
+//     it) marks the connector unfit; it rejoins with the mark in its join
+//     metadata and the balancer moves the connector to a replica fit for
+//     it, giving the marked replica nothing new until the mark is cleared
+//     (unfit.go).
 //   - When the group assigns a partition to this replica, placement calls
 //     Connectors.Start for its connector; when the partition is revoked
 //     (another replica joined) or lost (this replica missed its heartbeats
@@ -216,7 +222,9 @@ func Run(ctx context.Context, cfg Config, names []string, conns Connectors, log 
 		kgo.ClientID("outbox-cdc-placement"),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// unfitProtocol first; plain cooperative-sticky for a group that
+		// still has replicas without it (unfit.go).
+		kgo.Balancers(newUnfitBalancer(topic, m.unfitPartitions), kgo.CooperativeStickyBalancer()),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(cfg.HeartbeatInterval()),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
@@ -257,6 +265,19 @@ func Run(ctx context.Context, cfg Config, names []string, conns Connectors, log 
 			}
 		}
 	}()
+	if u, ok := conns.(Unfit); ok {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-u.UnfitChanged():
+				}
+				log.Info().Strs("unfit", u.Unfit()).Msg("the connectors this replica cannot deliver for changed: rejoining the placement group")
+				cl.ForceRebalance()
+			}
+		}()
+	}
 	<-ctx.Done()
 	// Close revokes every partition (OnPartitionsRevoked stops the
 	// connectors) and then leaves the group.
@@ -275,6 +296,22 @@ type member struct {
 	log     zerolog.Logger
 	mu      sync.Mutex
 	running map[string]bool
+}
+
+// unfitPartitions are the partitions of the connectors Connectors marks
+// unfit (Unfit), sorted.
+func (m *member) unfitPartitions() []int32 {
+	u, ok := m.conns.(Unfit)
+	if !ok {
+		return nil
+	}
+	var out []int32
+	for _, n := range u.Unfit() {
+		if i, found := slices.BinarySearch(m.names, n); found {
+			out = append(out, int32(i))
+		}
+	}
+	return out
 }
 
 func (m *member) namesOf(parts map[string][]int32) []string {

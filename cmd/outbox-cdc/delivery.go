@@ -178,6 +178,7 @@ type haState struct {
 	// proofs, nil when stepping down is off (HA off, stdout, no table);
 	// watch sees the sink's writes.
 	afterStepDown bool
+	fitAgain      func() // the hold after a step-down passed (nil: nobody to tell)
 	readyRec      *ha.Readiness
 	watch         *sinkWatch
 
@@ -248,6 +249,9 @@ func (h *haState) acquire(ctx context.Context) (context.Context, error) {
 			pr.end()
 			h.closeReadiness()
 			return nil, err
+		}
+		if h.fitAgain != nil {
+			h.fitAgain()
 		}
 	}
 	lease, release, err := l.Acquire(ctx)

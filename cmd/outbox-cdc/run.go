@@ -55,7 +55,7 @@ func runConnector(ctx context.Context, cfg Config, opts runOptions, logOut io.Wr
 // logs why a connector stopped, once.
 func runOne(ctx context.Context, cfg Config, opts runOptions, log zerolog.Logger, reg prometheus.Registerer, ctl runControl, started func(*haState)) error {
 	role := newHAState(cfg, log, reg)
-	role.afterStepDown = ctl.steppedDown
+	role.afterStepDown, role.fitAgain = ctl.steppedDown, ctl.fitAgain
 	started(role)
 	ctx, err := role.acquire(ctx)
 	if err != nil {

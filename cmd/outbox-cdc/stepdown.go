@@ -14,6 +14,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/ha"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/rs/zerolog"
 )
 
 // Stepping down when the sink cannot be reached from the active instance
@@ -106,14 +107,20 @@ type prover struct {
 
 // startProver probes every check_interval until stopped.
 func (h *haState) startProver(ctx context.Context, probe func(context.Context) error, r *ha.Readiness) *prover {
+	return startProver(ctx, h.cfg.HA, h.log, probe, r)
+}
+
+// startProver probes every cfg.CheckInterval until stopped, recording
+// each result in r; log carries the connector and component.
+func startProver(ctx context.Context, cfg ha.Config, log zerolog.Logger, probe func(context.Context) error, r *ha.Readiness) *prover {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &prover{probe: probe, ready: r, every: h.cfg.HA.CheckInterval, stop: cancel, done: make(chan struct{})}
+	p := &prover{probe: probe, ready: r, every: cfg.CheckInterval, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		failing := false
 		for {
 			began := time.Now()
-			pctx, c := context.WithTimeout(ctx, probeTimeout(h.cfg.HA))
+			pctx, c := context.WithTimeout(ctx, probeTimeout(cfg))
 			err := p.probe(pctx)
 			c()
 			if ctx.Err() != nil {
@@ -129,17 +136,17 @@ func (h *haState) startProver(ctx context.Context, probe func(context.Context) e
 			p.mu.Unlock()
 			if err != nil {
 				if !failing {
-					h.log.Warn().Err(err).Msg("standby: cannot reach the sink; not offering to take over from an active instance that cannot deliver")
+					log.Warn().Err(err).Msg("standby: cannot reach the sink; not offering to take over from an active instance that cannot deliver")
 				}
 				failing = true
 				_ = r.Withdraw(ctx)
 			} else {
 				if failing {
-					h.log.Info().Msg("standby: reaches the sink again")
+					log.Info().Msg("standby: reaches the sink again")
 				}
 				failing = false
 				if err := r.Prove(ctx, began); err != nil && ctx.Err() == nil {
-					h.log.Warn().Err(err).Str("table", ha.ReadyTable).Msg("standby: cannot record that it reaches the sink")
+					log.Warn().Err(err).Str("table", ha.ReadyTable).Msg("standby: cannot record that it reaches the sink")
 				}
 			}
 			select {

@@ -55,6 +55,9 @@ type runControl struct {
 	// steppedDown: the connector's previous run on this replica stepped
 	// down (stepdown.go), so the next one waits out the hysteresis.
 	steppedDown bool
+	// fitAgain is called when the hold after a step-down has passed
+	// (placement: the replica may be given the connector again).
+	fitAgain func()
 }
 
 // sharedHold: the stop is kept where every replica reads it (the

@@ -75,6 +75,12 @@ type supervisor struct {
 	// workerID names this replica in the REST API's status (host:port).
 	workerID string
 
+	// unfit: with placement, the connectors that stepped down here and
+	// are given up to the group; idle proves for the connectors this
+	// replica does not run (placement_stepdown.go). nil without placement.
+	unfit *placement.UnfitSet
+	idle  map[string]*idleProbe
+
 	mu      sync.Mutex
 	order   []string
 	conns   map[string]*managed
@@ -132,6 +138,7 @@ func (s *supervisor) setState(m *managed, state string, err error) {
 // starting, running). A halted or stopped connector starts afresh: new
 // connections, new metrics registry, from its checkpoint.
 func (s *supervisor) Start(name string) error {
+	s.stopIdleProbe(name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m, ok := s.conns[name]
@@ -189,6 +196,7 @@ func (s *supervisor) Stop(name string) error {
 	}
 	cancel()
 	<-done
+	s.startIdleProbe(name)
 	return nil
 }
 
@@ -265,7 +273,7 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 			s.mu.Lock()
 			m.held, m.polling = false, false
 			s.mu.Unlock()
-		}, steppedDown: steppedDown},
+		}, steppedDown: steppedDown, fitAgain: func() { s.fitAgain(m.cfg.Name) }},
 			func(r *haState) {
 				role = r
 				s.mu.Lock()
@@ -278,10 +286,12 @@ func (s *supervisor) loop(ctx context.Context, m *managed, done chan struct{}) {
 		switch {
 		case steppedDown:
 			// Also with one connector in the process: it stays up as a
-			// standby, proving it reaches the sink (stepdown.go).
+			// standby, proving it reaches the sink (stepdown.go). With
+			// placement, the group gives it to another replica.
 			s.setState(m, stateStandby, nil)
 			m.role = nil
 			s.mu.Unlock()
+			s.markUnfit(m.cfg.Name)
 			if ctx.Err() != nil {
 				s.mu.Lock()
 				s.setState(m, stateStopped, nil)
@@ -587,6 +597,7 @@ func runProcess(ctx context.Context, pc processConfig, opts runOptions, logOut i
 		// A lost lock returns the connector to standby: placement stops
 		// it when the group gives it to another replica.
 		sup.exitOnLost = false
+		sup.unfit, sup.idle = placement.NewUnfitSet(), map[string]*idleProbe{}
 	}
 	procReg.MustRegister(newStateCollector(sup))
 	sup.loadHeld(ctx)
@@ -645,6 +656,10 @@ func runPlaced(ctx context.Context, pc processConfig, sup *supervisor, log zerol
 	}
 	log.Info().Int("connectors", len(names)).Str("deployment", pc.Placement.Deployment).
 		Dur("session_timeout", pc.Placement.SessionTimeout).Msg("placement on: running the connectors the group assigns to this replica")
+	for _, n := range names {
+		sup.startIdleProbe(n)
+	}
+	defer sup.stopIdleProbes()
 	perr := placement.Run(ctx, pc.Placement.Config, names, sup, log, secOpts...)
 	if perr != nil && ctx.Err() != nil && errors.Is(perr, context.Canceled) {
 		perr = nil // stopped while joining

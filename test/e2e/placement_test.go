@@ -40,50 +40,20 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 	sfx := fmt.Sprintf("%06d", rand.IntN(1000000))
 	const n = 6
 	type conn struct {
-		name   string
-		b      *backend
-		mu     sync.Mutex
-		want   []string
-		lockDB *sql.DB
+		name string
+		b    *backend
+		mu   sync.Mutex
+		want []string
 	}
 	conns := make([]*conn, n)
-	var entries strings.Builder
+	placed := make([]placedConnector, n)
 	for i := range conns {
-		obj := fmt.Sprintf("e2e_place_%s_%d", sfx, i)
 		c := &conn{name: fmt.Sprintf("pl-%s-%d", sfx, i)}
-		cp := "outbox_cdc_checkpoint"
-		if i%2 == 0 {
-			c.b = mysqlBackendNamed(t, obj)
-		} else {
-			c.b = postgresBackendNamed(t, obj)
-			cp = obj + ".outbox_cdc_checkpoint"
-		}
+		placed[i] = newPlacedConnector(t, sfx, i, c.name)
+		c.b = placed[i].b
 		conns[i] = c
-		src := strings.ReplaceAll(strings.TrimRight(c.b.sourceYAML(c.name), "\n"), "\n", "\n    ")
-		fmt.Fprintf(&entries, `  - name: %s
-    source:
-    %s
-    route:
-      preset: seed
-      topic: "pl%s.%d.{aggregate_type}"
-    sink:
-      type: kafka
-      brokers: [%q]
-      retry_backoff_min: 20ms
-      retry_backoff_max: 500ms
-    checkpoint:
-      type: table
-      table: %s
-    pipeline:
-      shutdown_timeout: 5s
-    ha:
-      enabled: true
-      check_interval: 300ms
-      session_timeout: 3s
-`, c.name, src, sfx, i, brokers[0], cp)
 	}
-	cfg := writeConfig(t, fmt.Sprintf("log:\n  level: info\nplacement:\n  enabled: true\n  deployment: e2e-%s\n  brokers: [%q]\n  rebalance_timeout: 20s\nconnectors:\n%s",
-		sfx, brokers[0], entries.String()))
+	cfg := placementConfig(t, sfx, brokers[0], brokers[0], placed, "", "")
 
 	// The three replicas; procs[i] is replaced when restarted.
 	var pmu sync.Mutex
@@ -94,16 +64,11 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 		procs[i] = p
 		pmu.Unlock()
 	}
-	w := newPlacementWatch(t, conns[0].b.db, conns[1].b.db, func() []*testenv.Connector {
+	w := startPlacementWatch(t, conns[0].b.db, conns[1].b.db, func() []*testenv.Connector {
 		pmu.Lock()
 		defer pmu.Unlock()
 		return append([]*testenv.Connector(nil), procs...)
-	})
-	for _, c := range conns {
-		w.names = append(w.names, c.name)
-	}
-	go w.run()
-	t.Cleanup(w.stop)
+	}, placed)
 	balanced := func() bool {
 		per, total := w.activeCounts()
 		return total == n && per[0] == 2 && per[1] == 2 && per[2] == 2
@@ -225,6 +190,60 @@ func TestPlacementThreeReplicasSixConnectors(t *testing.T) {
 	w.report()
 }
 
+// placedConnector is one connector of a placement test: connector i of
+// the test runs on MariaDB when i is even, on Postgres when odd (the
+// order placementWatch expects), and writes to topics
+// pl<sfx>.<i>.<aggregate type>.
+type placedConnector struct {
+	name string
+	b    *backend
+	cp   string // its checkpoint table
+}
+
+func newPlacedConnector(t *testing.T, sfx string, i int, name string) placedConnector {
+	obj := fmt.Sprintf("e2e_place_%s_%d", sfx, i)
+	if i%2 == 0 {
+		return placedConnector{name, mysqlBackendNamed(t, obj), "outbox_cdc_checkpoint"}
+	}
+	return placedConnector{name, postgresBackendNamed(t, obj), obj + ".outbox_cdc_checkpoint"}
+}
+
+// placementConfig writes the configuration of one replica: placement on
+// over placementBroker, every connector with HA (session 3s, check 300ms)
+// and a Kafka sink on sinkBroker (a replica's own path to the broker,
+// testenv.KafkaProxy, or the broker itself); sinkExtra and haExtra are
+// more lines of each connector's sink: and ha: sections.
+func placementConfig(t *testing.T, sfx, placementBroker, sinkBroker string, conns []placedConnector, sinkExtra, haExtra string) string {
+	t.Helper()
+	var entries strings.Builder
+	for i, c := range conns {
+		src := strings.ReplaceAll(strings.TrimRight(c.b.sourceYAML(c.name), "\n"), "\n", "\n    ")
+		fmt.Fprintf(&entries, `  - name: %s
+    source:
+    %s
+    route:
+      preset: seed
+      topic: "pl%s.%d.{aggregate_type}"
+    sink:
+      type: kafka
+      brokers: [%q]
+      retry_backoff_min: 20ms
+      retry_backoff_max: 500ms
+%s    checkpoint:
+      type: table
+      table: %s
+    pipeline:
+      shutdown_timeout: 5s
+    ha:
+      enabled: true
+      check_interval: 300ms
+      session_timeout: 3s
+%s`, c.name, src, sfx, i, sinkBroker, sinkExtra, c.cp, haExtra)
+	}
+	return writeConfig(t, fmt.Sprintf("log:\n  level: info\nplacement:\n  enabled: true\n  deployment: e2e-%s\n  brokers: [%q]\n  rebalance_timeout: 20s\nconnectors:\n%s",
+		sfx, placementBroker, entries.String()))
+}
+
 // placementWatch polls the HA lock holders on both servers and every
 // process's /active every 50 ms.
 type placementWatch struct {
@@ -248,10 +267,18 @@ type placementWatch struct {
 	unresolved []string
 }
 
-func newPlacementWatch(t *testing.T, my, pg *sql.DB, procs func() []*testenv.Connector) *placementWatch {
+// startPlacementWatch starts watching the connectors conns over the
+// processes procs returns, until stop (or the test's end).
+func startPlacementWatch(t *testing.T, my, pg *sql.DB, procs func() []*testenv.Connector, conns []placedConnector) *placementWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &placementWatch{t: t, my: my, pg: pg, procs: procs, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+	w := &placementWatch{t: t, my: my, pg: pg, procs: procs, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		active: map[string][]int{}, frozen: map[int]bool{}, holders: map[string]int{}}
+	for _, c := range conns {
+		w.names = append(w.names, c.name)
+	}
+	go w.run()
+	t.Cleanup(w.stop)
+	return w
 }
 
 func (w *placementWatch) stop() {
@@ -288,6 +315,13 @@ func (w *placementWatch) activeCounts() ([3]int, int) {
 		}
 	}
 	return per, total
+}
+
+// activeOn lists the processes that claim connector name active.
+func (w *placementWatch) activeOn(name string) []int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]int(nil), w.active[name]...)
 }
 
 // heldBy lists the connectors process i claims active.

@@ -96,7 +96,7 @@ func testFrozenActive(t *testing.T, b *backend, delivery, checkpoint string) {
 	}
 	time.Sleep(time.Second)
 	want := w.finish()
-	got := cons.waitFor(t, len(want), 60*time.Second)
+	got := cons.waitForIDs(t, want, 20*time.Second, 3*time.Minute)
 	got = append(got, cons.quiet(t, time.Second)[len(got):]...)
 	stale, old, other := staleWrites(got)
 	t.Logf("%s %s: takeover %s after the freeze; %d records by the old owner, %d by the new one, %d by the old owner after the takeover",

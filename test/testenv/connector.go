@@ -30,10 +30,19 @@ var built struct {
 	err  error
 }
 
-// Binary builds cmd/outbox-cdc once per test process and returns its path.
-// A failed build fails every test that asks for it.
+// EnvBinary names a prebuilt outbox-cdc binary the tests run instead of
+// building one: a binary of an older commit, to show that a test fails
+// there.
+const EnvBinary = "OUTBOX_CDC_TEST_BINARY"
+
+// Binary builds cmd/outbox-cdc once per test process and returns its path
+// (or returns $OUTBOX_CDC_TEST_BINARY when set). A failed build fails
+// every test that asks for it.
 func Binary(t testing.TB) string {
 	t.Helper()
+	if p := os.Getenv(EnvBinary); p != "" {
+		return p
+	}
 	built.once.Do(func() {
 		dir, err := os.MkdirTemp("", "outbox-cdc-bin")
 		if err != nil {
