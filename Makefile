@@ -23,7 +23,7 @@ services:
 # End to end: local MariaDB -> outbox-cdc -> broker -> consumer. It needs
 # the MariaDB binlog on (prepare-services.sh demo turns it on, restarting
 # MariaDB only if it is off), no TLS.
-# SINK=kafka (a local Kafka-protocol broker) | rabbitmq | nats | redis | sqs (goaws) |
+# SINK=kafka (a local Kafka-protocol broker) | rabbitmq | nats | redis | sqs (goaws) | sns (fauxqs) |
 # http (webhooks to a Python receiver started by the demo);
 # the DEMO_* variables of scripts/demo.sh override names and addresses.
 SINK ?= kafka

@@ -59,7 +59,7 @@ var (
 	// three minutes rather than after the OS's hours; requests in flight
 	// are bounded by the sink's read deadline first.
 	Kafka = Policy{Idle: 10 * time.Second, Interval: 15 * time.Second, Count: 9}
-	// HTTP is the HTTP-based sinks' connections (sink.type http, sqs):
+	// HTTP is the HTTP-based sinks' connections (sink.type http, sqs, sns):
 	// Go's HTTP transport defaults.
 	HTTP = Policy{Idle: 30 * time.Second, Interval: 15 * time.Second, Count: 9}
 )

@@ -10,6 +10,10 @@
 #                         or sqs (the goaws SQS emulator, built with go
 #                         install from the module proxy and started here
 #                         on a free port, FIFO queues)
+#                         or sns (the fauxqs SNS/SQS emulator, installed
+#                         with npm ci from test/testenv/fauxqs and started
+#                         here on a free port: FIFO topics, each with a
+#                         FIFO queue subscription read back)
 #                         or http (webhooks to test/webhook/receiver.py, a
 #                         receiver in Python started here that checks the
 #                         signatures)
@@ -38,7 +42,7 @@ RABBITMQ_URL=${DEMO_RABBITMQ_URL:-amqp://guest:guest@127.0.0.1:5672/}
 NATS_URL=${DEMO_NATS_URL:-nats://127.0.0.1:4222}
 REDIS_HOST=${DEMO_REDIS_HOST:-127.0.0.1}
 REDIS_PORT=${DEMO_REDIS_PORT:-6379}
-case "$SINK" in kafka|rabbitmq|nats|redis|sqs|http) ;; *) echo "SINK=$SINK: want kafka, rabbitmq, nats, redis, sqs or http" >&2; exit 2 ;; esac
+case "$SINK" in kafka|rabbitmq|nats|redis|sqs|sns|http) ;; *) echo "SINK=$SINK: want kafka, rabbitmq, nats, redis, sqs, sns or http" >&2; exit 2 ;; esac
 run_id=$$
 
 KAFKA_PORT=${DEMO_KAFKA_PORT:-0}
@@ -51,6 +55,10 @@ case "$DB" in *[!A-Za-z0-9_]*) echo "DEMO_DB=$DB: letters, digits and _ only" >&
 sql() { mariadb -uroot -h"$MYSQL_HOST" -P"$MYSQL_PORT" --protocol=TCP "$@"; }
 if [ "$SINK" = redis ] && ! command -v redis-cli >/dev/null; then
   echo "SINK=redis reads the streams with redis-cli: install it (Debian: redis-tools; make services does)" >&2
+  exit 2
+fi
+if [ "$SINK" = sns ] && ! command -v npm >/dev/null; then
+  echo "SINK=sns runs the fauxqs emulator: install Node.js and npm" >&2
   exit 2
 fi
 if [ "$SINK" = http ] && ! command -v python3 >/dev/null; then
@@ -129,6 +137,30 @@ YAML
   region: us-east-1
   endpoint: \"http://127.0.0.1:$SQS_PORT\"
   protocol: query"
+  topic='outbox-demo-{aggregate_type}.fifo'
+  ;;
+sns)
+  # fauxqs: an SNS and SQS emulator (Node.js), pinned by the lock file in
+  # test/testenv/fauxqs; it checks no credentials, but the AWS SDK wants
+  # some. SNS topics deliver to the SQS queues subscribed to them.
+  mkdir -p "$BIN/fauxqs"
+  cp test/testenv/fauxqs/package.json test/testenv/fauxqs/package-lock.json test/testenv/fauxqs/serve.mjs "$BIN/fauxqs/"
+  [ -f "$BIN/fauxqs/node_modules/fauxqs/package.json" ] || (cd "$BIN/fauxqs" && npm ci --no-audit --no-fund --loglevel=error)
+  SNS_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  (cd "$BIN/fauxqs" && exec node serve.mjs "$SNS_PORT") >"$work/fauxqs.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$SNS_PORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
+  for t in ORDER PAYMENT; do
+    curl -fsS -H 'Content-Type: application/x-amz-json-1.0' -H 'X-Amz-Target: AmazonSQS.CreateQueue' \
+      -d "{\"QueueName\":\"outbox-demo-$t-q.fifo\",\"Attributes\":{\"FifoQueue\":\"true\"}}" "http://127.0.0.1:$SNS_PORT/" >/dev/null
+    curl -fsS -d "Action=CreateTopic&Name=outbox-demo-$t.fifo&Attributes.entry.1.key=FifoTopic&Attributes.entry.1.value=true" "http://127.0.0.1:$SNS_PORT/" >/dev/null
+    curl -fsS -d "Action=Subscribe&TopicArn=arn:aws:sns:us-east-1:000000000000:outbox-demo-$t.fifo&Protocol=sqs&Endpoint=arn:aws:sqs:us-east-1:000000000000:outbox-demo-$t-q.fifo&Attributes.entry.1.key=RawMessageDelivery&Attributes.entry.1.value=true" "http://127.0.0.1:$SNS_PORT/" >/dev/null
+  done
+  say "started the fauxqs SNS emulator on 127.0.0.1:$SNS_PORT (FIFO topics outbox-demo-ORDER.fifo, outbox-demo-PAYMENT.fifo, each with a FIFO queue subscribed)"
+  export AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo AWS_EC2_METADATA_DISABLED=true
+  sink_yaml="  type: sns
+  region: us-east-1
+  endpoint: \"http://127.0.0.1:$SNS_PORT\""
   topic='outbox-demo-{aggregate_type}.fifo'
   ;;
 redis)
@@ -279,6 +311,36 @@ sqs)
     sleep 0.2
   done
   [ "$n" -ge 4 ] || { echo "only $n of 4 messages arrived" >&2; exit 1; }
+  ;;
+sns)
+  say "messages the SNS FIFO topics delivered to their FIFO queue subscriptions (group = aggregate id, deduplication id = message id): 4 expected, none from the rolled-back order"
+  python3 - "$SNS_PORT" <<'PY'
+import json, sys, time, urllib.request
+port = sys.argv[1]
+def sqs(op, body):
+    req = urllib.request.Request("http://127.0.0.1:%s/" % port, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS." + op})
+    return json.loads(urllib.request.urlopen(req).read() or b"{}")
+n = 0
+for _ in range(100):
+    for t in ("ORDER", "PAYMENT"):
+        q = "http://sqs.us-east-1.localhost:%s/000000000000/outbox-demo-%s-q.fifo" % (port, t)
+        while True:
+            msgs = sqs("ReceiveMessage", {"QueueUrl": q, "MaxNumberOfMessages": 10, "AttributeNames": ["All"],
+                                          "MessageAttributeNames": ["All"]}).get("Messages", [])
+            if not msgs:
+                break
+            for m in msgs:
+                a = m.get("Attributes", {})
+                print("-- outbox-demo-%s.fifo: group=%s dedup=%s %s" % (t, a.get("MessageGroupId"), a.get("MessageDeduplicationId"), m["Body"]))
+                sqs("DeleteMessage", {"QueueUrl": q, "ReceiptHandle": m["ReceiptHandle"]})
+                n += 1
+    if n >= 4:
+        break
+    time.sleep(0.2)
+if n < 4:
+    sys.exit("only %d of 4 messages arrived" % n)
+PY
   ;;
 http)
   say "webhooks the receiver accepted (signature verified, webhook-id = message id): 4 expected, none from the rolled-back order"

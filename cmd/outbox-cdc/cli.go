@@ -119,7 +119,7 @@ func isHelp(arg string) bool {
 func usage() string {
 	var b strings.Builder
 	b.WriteString("outbox-cdc streams committed outbox rows from the MySQL/MariaDB binlog or the\n" +
-		"PostgreSQL WAL to Kafka, RabbitMQ, NATS JetStream, Redis Streams, Amazon SQS or HTTP webhooks.\n\nusage:\n")
+		"PostgreSQL WAL to Kafka, RabbitMQ, NATS JetStream, Redis Streams, Amazon SQS, Amazon SNS or HTTP webhooks.\n\nusage:\n")
 	for _, c := range commands {
 		fmt.Fprintf(&b, "  outbox-cdc %s\n        %s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
 	}

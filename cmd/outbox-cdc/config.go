@@ -24,6 +24,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
+	"github.com/outbox-cdc/outbox-cdc/sink/sns"
 	"github.com/outbox-cdc/outbox-cdc/sink/sqs"
 	"github.com/outbox-cdc/outbox-cdc/wal"
 )
@@ -63,7 +64,7 @@ type SourceConfig struct {
 // for another type its own section's keys do (see sinkKinds), and only
 // the chosen type's are used.
 type SinkConfig struct {
-	// Type is the broker: kafka, rabbitmq, nats, redis, sqs, http (webhooks),
+	// Type is the broker: kafka, rabbitmq, nats, redis, sqs, sns, http (webhooks),
 	// or stdout (one JSON line per record, for trying things out).
 	Type             string `yaml:"type"`
 	sink.KafkaConfig `yaml:",inline"`
@@ -72,6 +73,7 @@ type SinkConfig struct {
 	NATS             natsjs.Config      `yaml:"-"`
 	Redis            redisstream.Config `yaml:"-"`
 	SQS              sqs.Config         `yaml:"-"`
+	SNS              sns.Config         `yaml:"-"`
 	HTTP             httpsink.Config    `yaml:"-"`
 }
 
@@ -150,7 +152,7 @@ func defaultConfig() Config {
 		Delivery: deliveryAtLeastOnce,
 		Sink: SinkConfig{Type: "kafka", KafkaConfig: sink.DefaultKafkaConfig(), TxnConfig: sink.DefaultTxnConfig(),
 			RabbitMQ: rabbitmq.DefaultConfig(), NATS: natsjs.DefaultConfig(), Redis: redisstream.DefaultConfig(),
-			SQS: sqs.DefaultConfig(), HTTP: httpsink.DefaultConfig()},
+			SQS: sqs.DefaultConfig(), SNS: sns.DefaultConfig(), HTTP: httpsink.DefaultConfig()},
 		Checkpoint: CheckpointConfig{Type: "file", FileConfig: checkpoint.DefaultFileConfig(), TableConfig: checkpoint.DefaultTableConfig()},
 		HA:         ha.DefaultConfig(),
 		Lifecycle:  lifecycle.DefaultConfig(),

@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/sink/natsjs"
 	"github.com/outbox-cdc/outbox-cdc/sink/rabbitmq"
 	"github.com/outbox-cdc/outbox-cdc/sink/redisstream"
+	"github.com/outbox-cdc/outbox-cdc/sink/sns"
 	"github.com/outbox-cdc/outbox-cdc/sink/sqs"
 )
 
@@ -95,6 +96,17 @@ var sinkKinds = map[string]sinkKind{
 		},
 		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
 			return sqs.Check(ctx, cfg.Sink.SQS, cfg.fixedDestinations()...)
+		},
+	},
+	"sns": {
+		config:   func(s *SinkConfig) any { return &s.SNS },
+		dest:     sns.Destination,
+		validate: func(c Config) error { return c.Sink.SNS.Validate() },
+		build: func(cfg Config, _ string, log zerolog.Logger, reg prometheus.Registerer, _ io.Writer) (outboxcdc.Sink, error) {
+			return sns.New(cfg.Sink.SNS, log, reg)
+		},
+		check: func(ctx context.Context, cfg Config) []outboxcdc.CheckResult {
+			return sns.Check(ctx, cfg.Sink.SNS, cfg.fixedDestinations()...)
 		},
 	},
 	"http": {

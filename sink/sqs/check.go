@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/sink/awsmsg"
 )
 
 // Check is the preflight for `outbox-cdc check`: it resolves the AWS
@@ -21,7 +22,7 @@ func Check(ctx context.Context, cfg Config, queues ...string) []outboxcdc.CheckR
 	if err := cfg.Validate(); err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("sqs.config", err.Error(), "fix the sink section")}
 	}
-	ac, err := loadAWS(ctx, cfg)
+	ac, err := awsmsg.Load(ctx, cfg.Config)
 	if err != nil {
 		return []outboxcdc.CheckResult{outboxcdc.Fail("sqs.config", err.Error(), "set sink.region, or the profile's region")}
 	}
@@ -32,7 +33,14 @@ func Check(ctx context.Context, cfg Config, queues ...string) []outboxcdc.CheckR
 	}
 	out := []outboxcdc.CheckResult{outboxcdc.Pass("sqs.credentials", fmt.Sprintf("credentials from %s, region %s", creds.Source, ac.Region))}
 	s := &Sink{cfg: cfg, aws: ac, urls: map[string]string{}}
-	c := &conn{s: s, c: client(cfg, ac, nil)}
+	c := s.newConn(nil)
+	// SQS answers (ListQueues): a check of templated queues alone, which
+	// is also the HA standby's proof that it reaches the sink, must not
+	// pass without a request.
+	if err := c.Probe(ctx); err != nil {
+		return append(out, outboxcdc.Fail("sqs.reachable", err.Error(), "check sink.region, sink.endpoint and that SQS is reachable from here"))
+	}
+	out = append(out, outboxcdc.Pass("sqs.reachable", "SQS answers"))
 	for _, q := range queues {
 		if strings.Contains(q, "{") {
 			out = append(out, outboxcdc.Pass("sqs.queue", fmt.Sprintf("queues %q depend on the row; a missing queue is a permanent error when written", q)))
@@ -47,7 +55,7 @@ func Check(ctx context.Context, cfg Config, queues ...string) []outboxcdc.CheckR
 			out = append(out, outboxcdc.Fail("sqs.queue", fmt.Sprintf("queue %q: %v", q, err), fix))
 			continue
 		}
-		attrs, err := call(ctx, c, func(ctx context.Context) (*awssqs.GetQueueAttributesOutput, error) {
+		attrs, err := awsmsg.Call(ctx, &c.Conn, func(ctx context.Context) (*awssqs.GetQueueAttributesOutput, error) {
 			return c.c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(u),
 				AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameMaximumMessageSize}})
 		})

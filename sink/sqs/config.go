@@ -2,29 +2,19 @@ package sqs
 
 import (
 	"errors"
-	"net/url"
 	"strings"
 
 	"github.com/outbox-cdc/outbox-cdc/router"
-	"github.com/outbox-cdc/outbox-cdc/sink/broker"
+	"github.com/outbox-cdc/outbox-cdc/sink/awsmsg"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
 
 // Config is the sink section for sink.type: sqs.
 type Config struct {
-	// Region is the AWS region of the queues (us-east-1); empty takes the
-	// region from the environment (AWS_REGION) or the profile.
-	Region string `yaml:"region"`
-	// Profile is the named profile of the shared AWS configuration and
-	// credentials files; empty: AWS_PROFILE, else the default profile.
-	// Credentials come from the usual places, in order: the environment,
-	// web identity (EKS service accounts), the shared files, the container
-	// or instance role.
-	Profile string `yaml:"profile"`
-	// Endpoint overrides the SQS endpoint (a VPC endpoint, an emulator
-	// such as http://127.0.0.1:4100); empty: the region's.
-	Endpoint string `yaml:"endpoint"`
+	// Region, profile, endpoint (an emulator such as
+	// http://127.0.0.1:4100), body encoding and the delivery keys.
+	awsmsg.Config `yaml:",inline"`
 	// Protocol is the wire protocol of the SQS API: json (AWS JSON 1.0,
 	// what SQS and the AWS SDKs speak today) or query (the older AWS query
 	// protocol with XML answers, for emulators that speak only it).
@@ -32,18 +22,12 @@ type Config struct {
 	// QueueOwner is the AWS account id that owns the queues when it is not
 	// the account of the credentials (a queue shared across accounts).
 	QueueOwner string `yaml:"queue_owner"`
-	// BodyEncoding is how the payload becomes the message body: text (the
-	// payload as it is; it must be UTF-8 text that SQS accepts, else the
-	// record is refused) or base64 (any bytes, such as Avro or Protobuf;
-	// consumers decode it).
-	BodyEncoding  string `yaml:"body_encoding"`
-	broker.Config `yaml:",inline"`
 }
 
 // Body encodings and protocols.
 const (
-	BodyText   = "text"
-	BodyBase64 = "base64"
+	BodyText   = awsmsg.BodyText
+	BodyBase64 = awsmsg.BodyBase64
 
 	ProtocolJSON  = "json"
 	ProtocolQuery = "query"
@@ -80,14 +64,11 @@ func queueByte(c byte) bool {
 func IsFIFO(name string) bool { return strings.HasSuffix(name, ".fifo") }
 
 // MaxBatch is the most entries SendMessageBatch takes.
-const MaxBatch = 10
+const MaxBatch = awsmsg.MaxBatch
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	c := Config{Config: broker.DefaultConfig(), Protocol: ProtocolJSON, BodyEncoding: BodyText}
-	c.MaxMessageBytes = 256 << 10 // SQS's long-standing message size limit
-	c.MaxInFlight = MaxBatch
-	return c
+	return Config{Config: awsmsg.DefaultConfig(256 << 10), Protocol: ProtocolJSON} // SQS's long-standing message size limit
 }
 
 // Validate checks the configuration without connecting.
@@ -96,29 +77,16 @@ func (c Config) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, outboxcdc.KeyErrorf(key, "", format, args...))
 	}
-	if c.Endpoint != "" {
-		if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("endpoint", "want an http:// or https:// URL such as https://sqs.eu-west-1.amazonaws.com")
-		}
+	if err := c.Config.Validate("SQS", 1<<20); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.Protocol {
 	case ProtocolJSON, ProtocolQuery:
 	default:
 		bad("protocol", "want json or query, got %q", c.Protocol)
 	}
-	switch c.BodyEncoding {
-	case BodyText, BodyBase64:
-	default:
-		bad("body_encoding", "want text or base64, got %q", c.BodyEncoding)
-	}
-	if c.QueueOwner != "" && strings.Trim(c.QueueOwner, "0123456789") != "" {
+	if c.QueueOwner != "" && !awsmsg.IsAccountID(c.QueueOwner) {
 		bad("queue_owner", "want a 12-digit AWS account id, got %q", c.QueueOwner)
-	}
-	if c.MaxMessageBytes > 1<<20 {
-		bad("max_message_bytes", "SQS takes at most 1 MiB (1048576) per message and per batch, got %d", c.MaxMessageBytes)
-	}
-	if err := c.Config.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

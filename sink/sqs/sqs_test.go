@@ -23,13 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	// The default credentials chain, fed from the environment; no shared
 	// files or instance metadata of the machine.
-	for k, v := range map[string]string{
-		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_SESSION_TOKEN": "",
-		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull,
-		"AWS_EC2_METADATA_DISABLED": "true", "AWS_PROFILE": "", "AWS_REGION": "",
-	} {
-		os.Setenv(k, v)
-	}
+	testenv.AWSTestEnv()
 	os.Exit(m.Run())
 }
 
@@ -360,7 +354,8 @@ func TestEmulatorDownThenBack(t *testing.T) {
 	}
 }
 
-// TestCheck: check resolves the credentials, finds an existing queue and
+// TestCheck: check resolves the credentials, asks SQS (fails when it
+// does not answer, also for templated queues alone), finds an existing queue and
 // says it is FIFO, and fails for a missing one with the remedy; a
 // template is passed over; a write to a missing queue is a permanent
 // error naming the row.
@@ -369,9 +364,16 @@ func TestCheck(t *testing.T) {
 		e := testenv.Goaws(t, testenv.GoawsQueue{Name: "c.fifo"})
 		cfg := cfgOf(e)
 		res := Check(context.Background(), cfg, "c.fifo", "missing", "{aggregate_type}")
-		if len(res) != 4 || !res[0].OK || !res[1].OK || !strings.Contains(res[1].Detail, "FIFO") ||
-			res[2].OK || !strings.Contains(res[2].Fix, "create the queue") || !res[3].OK {
+		if len(res) != 5 || !res[0].OK || !res[1].OK || !res[2].OK || !strings.Contains(res[2].Detail, "FIFO") ||
+			res[3].OK || !strings.Contains(res[3].Fix, "create the queue") || !res[4].OK {
 			t.Fatalf("%+v", res)
+		}
+		// Templated queues alone still ask SQS (the HA standby's proof).
+		dead := cfg
+		dead.Endpoint = "http://" + testenv.FreeAddr(t)
+		dead.DialTimeout = time.Second
+		if res := Check(context.Background(), dead, "{aggregate_type}"); len(res) != 2 || res[1].OK || res[1].Name != "sqs.reachable" {
+			t.Fatalf("check with SQS unreachable: %+v", res)
 		}
 		s := newSink(t, cfg)
 		recs := records("c.fifo", 3, 3)
@@ -407,35 +409,6 @@ func TestManyHeaders(t *testing.T) {
 	}
 	if more["h11"] != "v11" || more["bin.base64"] != "/wA=" || len(more)+len(e.MessageAttributes)-1 != 2+1+13 {
 		t.Fatalf("overflow %v", more)
-	}
-}
-
-// TestRegionAndProfile: the region comes from sink.region, else from the
-// profile in the shared configuration file; none at all is a
-// configuration error naming sink.region.
-func TestRegionAndProfile(t *testing.T) {
-	f := t.TempDir() + "/config"
-	if err := os.WriteFile(f, []byte("[profile relay]\nregion = eu-west-2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("AWS_CONFIG_FILE", f)
-	cfg := DefaultConfig()
-	cfg.Profile = "relay"
-	ac, err := loadAWS(context.Background(), cfg)
-	if err != nil || ac.Region != "eu-west-2" {
-		t.Fatalf("profile region: %q %v", ac.Region, err)
-	}
-	cfg.Region = "ap-south-1"
-	if ac, _ := loadAWS(context.Background(), cfg); ac.Region != "ap-south-1" {
-		t.Fatalf("sink.region: %q", ac.Region)
-	}
-	cfg = DefaultConfig()
-	if _, err := loadAWS(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "region") {
-		t.Fatalf("no region: %v", err)
-	}
-	cfg.Profile = "absent"
-	if _, err := loadAWS(context.Background(), cfg); err == nil {
-		t.Fatal("a missing profile loaded")
 	}
 }
 

@@ -11,11 +11,8 @@ package e2e
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
@@ -147,49 +144,12 @@ func TestStartLatestFirstWriteFailsThenFixed(t *testing.T) {
 // far. The exchange is deleted at test end.
 func rabbitQueue(t *testing.T, url, exchange string) func() []string {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := amqp.Dial(url); err == nil {
-			if ch, err := c.Channel(); err == nil {
-				ch.ExchangeDelete(exchange, false, false)
-			}
-			c.Close()
-		}
-	})
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.QueueBind(q.Name, "#", exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var got []string
-	go func() {
-		for d := range ds {
-			mu.Lock()
-			got = append(got, d.MessageId)
-			mu.Unlock()
-		}
-	}()
+	r := consumeRabbit(t, url, exchange)
 	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), got...)
+		var ids []string
+		for _, m := range r.all() {
+			ids = append(ids, m.id)
+		}
+		return ids
 	}
 }

@@ -59,27 +59,7 @@ func (sqsTarget) Prepare(t *testing.T, o Options) *Setup {
 			mu.Lock()
 			for _, q := range queues {
 				for _, m := range g.Drain(t, q) {
-					msg := Message{Stream: q, Key: m.Attrs[sqs.AttrKey], DedupeID: m.Attrs[sqs.AttrMessageID], Value: m.Body,
-						Headers: map[string]string{}}
-					if m.Attrs[sqs.AttrBody] != "" {
-						msg.Value = ""
-					}
-					for k, v := range m.Attrs {
-						switch k {
-						case sqs.AttrKey, sqs.AttrBody:
-						case sqs.AttrHeaders:
-							var more map[string]string
-							if err := json.Unmarshal([]byte(v), &more); err != nil {
-								t.Fatalf("%s: %v", k, err)
-							}
-							for hk, hv := range more {
-								msg.Headers[hk] = hv
-							}
-						default:
-							msg.Headers[k] = v
-						}
-					}
-					got = append(got, msg)
+					got = append(got, sqsMessage(t, q, m))
 				}
 			}
 			out := append([]Message(nil), got...)
@@ -91,4 +71,31 @@ func (sqsTarget) Prepare(t *testing.T, o Options) *Setup {
 		}
 	}
 	return s
+}
+
+// sqsMessage is m, read from queue q, as the contract's Message: the
+// sink's attributes taken apart (the key, a NULL body, the headers past
+// the ninth), for the SQS and SNS targets.
+func sqsMessage(t *testing.T, q string, m testenv.SQSMessage) Message {
+	msg := Message{Stream: q, Key: m.Attrs[sqs.AttrKey], DedupeID: m.Attrs[sqs.AttrMessageID], Value: m.Body,
+		Headers: map[string]string{}}
+	if m.Attrs[sqs.AttrBody] != "" {
+		msg.Value = ""
+	}
+	for k, v := range m.Attrs {
+		switch k {
+		case sqs.AttrKey, sqs.AttrBody:
+		case sqs.AttrHeaders:
+			var more map[string]string
+			if err := json.Unmarshal([]byte(v), &more); err != nil {
+				t.Fatalf("%s: %v", k, err)
+			}
+			for hk, hv := range more {
+				msg.Headers[hk] = hv
+			}
+		default:
+			msg.Headers[k] = v
+		}
+	}
+	return msg
 }

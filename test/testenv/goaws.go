@@ -121,11 +121,26 @@ func Goaws(t testing.TB, queues ...GoawsQueue) *GoawsServer {
 	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "goaws.log"))
+	startEmulator(t, "goaws", exec.Command(bin, "-config", conf, "Local"), addr)
+	e := &GoawsServer{Addr: addr, split: &batchSplitter{target: "http://" + addr + "/", fail: map[string]string{}}}
+	srv := httptest.NewServer(e.split)
+	t.Cleanup(srv.Close)
+	e.Endpoint = srv.URL
+	js := httptest.NewServer(&jsonFront{next: e.split})
+	t.Cleanup(js.Close)
+	e.JSONEndpoint = js.URL
+	return e
+}
+
+// startEmulator starts cmd, an emulator's process serving on addr (its
+// output in a log file of the test), stops it at the end of t, and waits
+// until GET /health answers.
+func startEmulator(t testing.TB, name string, cmd *exec.Cmd, addr string) {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-config", conf, "Local")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -140,22 +155,14 @@ func Goaws(t testing.TB, queues ...GoawsQueue) *GoawsServer {
 		r, err := http.Get("http://" + addr + "/health")
 		if err == nil {
 			r.Body.Close()
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(logf.Name())
-			t.Fatalf("goaws did not answer on %s: %v\n%s", addr, err, log)
+			t.Fatalf("%s did not answer on %s: %v\n%s", name, addr, err, log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	e := &GoawsServer{Addr: addr, split: &batchSplitter{target: "http://" + addr + "/", fail: map[string]string{}}}
-	srv := httptest.NewServer(e.split)
-	t.Cleanup(srv.Close)
-	e.Endpoint = srv.URL
-	js := httptest.NewServer(&jsonFront{next: e.split})
-	t.Cleanup(js.Close)
-	e.JSONEndpoint = js.URL
-	return e
 }
 
 // batchSplitter forwards every request to goaws, a SendMessageBatch as one
@@ -281,6 +288,9 @@ func sortNumeric(s []string) {
 type SQSMessage struct {
 	Body  string
 	Attrs map[string]string // message attributes, String or Binary value
+	// Group and DedupID are a FIFO message's MessageGroupId and
+	// MessageDeduplicationId, where the emulator returns them (fauxqs).
+	Group, DedupID string
 }
 
 // Drain reads every message of queue (receive, then delete) in the
