@@ -20,6 +20,15 @@ import (
 // why is better than one that retries something forever in silence, so
 // every network path marks its failures where it meets them (Network does
 // the common part).
+//
+// This default is the one rule for every part, both sources included: the
+// MySQL/MariaDB source (binlog/errors.go classifyConnErr) and the
+// PostgreSQL source (wal/errors.go classify) mark the network's failures
+// and the server errors that heal transient, the server errors that do
+// not permanent with a remedy, and stop on anything left unmarked. It is
+// the safe one for an operator: an unknown error halts the connector with
+// its cause in the log, where a transient default would retry it for ever
+// while the lag grows (TestUnmarkedErrorIsPermanent in binlog and wal).
 
 // classified marks an error transient or permanent and may carry a hint.
 type classified struct {

@@ -7,6 +7,7 @@ import (
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/source"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -29,25 +30,9 @@ const (
 
 // Config configures the MySQL/MariaDB source. cmd/ fills it from YAML.
 type Config struct {
-	// DSN is the data source name in go-sql-driver's form,
-	// "user:pass@tcp(host:3306)/db"; the database in it holds the outbox
-	// table.
-	DSN string `yaml:"dsn"`
-	// Table is the outbox table in DSN's database.
-	Table string `yaml:"table"`
-	// Tables, when set, replaces Table: several outbox tables read over one
-	// binlog stream, each "database.table" or "table" (in DSN's database),
-	// either part may hold the wildcards * and % (any run of characters),
-	// e.g. "*.outbox_message" or "tenant_%.outbox". A table created later
-	// that matches is read from its first row on.
-	Tables []string `yaml:"tables"`
-	// Start is where a first run (no checkpoint) begins: latest (the
-	// default: the server's current position, only new transactions),
-	// earliest (the oldest binlog still on the server) or pending (first
-	// the rows the polling relay had not sent, see source.pending).
-	Start string `yaml:"start"`
-	// Pending selects the rows start: pending publishes first.
-	Pending backfill.Config `yaml:"pending"`
+	// Common holds dsn, table, tables, start, pending and reconnect, the
+	// keys every source has.
+	source.Common `yaml:",inline"`
 	// ServerID is the replica id this connector registers with; it must be
 	// unique among the server's replicas. 0 derives one from the connector
 	// name.
@@ -59,9 +44,6 @@ type Config struct {
 	// ReadTimeout drops a connection that sent nothing (not even a
 	// heartbeat) for this long; the source then reconnects.
 	ReadTimeout time.Duration `yaml:"read_timeout"`
-	// Reconnect bounds the capped exponential wait between reconnection
-	// attempts (the same shape as the postgres source's reconnect).
-	Reconnect BackoffConfig `yaml:"reconnect"`
 	// TLS secures every connection to the server (see tls.go).
 	TLS TLSConfig `yaml:"tls"`
 	// TakeOver says this instance is entitled to the connector's binlog
@@ -75,26 +57,21 @@ type Config struct {
 	ProgressInterval time.Duration `yaml:"-"`
 }
 
-// BackoffConfig is a capped exponential backoff: the first wait is Min, each
-// further one doubles, up to Max.
-type BackoffConfig struct {
-	// Min is the wait before the first reconnection attempt; it doubles
-	// with each failed attempt.
-	Min time.Duration `yaml:"min"`
-	// Max caps the wait between reconnection attempts.
-	Max time.Duration `yaml:"max"`
-}
+// BackoffConfig is a capped exponential backoff (source.Backoff).
+type BackoffConfig = source.Backoff
 
 // DefaultConfig returns the defaults; DSN is left empty.
 func DefaultConfig() Config {
 	return Config{
-		Table:           "outbox_message",
-		Start:           StartLatest,
-		Pending:         backfill.DefaultConfig(),
+		Common: source.Common{
+			Table:     "outbox_message",
+			Start:     StartLatest,
+			Pending:   backfill.DefaultConfig(),
+			Reconnect: BackoffConfig{Min: time.Second, Max: 30 * time.Second},
+		},
 		GTID:            GTIDAuto,
 		HeartbeatPeriod: 5 * time.Second,
 		ReadTimeout:     30 * time.Second,
-		Reconnect:       BackoffConfig{Min: time.Second, Max: 30 * time.Second},
 		TLS:             TLSConfig{Mode: TLSDisabled},
 	}
 }
@@ -146,12 +123,7 @@ func (c Config) Validate() error {
 	if c.ReadTimeout <= c.HeartbeatPeriod {
 		errs = append(errs, outboxcdc.KeyErrorf("read_timeout", "", "%s must be longer than heartbeat_period %s, or an idle server looks dead", c.ReadTimeout, c.HeartbeatPeriod))
 	}
-	if c.Reconnect.Min <= 0 {
-		errs = append(errs, outboxcdc.KeyErrorf("reconnect.min", "", "must be positive"))
-	}
-	if c.Reconnect.Max < c.Reconnect.Min {
-		errs = append(errs, outboxcdc.KeyErrorf("reconnect.max", "", "%s is below reconnect.min %s", c.Reconnect.Max, c.Reconnect.Min))
-	}
+	errs = append(errs, c.Reconnect.Validate()...)
 	if err := c.TLS.validate(c.DSN); err != nil {
 		errs = append(errs, outboxcdc.KeysUnder("tls", err))
 	}

@@ -33,7 +33,7 @@ type tableMatcher struct {
 func (m *tableMatcher) matches(schema, table []byte) bool {
 	if m.pats != nil {
 		for i := range m.pats {
-			if m.pats[i].matches(schema, table, m.fold) {
+			if m.pats[i].Matches(schema, table, m.fold) {
 				return true
 			}
 		}
@@ -191,15 +191,15 @@ func (m *tableMatcher) mentionsPattern(toks []sqlToken, defaultDB string) bool {
 		qualified := j >= 2 && toks[j-1].kind == tokDot && toks[j-2].ident()
 		for i := range m.pats {
 			p := &m.pats[i]
-			if !p.table.matches(name, true) {
+			if !p.Table.Matches(name, true) {
 				continue
 			}
 			switch {
 			case qualified:
-				if p.db.matches([]byte(toks[j-2].text), true) {
+				if p.Schema.Matches([]byte(toks[j-2].text), true) {
 					return true
 				}
-			case defaultDB == "" || p.db.matches([]byte(defaultDB), true):
+			case defaultDB == "" || p.Schema.Matches([]byte(defaultDB), true):
 				return true
 			}
 		}
@@ -211,7 +211,7 @@ func (m *tableMatcher) mentionsDB(toks []sqlToken) bool {
 	if m.pats != nil {
 		for _, t := range toks {
 			for i := range m.pats {
-				if t.ident() && m.pats[i].db.matches([]byte(t.text), true) {
+				if t.ident() && m.pats[i].Schema.Matches([]byte(t.text), true) {
 					return true
 				}
 			}

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/source"
 )
 
 // Positions as operators type and read them (outbox-cdc position).
@@ -49,16 +49,14 @@ func ParseInput(s string) (outboxcdc.Position, error) {
 	return p.Encode(), nil
 }
 
+// positions is the position text of this source (source.Positions).
+var positions = source.Positions[Pos]{Kind: Kind, Server: "MySQL/MariaDB", Parse: ParsePosition, Words: describe, FormOf: form, Order: compare}
+
 // Describe says in words what a position is: "binlog file mysql-bin.000003
 // offset 4", "MariaDB GTID 0-1-42", "MySQL GTID set ...".
-func Describe(p outboxcdc.Position) string {
-	if backfill.IsPending(p) {
-		return backfill.Describe(p, Kind, Describe)
-	}
-	bp, err := ParsePosition(p)
-	if err != nil {
-		return "unreadable MySQL/MariaDB position (" + err.Error() + ")"
-	}
+func Describe(p outboxcdc.Position) string { return positions.Describe(p) }
+
+func describe(bp Pos) string {
 	switch {
 	case bp.MySQLGTID != nil:
 		return "MySQL GTID set " + bp.MySQLGTID.String()
@@ -75,19 +73,15 @@ const (
 	FormFile        = "file"
 	FormMySQLGTID   = "gtid"
 	FormMariaDBGTID = "mariadb-gtid"
-	FormPending     = "pending"
+	FormPending     = source.FormPending
 )
 
 // Form names a position's form: FormFile, FormMySQLGTID, FormMariaDBGTID,
 // FormPending, or "" when it cannot be read.
-func Form(p outboxcdc.Position) string {
-	if backfill.IsPending(p) {
-		return FormPending
-	}
-	bp, err := ParsePosition(p)
+func Form(p outboxcdc.Position) string { return positions.Form(p) }
+
+func form(bp Pos) string {
 	switch {
-	case err != nil:
-		return ""
 	case bp.MySQLGTID != nil:
 		return FormMySQLGTID
 	case bp.IsMariaDB:
@@ -101,18 +95,9 @@ func Form(p outboxcdc.Position) string {
 // b. Positions in different forms, of different servers or replication
 // domains, or of a backfill in progress cannot be ordered: the error says
 // why.
-func Compare(a, b outboxcdc.Position) (int, error) {
-	if a == b {
-		return 0, nil
-	}
-	if ok, err := backfill.ComparePending(a, b); ok {
-		return 0, err
-	}
-	x, err1 := ParsePosition(a)
-	y, err2 := ParsePosition(b)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("a position cannot be read: %w", err)
-	}
+func Compare(a, b outboxcdc.Position) (int, error) { return positions.Compare(a, b) }
+
+func compare(x, y Pos) (int, error) {
 	switch {
 	case x.MySQLGTID != nil && y.MySQLGTID != nil:
 		switch {

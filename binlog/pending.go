@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-mysql-org/go-mysql/mysql"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
-	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Pending backfill (source.start: pending), MySQL/MariaDB.
@@ -69,38 +67,15 @@ import (
 // in the pending form. It sets *resume to the stream position. Transient
 // failures are retried from the last batch sent.
 func (s *Source) backfillFirst(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx) error {
-	l := backfill.Loop{
-		Kind:  Kind,
-		Start: s.cfg.Start,
-		Batch: s.cfg.Pending.Batch,
-		Retry: retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max},
-		CheckStream: func(p outboxcdc.Position) error {
+	l := s.rc.Backfill(Kind, s.cfg.Common, s.cfg.ProgressInterval,
+		func(p outboxcdc.Position) error {
 			_, err := ParsePosition(p)
 			return err
 		},
-		Open: func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
+		func(ctx context.Context, st **backfill.State) (backfill.Snapshot, error) {
 			return s.openPending(ctx, db, st)
 		},
-		Started:    s.saveStart,
-		Sent:       func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
-		Log:        &s.log,
-		Every:      s.cfg.ProgressInterval,
-		Metrics:    s.pm,
-		LagSeconds: s.m.LagSeconds,
-	}
-	failures := 0
-	l.Retrying = func(err error, wait time.Duration) {
-		if !l.Opened() {
-			failures++
-			s.pm.ConnectFailures.Inc()
-			addr := s.address()
-			s.setReady(outboxcdc.Connecting(fmt.Errorf("cannot connect to the MySQL/MariaDB server at %s (attempt %d): %w", addr, failures, err)))
-			s.log.Warn().Err(err).Str("address", addr).Int("attempt", failures).Dur("backoff", wait).Str("start", s.cfg.Start).
-				Msg("cannot connect to the MySQL/MariaDB server; retrying")
-			return
-		}
-		s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
-	}
+		s.saveStart)
 	pos, err := l.Run(ctx, *resume, out)
 	switch {
 	case ctx.Err() != nil:

@@ -38,6 +38,7 @@ import (
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"github.com/outbox-cdc/outbox-cdc/retry"
+	"github.com/outbox-cdc/outbox-cdc/source"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -58,6 +59,7 @@ type Source struct {
 	baseLog  zerolog.Logger // as passed to New, for the drivers' components
 	m        *outboxcdc.SourceMetrics
 	pm       *outboxcdc.ProgressMetrics // connect failures, backfill progress (progress.go)
+	rc       source.Reconnector         // the reconnect rule (source/reconnect.go)
 	catchUp  *outboxcdc.CatchUp         // progress lines while behind; Run's goroutine only
 
 	db, table       string         // from the DSN and Config.Table, as configured (match.go)
@@ -168,6 +170,7 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		}
 		s.qualifiedTable = s.patternsText()
 	}
+	s.rc = source.Reconnector{Server: "MySQL/MariaDB", Address: s.address, SetReady: s.setReady, Log: &s.log, Metrics: s.m, Progress: s.pm}
 	return s, nil
 }
 
@@ -237,13 +240,11 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 	if err := s.backfillFirst(ctx, db, &resume, out); err != nil {
 		return err // source.start: pending (pending.go)
 	}
-	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
+	s.rc.Start(s.cfg.Reconnect)
 	rewind := false
-	everStreamed := false // a stream was up in this run: a failure is a loss, not a failure to connect
-	failures := 0         // failed connection attempts before the first stream
 	for {
-		streamed, err := s.session(ctx, db, &resume, out, rewind, everStreamed)
-		everStreamed = everStreamed || streamed
+		began := time.Now()
+		streamed, err := s.session(ctx, db, &resume, out, rewind, s.rc.Lost())
 		s.connID.Store(0)
 		if ctx.Err() != nil {
 			s.setReady(errors.New("binlog source stopped"))
@@ -270,35 +271,18 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			s.log.Debug().Err(err).Msg("binlog source stopped")
 			return err
 		}
-		if streamed {
-			backoff.Reset()
+		wait, never := s.rc.Failed(began, streamed)
+		if never {
+			s.rc.ConnectFailed(err, wait, func(ev *zerolog.Event) *zerolog.Event {
+				if resume.IsZero() {
+					return ev.Str("start", s.cfg.Start)
+				}
+				return ev.Str("position", s.describe(resume))
+			})
+		} else {
+			s.setReady(fmt.Errorf("binlog stream lost, reconnecting: %w", err))
+			s.log.Warn().Err(err).Str("position", s.describe(resume)).Dur("backoff", wait).Msg("binlog stream lost; reconnecting")
 		}
-		wait := backoff.Next()
-		if !everStreamed {
-			// Never connected (a wrong host or port, the server down at the
-			// start): not a lost stream, and not a reconnection.
-			failures++
-			s.pm.ConnectFailures.Inc()
-			addr := s.address()
-			s.setReady(outboxcdc.Connecting(fmt.Errorf("cannot connect to the MySQL/MariaDB server at %s (attempt %d): %w", addr, failures, err)))
-			ev := s.log.Warn().Err(err).Str("address", addr).Int("attempt", failures).Dur("backoff", wait)
-			if resume.IsZero() {
-				ev = ev.Str("start", s.cfg.Start)
-			} else {
-				ev = ev.Str("position", s.describe(resume))
-			}
-			ev.Msg("cannot connect to the MySQL/MariaDB server; retrying")
-			if retry.Sleep(ctx, wait) != nil {
-				s.setReady(errors.New("binlog source stopped"))
-				return ctx.Err()
-			}
-			continue
-		}
-		s.setReady(fmt.Errorf("binlog stream lost, reconnecting: %w", err))
-		// Counted when the loss is seen, not after the backoff: a reader of
-		// the metric right after the stream broke sees it.
-		s.m.Reconnects.Inc()
-		s.log.Warn().Err(err).Str("position", s.describe(resume)).Dur("backoff", wait).Msg("binlog stream lost; reconnecting")
 		if retry.Sleep(ctx, wait) != nil {
 			s.setReady(errors.New("binlog source stopped"))
 			return ctx.Err()
@@ -312,7 +296,7 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 // a checkpoint so that a reconnect does not re-evaluate "latest"; that
 // start is reported (ReportStart) once the server is known to hold it,
 // before the dump begins. streamed
-// reports whether events were received, which resets the backoff. rewind
+// reports whether events were received (see source.Reconnector). rewind
 // says the session reads a transaction again (errRewind): the source stays
 // ready.
 func (s *Source) session(ctx context.Context, db *sql.DB, resume *outboxcdc.Position, out chan<- outboxcdc.Tx, rewind, reconnect bool) (streamed bool, err error) {

@@ -1,14 +1,13 @@
 package binlog
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 
 	"github.com/go-mysql-org/go-mysql/replication"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/source"
 )
 
 // Several outbox tables (source.tables).
@@ -23,67 +22,23 @@ import (
 // tableState); rows of all tables reach the pipeline in commit order, in
 // the transactions they were written in, under one position.
 
-// namePart is one side of a pattern: a literal name, or one with
-// wildcards.
-type namePart struct {
-	text string
-	wild bool
-}
-
-func parseNamePart(s string) namePart {
-	return namePart{text: s, wild: strings.ContainsAny(s, "*%")}
-}
-
-// matches compares name with the part; fold compares letters without case
-// (ASCII letters only in wildcard patterns).
-func (p namePart) matches(name []byte, fold bool) bool {
-	if !p.wild {
-		if fold {
-			return bytes.EqualFold(name, []byte(p.text))
-		}
-		return string(name) == p.text
-	}
-	return outboxcdc.GlobMatch(p.text, name, fold)
-}
-
 // matchesFold reports whether a pattern matches db.table, compared
 // without case (statements name tables as written, not as stored).
 func (m *tableMatcher) matchesFold(db, table string) bool {
 	for i := range m.pats {
-		if m.pats[i].matches([]byte(db), []byte(table), true) {
+		if m.pats[i].Matches([]byte(db), []byte(table), true) {
 			return true
 		}
 	}
 	return false
 }
 
-// tablePattern is one source.tables entry.
-type tablePattern struct {
-	db, table namePart
-}
-
-func (p *tablePattern) matches(schema, table []byte, fold bool) bool {
-	return p.table.matches(table, fold) && p.db.matches(schema, fold)
-}
-
-func (p tablePattern) String() string { return p.db.text + "." + p.table.text }
-
-func (p tablePattern) literal() bool { return !p.db.wild && !p.table.wild }
+// tablePattern is one source.tables entry; its Schema is the database.
+type tablePattern = source.TablePattern
 
 // parseTables parses source.tables; unqualified entries are in dsnDB.
 func parseTables(entries []string, dsnDB string) ([]tablePattern, error) {
-	var out []tablePattern
-	for i, e := range entries {
-		db, table, ok := strings.Cut(e, ".")
-		if !ok {
-			db, table = dsnDB, e
-		}
-		if db == "" || table == "" || strings.Contains(table, ".") {
-			return nil, outboxcdc.KeyErrorf(fmt.Sprintf("tables[%d]", i), "wildcards * and % are allowed in either part", "%q is not database.table or table", e)
-		}
-		out = append(out, tablePattern{db: parseNamePart(db), table: parseNamePart(table)})
-	}
-	return out, nil
+	return source.ParseTables(entries, dsnDB, "database")
 }
 
 // multi reports whether the source reads source.tables rather than the
@@ -110,17 +65,17 @@ func (s *Source) resolveTables(ctx context.Context, db *sql.DB) ([]resolvedTable
 	}
 	wild := false
 	for _, p := range s.pats {
-		if !p.literal() {
+		if !p.Literal() {
 			wild = true
 			m.pats = append(m.pats, p)
 			continue
 		}
-		r, err := s.resolveNamed(ctx, db, lctn, p.db.text, p.table.text)
+		r, err := s.resolveNamed(ctx, db, lctn, p.Schema.Text, p.Table.Text)
 		if err != nil {
 			return nil, nil, err
 		}
 		add(r)
-		m.pats = append(m.pats, tablePattern{db: namePart{text: r.db}, table: namePart{text: r.table}})
+		m.pats = append(m.pats, source.LiteralTable(r.db, r.table))
 	}
 	if wild {
 		rows, err := db.QueryContext(ctx, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'")
@@ -165,13 +120,7 @@ func (s *Source) tablesColumns(ctx context.Context, db *sql.DB) ([]resolvedTable
 	return found, m, nil
 }
 
-func (s *Source) patternsText() string {
-	parts := make([]string, len(s.pats))
-	for i, p := range s.pats {
-		parts[i] = p.String()
-	}
-	return strings.Join(parts, ", ")
-}
+func (s *Source) patternsText() string { return source.PatternsText(s.pats) }
 
 // tableKey is an outbox table as the binlog names it.
 type tableKey struct{ db, table string }

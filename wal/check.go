@@ -240,8 +240,8 @@ func (s *Source) checkCreatePublication(ctx context.Context, db *pgx.Conn) outbo
 		tables = append(tables, [2]string{s.schema, s.table})
 	}
 	for _, p := range s.pats {
-		if p.literal() {
-			tables = append(tables, [2]string{p.schema, p.table})
+		if p.Literal() {
+			tables = append(tables, [2]string{p.Schema.Text, p.Table.Text})
 		}
 	}
 	var missing, grants []string

@@ -4,12 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/source"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 )
@@ -35,32 +35,9 @@ const (
 // Config configures the PostgreSQL source. It is assembled by cmd/ from the
 // `source:` section of the configuration file.
 type Config struct {
-	// DSN is a libpq URL or keyword/value string:
-	// postgres://user:pass@host:5432/db?sslmode=disable. The role needs the
-	// REPLICATION attribute (and ownership of the table to create the
-	// publication). The replication connection adds replication=database.
-	DSN string `yaml:"dsn"`
-	// Table is the outbox table, "schema.table" or "table" (schema public).
-	// Empty means no table: only logical decoding messages (source.messages)
-	// are read, and the publication is created empty.
-	Table string `yaml:"table"`
-	// Tables, when set, replaces Table: several outbox tables over one
-	// slot, each "schema.table" or "table" (schema public); either part
-	// may hold the wildcards * and % (any run of characters), e.g.
-	// "tenant_%.outbox". A table created later that matches is read from
-	// its first row on: a pattern takes a publication FOR TABLES IN
-	// SCHEMA (a literal schema) or FOR ALL TABLES (a schema pattern),
-	// which need a superuser to create (see docs/sources.md).
-	Tables []string `yaml:"tables"`
-	// Start is where a first run (no checkpoint) begins: earliest (the
-	// default: what the slot retains and never confirmed; for a slot this
-	// run creates, the transactions committed after its creation), latest
-	// (the server's current WAL position, skipping what an existing slot
-	// retains) or pending (first the rows the polling relay had not sent,
-	// see source.pending).
-	Start string `yaml:"start"`
-	// Pending selects the rows start: pending publishes first.
-	Pending backfill.Config `yaml:"pending"`
+	// Common holds dsn, table, tables, start, pending and reconnect, the
+	// keys every source has.
+	source.Common `yaml:",inline"`
 	// Slot is the logical replication slot; default derived from the
 	// connector name. Letters, digits and underscores, at most 63.
 	Slot string `yaml:"slot"`
@@ -107,8 +84,6 @@ type Config struct {
 	Heartbeat HeartbeatConfig `yaml:"heartbeat"`
 	// Messages turns transactional logical decoding messages into events.
 	Messages MessagesConfig `yaml:"messages"`
-	// Reconnect is the backoff between reconnection attempts.
-	Reconnect BackoffConfig `yaml:"reconnect"`
 	// LagInterval is how often the slot lag metric is refreshed (it is also
 	// measured when the connector starts).
 	LagInterval time.Duration `yaml:"lag_interval"`
@@ -173,28 +148,24 @@ func (m MessagesConfig) all() []string {
 	return out
 }
 
-// BackoffConfig is a capped exponential backoff.
-type BackoffConfig struct {
-	// Min is the wait before the first reconnection attempt; it doubles
-	// with each failed attempt.
-	Min time.Duration `yaml:"min"`
-	// Max caps the wait between reconnection attempts.
-	Max time.Duration `yaml:"max"`
-}
+// BackoffConfig is a capped exponential backoff (source.Backoff).
+type BackoffConfig = source.Backoff
 
 // DefaultConfig returns the defaults; DSN must still be set.
 func DefaultConfig() Config {
 	return Config{
-		Table:            "public.outbox_message",
-		Start:            StartEarliest,
-		Pending:          backfill.DefaultConfig(),
+		Common: source.Common{
+			Table:     "public.outbox_message",
+			Start:     StartEarliest,
+			Pending:   backfill.DefaultConfig(),
+			Reconnect: BackoffConfig{Min: 500 * time.Millisecond, Max: 30 * time.Second},
+		},
 		Create:           true,
 		StatusInterval:   2 * time.Second,
 		WalSenderTimeout: 20 * time.Second,
 		ConnectTimeout:   10 * time.Second,
 		QueryTimeout:     30 * time.Second,
 		BufferBytes:      8 << 20,
-		Reconnect:        BackoffConfig{Min: 500 * time.Millisecond, Max: 30 * time.Second},
 		LagInterval:      10 * time.Second,
 	}
 }
@@ -293,14 +264,7 @@ func (c *Config) Validate() error {
 
 // splitTable splits "schema.table" (schema defaults to public).
 func splitTable(s string) (schema, table string, err error) {
-	schema, table, ok := strings.Cut(s, ".")
-	if !ok {
-		schema, table = "public", s
-	}
-	if schema == "" || table == "" || strings.Contains(table, ".") {
-		return "", "", fmt.Errorf("%q is not schema.table or table", s)
-	}
-	return schema, table, nil
+	return source.SplitTable(s, "public", "schema")
 }
 
 // legalName reports whether s is usable as a replication slot name (and, by

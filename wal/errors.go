@@ -13,10 +13,14 @@ import (
 	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
-// Errors are classified with the connector's one classification
-// (outboxcdc.Permanent with a hint, outboxcdc.Transient). The Postgres
-// source marks where it arises what reconnecting cannot fix; Run retries
-// every other failure (retryable makes that explicit for retry.Do).
+// Errors are classified with the connector's one classification and its
+// one default (errclass.go): an error nobody marked is permanent. The
+// Postgres source marks where it meets them what the server and the
+// network say (classify), and what reconnecting can cure (errSilent, the
+// server ending the stream); Run settles a session's error with classify
+// once more, so a network failure that reached it unwrapped is still
+// retried, and stops on anything else: an error no one foresaw halts the
+// connector with its cause instead of being retried for ever.
 
 // permanent marks err as one reconnecting cannot fix: Run returns it.
 func permanent(err error) error {
@@ -26,20 +30,15 @@ func permanent(err error) error {
 	return outboxcdc.Permanent(err, "")
 }
 
-// isPermanent reports whether err was marked permanent where it arose.
+// isPermanent reports whether err is not worth retrying: marked
+// permanent, or not marked at all (the default). nil is not.
 func isPermanent(err error) bool {
-	return outboxcdc.IsClassified(err) && !outboxcdc.IsTransient(err)
+	return err != nil && !outboxcdc.IsTransient(err)
 }
 
-// retryable marks for retry.Do (which retries only what is marked
-// transient) the errors this source retries: all but the permanent ones
-// and a cancellation.
-func retryable(err error) error {
-	if err == nil || outboxcdc.IsClassified(err) || errors.Is(err, context.Canceled) {
-		return err
-	}
-	return outboxcdc.Transient(err)
-}
+// retryable classifies err for retry.Do, which retries only what is
+// marked transient: the network's and the server's transient failures.
+func retryable(err error) error { return classify(err) }
 
 // mark makes errors.Is(err, sentinel) true without changing err's message.
 func mark(sentinel, err error) error { return &marked{sentinel: sentinel, err: err} }
@@ -73,22 +72,32 @@ func createSlotError(slot string, err error) error {
 	return classify(err)
 }
 
-// classify marks server errors that will not go away by reconnecting:
-// authentication (28), unknown database (3D), missing objects, syntax and
-// privileges (42), unsupported features (0A), an invalidated slot or WAL
-// already removed (55000, 58P01). Connection trouble, shutdowns (57P0x),
-// too many connections (53) and an active slot (55006) are retried.
+// classify marks server errors that will not go away by reconnecting
+// permanent: authentication (28), unknown database (3D), missing objects,
+// syntax and privileges (42), unsupported features (0A), an invalidated
+// slot or WAL already removed (55000, 58P01). Every other server error
+// (connection trouble, shutdowns 57P0x, too many connections 53, an active
+// slot 55006) and a failed network round trip (outboxcdc.Network, a pgconn
+// timeout, a request pgconn says is safe to retry) is marked transient. An
+// error already classified keeps its mark; anything else is left unmarked,
+// so it is permanent.
 func classify(err error) error {
+	if err == nil || outboxcdc.IsClassified(err) || errors.Is(err, context.Canceled) {
+		return err
+	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		if tlsconf.IsVerifyError(err) {
 			// Reconnecting cannot fix a certificate that does not verify.
 			return permanent(fmt.Errorf("%w (TLS: check sslmode and sslrootcert in source.dsn against the server's certificate)", err))
 		}
-		return err
+		if pgconn.Timeout(err) || pgconn.SafeToRetry(err) {
+			return outboxcdc.Transient(err)
+		}
+		return outboxcdc.Network(err)
 	}
 	if pgErr.Code == codeObjectInUse {
-		return err
+		return outboxcdc.Transient(err)
 	}
 	switch pgErr.Code[:2] {
 	case "28", "3D", "42", "0A":
@@ -97,7 +106,7 @@ func classify(err error) error {
 	if pgErr.Code == "55000" || pgErr.Code == "58P01" {
 		return permanent(err)
 	}
-	return err
+	return outboxcdc.Transient(err)
 }
 
 func pgCode(err error) string {

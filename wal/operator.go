@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pglogrepl"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
-	"github.com/outbox-cdc/outbox-cdc/backfill"
+	"github.com/outbox-cdc/outbox-cdc/source"
 )
 
 // Positions as operators type and read them (outbox-cdc position).
@@ -16,7 +17,7 @@ import (
 // Forms of a position (Form).
 const (
 	FormLSN     = "lsn"
-	FormPending = "pending"
+	FormPending = source.FormPending
 )
 
 // ParseInput reads a position typed by an operator, a full position
@@ -43,55 +44,47 @@ func ParseInput(s string) (outboxcdc.Position, error) {
 	return id.Position(lsn), nil
 }
 
+// walPos is a position read: its LSN and the server history it names.
+type walPos struct {
+	lsn pglogrepl.LSN
+	id  Identity
+}
+
+// positions is the position text of this source (source.Positions).
+var positions = source.Positions[walPos]{
+	Kind: Kind, Server: "PostgreSQL",
+	Parse: func(p outboxcdc.Position) (walPos, error) {
+		lsn, id, err := ParsePositionIdentity(p)
+		return walPos{lsn, id}, err
+	},
+	Words: func(x walPos) string {
+		if !x.id.Known() {
+			return "LSN " + x.lsn.String()
+		}
+		return "LSN " + x.lsn.String() + " on " + x.id.String()
+	},
+	FormOf: func(walPos) string { return FormLSN },
+	Order: func(x, y walPos) (int, error) {
+		if x.id.Known() && y.id.Known() && x.id.System != y.id.System {
+			return 0, fmt.Errorf("the positions belong to two different PostgreSQL systems (%d and %d): they cannot be ordered", x.id.System, y.id.System)
+		}
+		return cmp.Compare(x.lsn, y.lsn), nil
+	},
+}
+
 // Describe says in words what a position is: "LSN 0/16B3748 on timeline 1
 // of system 7345678901234567890".
-func Describe(p outboxcdc.Position) string {
-	if backfill.IsPending(p) {
-		return backfill.Describe(p, Kind, Describe)
-	}
-	lsn, id, err := ParsePositionIdentity(p)
-	if err != nil {
-		return "unreadable PostgreSQL position (" + err.Error() + ")"
-	}
-	if !id.Known() {
-		return "LSN " + lsn.String()
-	}
-	return "LSN " + lsn.String() + " on " + id.String()
-}
+func Describe(p outboxcdc.Position) string { return positions.Describe(p) }
 
 // Form names a position's form: FormLSN, FormPending, or "" when it cannot
 // be read.
-func Form(p outboxcdc.Position) string {
-	if backfill.IsPending(p) {
-		return FormPending
-	}
-	if _, err := ParsePosition(p); err != nil {
-		return ""
-	}
-	return FormLSN
-}
+func Form(p outboxcdc.Position) string { return positions.Form(p) }
 
 // Compare orders two positions as cmp.Compare does (-1: a is before b).
 // A backfill in progress cannot be ordered, nor can positions of two
 // different systems: the error says why. Positions on two timelines of one
 // system are ordered by LSN (along the history of the later one).
-func Compare(a, b outboxcdc.Position) (int, error) {
-	if a == b {
-		return 0, nil
-	}
-	if ok, err := backfill.ComparePending(a, b); ok {
-		return 0, err
-	}
-	x, idA, err1 := ParsePositionIdentity(a)
-	y, idB, err2 := ParsePositionIdentity(b)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("a position cannot be read: %w", err)
-	}
-	if idA.Known() && idB.Known() && idA.System != idB.System {
-		return 0, fmt.Errorf("the positions belong to two different PostgreSQL systems (%d and %d): they cannot be ordered", idA.System, idB.System)
-	}
-	return cmp.Compare(x, y), nil
-}
+func Compare(a, b outboxcdc.Position) (int, error) { return positions.Compare(a, b) }
 
 // LatestPosition asks the server for its current WAL position (the flush
 // position IDENTIFY_SYSTEM reports, with the server's identity), for

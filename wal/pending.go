@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
-	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
 // Pending backfill (source.start: pending), PostgreSQL.
@@ -59,39 +57,16 @@ func (s *Source) backfillFirst(ctx context.Context, st *runState, from outboxcdc
 	if !backfill.IsPending(from) && !(from.IsZero() && s.cfg.Start == backfill.StartPending) {
 		return nil
 	}
-	l := backfill.Loop{
-		Kind:  Kind,
-		Start: s.cfg.Start,
-		Batch: s.cfg.Pending.Batch,
-		Retry: retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max},
-		CheckStream: func(p outboxcdc.Position) error {
+	l := s.rc.Backfill(Kind, s.cfg.Common, s.cfg.ProgressInterval,
+		func(p outboxcdc.Position) error {
 			_, err := ParsePosition(p)
 			return err
 		},
-		Open: func(ctx context.Context, rs **backfill.State) (backfill.Snapshot, error) {
+		func(ctx context.Context, rs **backfill.State) (backfill.Snapshot, error) {
 			snap, err := s.openPending(ctx, st, rs)
 			return snap, retryable(err)
 		},
-		Started:    s.saveStart,
-		Sent:       func(rows []backfill.Row) { s.m.EventsRead.Add(float64(len(rows))) },
-		Log:        &s.log,
-		Every:      s.cfg.ProgressInterval,
-		Metrics:    s.pm,
-		LagSeconds: s.m.LagSeconds,
-	}
-	failures := 0
-	l.Retrying = func(err error, wait time.Duration) {
-		if !l.Opened() {
-			failures++
-			s.pm.ConnectFailures.Inc()
-			s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: cannot connect to the server at %s (attempt %d): %w", s.address(), failures, err)))
-			s.log.Warn().Err(err).Str("address", s.address()).Int("attempt", failures).Dur("backoff", wait).Str("start", s.cfg.Start).
-				Msg("cannot connect to the PostgreSQL server; retrying")
-			return
-		}
-		s.setReady(fmt.Errorf("postgres source: pending backfill: %w", err))
-		s.log.Warn().Err(err).Dur("backoff", wait).Msg("pending backfill interrupted; resuming after the last batch sent")
-	}
+		s.saveStart)
 	pos, err := l.Run(ctx, from, out)
 	if ctx.Err() != nil {
 		return ctx.Err()

@@ -22,10 +22,10 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/backfill"
 	"github.com/outbox-cdc/outbox-cdc/retry"
+	"github.com/outbox-cdc/outbox-cdc/source"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -81,6 +81,7 @@ type Source struct {
 	log           zerolog.Logger
 	m             *outboxcdc.SourceMetrics
 	pm            *outboxcdc.ProgressMetrics // connect failures, backfill progress (progress.go)
+	rc            source.Reconnector         // the reconnect rule (source/reconnect.go)
 	catchUp       *outboxcdc.CatchUp         // progress lines while behind; Run's goroutine only
 	lagBytes      prometheus.Gauge
 	walStatus     *prometheus.GaugeVec
@@ -192,6 +193,7 @@ func New(cfg Config, name string, cols outboxcdc.Columns, log zerolog.Logger, m 
 		}
 	}
 	s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: connecting to %s", s.address())))
+	s.rc = source.Reconnector{Server: "PostgreSQL", Prefix: "postgres source: ", Address: s.address, SetReady: s.setReady, Log: &s.log, Metrics: s.m, Progress: s.pm}
 	return s, nil
 }
 
@@ -289,28 +291,18 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 		s.m.Connected.Set(0)
 	}()
 
-	backoff := retry.New(retry.Policy{Min: s.cfg.Reconnect.Min, Max: s.cfg.Reconnect.Max})
-	lost := false // a stream was up and broke: the next session is a reconnect
-	failures := 0 // failed connection attempts before the first stream
+	s.rc.Start(s.cfg.Reconnect)
 	for first := true; ; first = false {
-		if lost {
-			s.m.Reconnects.Inc()
-		}
 		began := time.Now()
 		streamed, err := s.session(ctx, st, first)
-		lost = lost || streamed
+		err = classify(err) // unmarked and not the network's: permanent (errors.go)
 		s.m.Connected.Set(0)
 		if ctx.Err() != nil {
 			s.setReady(errors.New("postgres source: stopped"))
 			return ctx.Err()
 		}
-		if lost {
-			s.setReady(fmt.Errorf("postgres source: %w", err))
-		} else {
-			failures++
-			s.setReady(outboxcdc.Connecting(fmt.Errorf("postgres source: cannot connect to the server at %s (attempt %d): %w", s.address(), failures, err)))
-		}
 		if isPermanent(err) {
+			s.setReady(fmt.Errorf("postgres source: %w", err))
 			// Returned, not logged: the connector logs why it stopped, once.
 			s.log.Debug().Err(err).Str("resume_lsn", st.resume.String()).Msg("stopping: permanent error")
 			// Deliver the whole transactions already decoded so the
@@ -322,22 +314,16 @@ func (s *Source) Run(ctx context.Context, from outboxcdc.Position, out chan<- ou
 			}
 			return err
 		}
-		if streamed && time.Since(began) > 10*time.Second {
-			backoff.Reset()
-		}
-		wait := backoff.Next()
-		if !lost {
-			// Never connected (a wrong host or port, the server down at the
-			// start): not a lost stream, and not a reconnection.
-			s.pm.ConnectFailures.Inc()
-			ev := s.log.Warn().Err(err).Str("address", s.address()).Int("attempt", failures).Dur("backoff", wait)
-			if st.checkpoint {
-				ev = ev.Str("resume_lsn", st.resume.String())
-			} else {
-				ev = ev.Str("start", s.cfg.Start)
-			}
-			ev.Msg("cannot connect to the PostgreSQL server; retrying")
+		wait, never := s.rc.Failed(began, streamed)
+		if never {
+			s.rc.ConnectFailed(err, wait, func(ev *zerolog.Event) *zerolog.Event {
+				if st.checkpoint {
+					return ev.Str("resume_lsn", st.resume.String())
+				}
+				return ev.Str("start", s.cfg.Start)
+			})
 		} else {
+			s.setReady(fmt.Errorf("postgres source: %w", err))
 			s.log.Warn().Err(err).Str("resume_lsn", st.resume.String()).Dur("backoff", wait).
 				Msg("replication stream lost; reconnecting")
 		}
@@ -453,8 +439,8 @@ func (s *Source) session(ctx context.Context, st *runState, first bool) (streame
 // timedOut names the step and the query timeout when err is the setup
 // deadline's doing; the error stays transient.
 func (s *Source) timedOut(ctx context.Context, step string, err error) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !isPermanent(err) {
-		return fmt.Errorf("%s: no answer within %s (source.query_timeout): %w", step, s.cfg.QueryTimeout, err)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !(outboxcdc.IsClassified(err) && isPermanent(err)) {
+		return outboxcdc.Transient(fmt.Errorf("%s: no answer within %s (source.query_timeout): %w", step, s.cfg.QueryTimeout, err))
 	}
 	return err
 }
@@ -480,245 +466,6 @@ func (s *Source) walSenderTimeout(ctx context.Context, conn *pgconn.PgConn) (tim
 		return 0, fmt.Errorf("read wal_sender_timeout: %q is not milliseconds", res[0].Rows[0][0])
 	}
 	return time.Duration(ms) * time.Millisecond, nil
-}
-
-// stream runs the read loop on a started replication connection until an
-// error; rt is the receive timeout.
-func (s *Source) stream(ctx context.Context, conn *pgconn.PgConn, st *runState, rt time.Duration) error {
-	raw := conn.Conn()
-	batch := batchConnOf(raw) // nil: reads are never batched
-	late := false             // the open transaction committed backlogAge ago or more
-	s.batch.Store(batch)
-	stop := make(chan struct{})
-	watcherDone := make(chan struct{})
-	go func() {
-		// Wake a blocked read when ctx ends; the loop re-checks ctx after
-		// every deadline it sets, so this cannot be lost.
-		defer close(watcherDone)
-		select {
-		case <-ctx.Done():
-			_ = raw.SetReadDeadline(time.Now())
-		case <-stop:
-		}
-	}()
-	defer func() {
-		close(stop)
-		<-watcherDone
-		closeRepl(conn)
-	}()
-
-	dec := newDecoder(s.schema, s.table, s.cfg.Messages.Prefix, s.cols, s.m)
-	dec.pool = s.pool
-	dec.prefixes = s.cfg.Messages.all()
-	if s.pats != nil {
-		dec.match = tableMatcher(s.pats)
-	}
-	dec.log = s.log
-	dec.onNonTxMsg = func(lsn pglogrepl.LSN) {
-		s.log.Warn().Str("lsn", lsn.String()).Strs("prefixes", s.cfg.Messages.all()).
-			Msg("skipping a non-transactional logical message with the outbox prefix: emit it with pg_logical_emit_message(true, ...)")
-	}
-	// Transactions that end at or before the start were queued before;
-	// of a transaction queued in part, its queued events.
-	dec.resume(st.resume, st.partialFinal, st.partialSent)
-	var received pglogrepl.LSN
-	var lastEmpty time.Time
-	interval := s.cfg.StatusInterval
-	// lastRecv is when the last message arrived, or when reading (re)started:
-	// the silence that counts is the time spent waiting to read.
-	lastRecv := time.Now()
-
-	status := func(ping bool) error {
-		// Only a durable checkpoint is confirmed: the last Ack, clamped
-		// defensively to the last whole transaction queued.
-		flush := min(pglogrepl.LSN(s.ack.Load()), st.resume)
-		write := max(received, flush)
-		if flush == 0 {
-			write = 0 // pglogrepl would report write as flush
-		}
-		_ = raw.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: write, WALFlushPosition: flush, WALApplyPosition: flush, ReplyRequested: ping,
-		})
-		if err != nil {
-			return fmt.Errorf("send standby status update: %w", err)
-		}
-		return nil
-	}
-	next := time.Now().Add(interval)
-	arm := func() error {
-		deadline := next
-		if d := lastRecv.Add(rt); d.Before(deadline) {
-			deadline = d
-		}
-		_ = raw.SetReadDeadline(deadline)
-		return ctx.Err()
-	}
-	if err := status(false); err != nil {
-		return err
-	}
-	if err := arm(); err != nil {
-		return err
-	}
-
-	for {
-		if st.q.full() {
-			if err := s.paused(ctx, st.q, &next, status); err != nil {
-				return err
-			}
-			lastRecv = time.Now() // not reading was not the server's silence
-			if err := arm(); err != nil {
-				return err
-			}
-			continue
-		}
-		msg, err := conn.ReceiveMessage(context.Background())
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if pgconn.Timeout(err) {
-				now := time.Now()
-				if silent := now.Sub(lastRecv); silent >= rt {
-					return fmt.Errorf("%w: nothing received for %s (receive timeout, source.receive_timeout) although pings were sent; "+
-						"the network path or the server is presumed gone, reconnecting", errSilent, silent.Round(time.Millisecond))
-				}
-				if !now.Before(next) {
-					// Ask for an answer when the server said nothing for a
-					// whole interval: its reply proves the path alive.
-					if err := status(now.Sub(lastRecv) >= interval); err != nil {
-						return err
-					}
-					next = now.Add(interval)
-				}
-				if err := arm(); err != nil {
-					return err
-				}
-				continue
-			}
-			return fmt.Errorf("replication stream: %w", classify(err))
-		}
-		if batch != nil && batch.batching {
-			lastRecv = batch.lastRead // one clock read per batch, not per message
-		} else {
-			lastRecv = time.Now()
-		}
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			if len(m.Data) == 0 {
-				continue
-			}
-			switch m.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
-				if err != nil {
-					return fmt.Errorf("keepalive: %w", err)
-				}
-				received = max(received, pkm.ServerWALEnd)
-				if !dec.inTx && st.partialFinal == 0 && uint64(received) >= s.serverWAL.Load() {
-					// Read up to the server's WAL end as last read: a
-					// catch-up is over.
-					s.catchUp.Idle(received.String)
-				}
-				// Idle advance: between transactions, everything before the
-				// keepalive's WAL end was decoded and sent to us; queue an
-				// empty Tx ending there so the checkpoint (and then the
-				// slot) follows the server's WAL on an idle outbox.
-				if !dec.inTx && st.partialFinal == 0 && pkm.ServerWALEnd > st.resume {
-					if now := time.Now(); now.Sub(lastEmpty) >= time.Second && st.q.empty() {
-						lastEmpty = now
-						st.q.push(queued{tx: outboxcdc.Tx{End: st.ident.Position(pkm.ServerWALEnd)}, bytes: txOverhead})
-						st.resume = pkm.ServerWALEnd
-					}
-				}
-				if pkm.ReplyRequested {
-					if err := status(false); err != nil {
-						return err
-					}
-				}
-			case pglogrepl.XLogDataByteID:
-				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
-				if err != nil {
-					return fmt.Errorf("xlogdata: %w", err)
-				}
-				received = max(received, xld.WALStart)
-				c, err := dec.handle(xld.WALData, xld.WALStart)
-				if err != nil {
-					if errors.Is(err, errProtocol) {
-						return err
-					}
-					return permanent(err)
-				}
-				if batch != nil {
-					if xld.WALData[0] == msgBegin {
-						late = time.Since(dec.commitTime) >= backlogAge
-					}
-					batch.want(backlog(pglogrepl.LSN(s.serverWAL.Load()), received, late))
-				}
-				if c == nil {
-					continue // not a commit, or one sent before this connection
-				}
-				s.queueTx(st, c, &lastEmpty)
-			}
-		case *pgproto3.ErrorResponse:
-			return classify(fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m)))
-		case *pgproto3.CopyDone:
-			return errors.New("replication stream: server ended the copy stream")
-		}
-	}
-}
-
-// queueTx queues a decoded transaction or fragment and moves the resume
-// state past it.
-func (s *Source) queueTx(st *runState, c *txOut, lastEmpty *time.Time) {
-	s.m.EventsRead.Add(float64(len(c.events)))
-	if c.more {
-		st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, CommitTime: c.commitTime, More: true, Pool: s.pool}, bytes: c.bytes + txOverhead, final: c.final})
-		if st.partialFinal != c.final {
-			st.partialFinal, st.partialSent = c.final, 0
-		}
-		st.partialSent += len(c.events)
-		return
-	}
-	s.m.TransactionsRead.Inc()
-	s.m.LagSeconds.Set(time.Since(c.commitTime).Seconds())
-	s.catchUp.Observe(c.commitTime, len(c.events), c.end.String) // progress lines while behind (progress.go)
-	fragmented := c.pieces > 0 || st.partialFinal == c.final
-	if len(c.events) == 0 && !fragmented {
-		// Empty transactions only keep the checkpoint moving on a busy
-		// server; once a second is plenty.
-		now := time.Now()
-		if now.Sub(*lastEmpty) < time.Second || !st.q.empty() {
-			return
-		}
-		*lastEmpty = now
-	}
-	st.q.push(queued{tx: outboxcdc.Tx{Events: c.events, End: st.ident.Position(c.end), CommitTime: c.commitTime, Pool: s.pool}, bytes: c.bytes + txOverhead, final: c.final})
-	st.resume = c.end
-	st.partialFinal, st.partialSent = 0, 0
-}
-
-const txOverhead = 128
-
-// paused waits while the queue is full, sending status updates on time, so
-// the connection stays healthy however long the pipeline blocks.
-func (s *Source) paused(ctx context.Context, q *queue, next *time.Time, status func(ping bool) error) error {
-	for q.full() {
-		t := time.NewTimer(time.Until(*next))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-q.space:
-			t.Stop()
-		case <-t.C:
-			if err := status(false); err != nil {
-				return err
-			}
-			*next = time.Now().Add(s.cfg.StatusInterval)
-		}
-	}
-	return nil
 }
 
 func (s *Source) connectMeta(ctx context.Context) (*pgx.Conn, error) {
@@ -806,313 +553,6 @@ func checkWalLevel(level string) error {
 		return permanent(mark(ErrServerSettings, fmt.Errorf("wal_level is %q, logical decoding needs 'logical': run ALTER SYSTEM SET wal_level = logical; and restart PostgreSQL", level)))
 	}
 	return nil
-}
-
-// ensurePublication verifies (or creates) the publication. checkpoint
-// says the connector streamed before.
-func (s *Source) ensurePublication(ctx context.Context, db *pgx.Conn, checkpoint bool) error {
-	if s.pats != nil {
-		return s.ensureTablesPublication(ctx, db, checkpoint)
-	}
-	pub := s.cfg.Publication
-	tableIdent := pgx.Identifier{s.schema, s.table}.Sanitize()
-	if s.table != "" {
-		var exists bool
-		if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, tableIdent).Scan(&exists); err != nil {
-			return classify(fmt.Errorf("look up table %s: %w", s.cfg.Table, err))
-		}
-		if !exists {
-			return outboxcdc.Permanent(fmt.Errorf("source.table: table %s does not exist in this database", tableIdent), "check the database in source.dsn and the schema in source.table")
-		}
-	}
-	// route.on_update needs the UPDATEs of the outbox table in the stream.
-	wantUpdates := s.cols.OnUpdate != "" && s.cols.OnUpdate != "skip"
-	for attempt := 0; ; attempt++ {
-		var pubInsert, pubUpdate bool
-		err := db.QueryRow(ctx, `SELECT pubinsert, pubupdate FROM pg_publication WHERE pubname = $1`, pub).Scan(&pubInsert, &pubUpdate)
-		if errors.Is(err, pgx.ErrNoRows) {
-			create := "CREATE PUBLICATION " + pgx.Identifier{pub}.Sanitize()
-			if s.table != "" {
-				if wantUpdates {
-					create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert, update')"
-				} else {
-					create += " FOR TABLE " + tableIdent + " WITH (publish = 'insert')"
-				}
-			}
-			if checkpoint {
-				// A publication created now would not exist at the slot's
-				// position: pgoutput would fail on the first transaction.
-				if err := s.nameChanged(ctx, db, false, 0); err != nil {
-					return err
-				}
-			}
-			if !s.cfg.Create {
-				return permanent(mark(ErrPublication, fmt.Errorf("publication %q does not exist and source.create is false: run %s; (as the table's owner) or set source.create: true", pub, create)))
-			}
-			if _, err := db.Exec(ctx, create); err != nil {
-				if pgCode(err) == codeDuplicateObject && attempt == 0 {
-					continue
-				}
-				return classify(fmt.Errorf("%s: %w (the role must own the table, or create the publication as its owner)", create, err))
-			}
-			s.log.Info().Str("publication", pub).Str("table", s.cfg.Table).Msg("created publication")
-			continue
-		}
-		if err != nil {
-			return classify(fmt.Errorf("look up publication %q: %w", pub, err))
-		}
-		if s.table == "" {
-			return nil
-		}
-		if !pubInsert {
-			return permanent(fmt.Errorf("publication %q does not publish inserts: run ALTER PUBLICATION %s SET (publish = 'insert');", pub, pgx.Identifier{pub}.Sanitize()))
-		}
-		if wantUpdates && !pubUpdate {
-			return permanent(fmt.Errorf("route.on_update is %s but publication %q does not publish updates, so none would be seen: run ALTER PUBLICATION %s SET (publish = 'insert, update'); (the outbox table then needs a primary key or replica identity, or its UPDATEs fail), or set route.on_update: skip",
-				s.cols.OnUpdate, pub, pgx.Identifier{pub}.Sanitize()))
-		}
-		var n int
-		err = db.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
-			pub, s.schema, s.table).Scan(&n)
-		if err != nil {
-			return classify(fmt.Errorf("look up publication %q tables: %w", pub, err))
-		}
-		if n == 0 {
-			return permanent(mark(ErrPublication, fmt.Errorf("publication %q exists but does not include the outbox table %s, so its rows would never be streamed: run ALTER PUBLICATION %s ADD TABLE %s; or point source.publication at a publication that includes it",
-				pub, tableIdent, pgx.Identifier{pub}.Sanitize(), tableIdent)))
-		}
-		return nil
-	}
-}
-
-type slotInfo struct {
-	plugin, slotType, database, walStatus string
-	active                                bool
-	activePID                             int32
-	confirmed, restart                    pglogrepl.LSN
-}
-
-func querySlot(ctx context.Context, db *pgx.Conn, name string) (*slotInfo, error) {
-	var si slotInfo
-	var confirmed, restart string
-	err := db.QueryRow(ctx, `SELECT coalesce(plugin::text, ''), slot_type::text, coalesce(database::text, ''), active,
-		coalesce(active_pid, 0), coalesce(confirmed_flush_lsn::text, ''), coalesce(restart_lsn::text, ''), coalesce(wal_status, '')
-		FROM pg_replication_slots WHERE slot_name = $1`, name).
-		Scan(&si.plugin, &si.slotType, &si.database, &si.active, &si.activePID, &confirmed, &restart, &si.walStatus)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, classify(fmt.Errorf("look up replication slot %q: %w", name, err))
-	}
-	if confirmed != "" {
-		if si.confirmed, err = pglogrepl.ParseLSN(confirmed); err != nil {
-			return nil, fmt.Errorf("slot %q confirmed_flush_lsn %q: %w", name, confirmed, err)
-		}
-	}
-	if restart != "" {
-		if si.restart, err = pglogrepl.ParseLSN(restart); err != nil {
-			return nil, fmt.Errorf("slot %q restart_lsn %q: %w", name, restart, err)
-		}
-	}
-	return &si, nil
-}
-
-// slotCreateTimeout bounds creating a slot: the server waits for the
-// transactions open at that moment to end before the slot is consistent.
-const slotCreateTimeout = 5 * time.Minute
-
-// ensureSlot verifies (or creates) the slot and, on a fresh start, fixes
-// the start position; srv is the server the replication connection
-// reached, pl where the positions held lie on its history (both for the
-// messages; proveSlot judges them). Every query is bounded by
-// QueryTimeout, the creation by slotCreateTimeout.
-func (s *Source) ensureSlot(ctx context.Context, db *pgx.Conn, st *runState, srv *serverInfo, pl placement) error {
-	slot := s.cfg.Slot
-	qctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-	defer cancel()
-	si, err := querySlot(qctx, db, slot)
-	if err != nil {
-		return s.timedOut(qctx, "look up the replication slot", err)
-	}
-	if si == nil {
-		switch {
-		case st.checkpoint || st.haveSlot:
-			if !st.haveSlot {
-				if err := s.nameChanged(qctx, db, true, st.resume); err != nil {
-					return err
-				}
-			}
-			return s.slotMissing(st, srv, pl)
-		case !s.cfg.Create:
-			return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q does not exist and source.create is false: run SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.create: true", slot, slot)))
-		}
-		if s.legacySlot != "" {
-			if old, err := querySlot(qctx, db, s.legacySlot); err == nil && old != nil {
-				s.log.Warn().Str("legacy_slot", s.legacySlot).
-					Msg("a slot exists under the name earlier versions derived from this connector name; this connector now uses its own (hash-suffixed) slot. If the old slot is this connector's, stop, pin source.slot/source.publication to the old names and move the checkpoint back; otherwise drop it when unused, it pins WAL")
-			}
-		}
-		create, err := createSlotSQL(srv.version, s.cfg.FailoverSlot)
-		if err != nil {
-			return err
-		}
-		cctx, ccancel := context.WithTimeout(ctx, slotCreateTimeout)
-		var lsn string
-		err = db.QueryRow(cctx, create, slot).Scan(&lsn)
-		ccancel()
-		if err != nil && pgCode(err) != codeDuplicateObject {
-			if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("create replication slot %q: not done within %s: the server waits for every transaction open when the slot was requested to end; "+
-					"look for long-running transactions (pg_stat_activity.xact_start): %w", slot, slotCreateTimeout, err)
-			}
-			return createSlotError(slot, err)
-		}
-		if err == nil {
-			s.log.Info().Str("consistent_lsn", lsn).Bool("failover", s.cfg.FailoverSlot).Msg("created replication slot (pgoutput)")
-		}
-		// A fresh bound for the rest: the creation may have taken long.
-		after, cancelAfter := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-		defer cancelAfter()
-		qctx = after
-		if si, err = querySlot(qctx, db, slot); err != nil {
-			return s.timedOut(qctx, "look up the replication slot", err)
-		}
-		if si == nil {
-			return fmt.Errorf("replication slot %q vanished right after creation", slot)
-		}
-	}
-	if si.slotType != "logical" || si.plugin != "pgoutput" {
-		return permanent(mark(ErrSlot, fmt.Errorf("replication slot %q is a %s slot with plugin %q, not a logical pgoutput slot: choose another source.slot, or drop it if it is unused", slot, si.slotType, si.plugin)))
-	}
-	var dbName string
-	if err := db.QueryRow(qctx, `SELECT current_database()`).Scan(&dbName); err != nil {
-		return s.timedOut(qctx, "read the database name", classify(err))
-	}
-	if si.database != dbName {
-		return permanent(fmt.Errorf("replication slot %q belongs to database %q, but source.dsn connects to %q: choose another source.slot or fix the DSN", slot, si.database, dbName))
-	}
-	if si.walStatus == "lost" {
-		return permanent(fmt.Errorf("replication slot %q is invalidated (wal_status = lost): the server removed WAL it still needed (max_slot_wal_keep_size), so changes are gone. "+
-			"Drop the slot, delete the checkpoint, restart, and republish what was missed", slot))
-	}
-	if si.walStatus == "unreserved" {
-		s.log.Warn().Msg("replication slot wal_status is 'unreserved': the server is about to remove WAL it needs; the connector is falling behind max_slot_wal_keep_size")
-	}
-	if si.active {
-		return s.slotBusy(ctx, db, fmt.Errorf("replication slot %q is active for PID %d", slot, si.activePID))
-	}
-
-	if !st.haveSlot {
-		if !st.checkpoint {
-			st.resume = si.confirmed
-			if s.cfg.Start == StartLatest && srv.flushed > si.confirmed {
-				st.resume = srv.flushed
-			}
-			s.ack.Store(uint64(st.resume))
-			s.log.Info().Str("start", s.cfg.Start).Str("start_lsn", st.resume.String()).
-				Str("confirmed_flush_lsn", si.confirmed.String()).Msg("no checkpoint: first run")
-			// Saved before anything is read: with start: latest a restart
-			// would otherwise jump to the WAL end of then, past what the
-			// slot holds. It carries this server's identity, as every
-			// position issued from here on does.
-			if err := s.saveStart(ctx, srv.id.Position(st.resume)); err != nil {
-				return err
-			}
-		}
-		st.haveSlot = true
-	}
-	return nil
-}
-
-// slotMissing is the error for a slot that does not exist although the
-// checkpoint, or this Run, streamed from it. The slot is never created
-// again then: a new slot starts at its creation, after everything
-// committed since the checkpoint.
-func (s *Source) slotMissing(st *runState, srv *serverInfo, pl placement) error {
-	cause, hint, promoted := s.slotMissingCause(st, srv, pl)
-	if promoted {
-		return mark(ErrSlot, withHint(ErrSlotChanged, cause, hint))
-	}
-	return withHint(ErrSlot, cause, hint)
-}
-
-// slotMissingCause is slotMissing's message and remedy; promoted says the
-// server was promoted since the positions held were read.
-func (s *Source) slotMissingCause(st *runState, srv *serverInfo, pl placement) (cause error, hint string, promoted bool) {
-	slot := s.cfg.Slot
-	what := fmt.Sprintf("the checkpoint (LSN %s) says this connector streamed from it", st.resume)
-	if st.haveSlot {
-		what = fmt.Sprintf("this connector streamed from it until %s", st.resume)
-	}
-	hint = s.recovery(srv, pl.common, nil)
-	if st.ident.Known() && st.ident.System == srv.id.System && st.ident.Timeline < srv.id.Timeline {
-		fork := ""
-		if pl.fork != 0 {
-			fork = fmt.Sprintf(", which left the checkpoint's timeline at %s", pl.fork)
-		}
-		return fmt.Errorf("replication slot %q does not exist on this server, but %s on timeline %d: this server (%s%s) was promoted since, "+
-			"and the slot stayed on the old primary (it was neither a failover slot synchronized to this standby nor a Patroni permanent slot). "+
-			"It was NOT created here: a slot created now would start at its creation and skip what this server committed before it",
-			slot, what, st.ident.Timeline, srv.id, fork), hint, true
-	}
-	return fmt.Errorf("replication slot %q does not exist, but %s: the slot was dropped, and the transactions committed since can no longer be streamed. "+
-		"It was NOT created again: a new slot would start at its creation and skip them", slot, what), hint, false
-}
-
-// nameChanged returns ErrNameChanged when the derived slot (slot true)
-// or publication, which does not exist although the checkpoint (at from,
-// for the message) says the connector streamed, exists under the name
-// earlier versions derived (DeriveName), else nil. The error names every
-// old name to pin.
-func (s *Source) nameChanged(ctx context.Context, db *pgx.Conn, slot bool, from pglogrepl.LSN) error {
-	exists := func(q, name string) bool {
-		var n int
-		return name != "" && db.QueryRow(ctx, q, name).Scan(&n) == nil && n > 0
-	}
-	oldSlot := exists(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, s.legacySlot)
-	oldPub := exists(`SELECT count(*) FROM pg_publication WHERE pubname = $1`, s.legacyPub)
-	var cause error
-	switch {
-	case slot && oldSlot:
-		cause = fmt.Errorf("replication slot %q does not exist, but the checkpoint (LSN %s) says this connector streamed, and slot %q exists: the name earlier versions derived from the connector name",
-			s.cfg.Slot, from, s.legacySlot)
-	case !slot && oldPub:
-		cause = fmt.Errorf("publication %q does not exist, but a checkpoint exists, and publication %q does: the name earlier versions derived from the connector name",
-			s.cfg.Publication, s.legacyPub)
-	default:
-		return nil
-	}
-	var pins []string
-	if oldSlot {
-		pins = append(pins, "source.slot: "+s.legacySlot)
-	}
-	if oldPub {
-		pins = append(pins, "source.publication: "+s.legacyPub)
-	}
-	return permanent(withHint(ErrNameChanged, cause,
-		"a connector name that is not already a legal slot name (upper case, '-', other characters, more than 52 characters) "+
-			"now derives a hash-suffixed name, because altered names made connectors such as orders-outbox and orders_outbox share one slot; "+
-			"if the old objects are this connector's and no other connector uses them, pin the old names in the configuration: "+strings.Join(pins, " and ")))
-}
-
-// slotBusy logs who holds the slot and returns a retryable error.
-func (s *Source) slotBusy(ctx context.Context, db *pgx.Conn, cause error) error {
-	if s.cfg.TakeOverSlot && db != nil {
-		return s.takeOverSlot(ctx, db, cause)
-	}
-	var pid int32
-	var app, addr string
-	if db != nil {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-		defer cancel()
-		_ = db.QueryRow(ctx, `SELECT coalesce(r.active_pid, 0), coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local')
-			FROM pg_replication_slots r LEFT JOIN pg_stat_activity a ON a.pid = r.active_pid WHERE r.slot_name = $1`, s.cfg.Slot).
-			Scan(&pid, &app, &addr)
-	}
-	s.log.Warn().Int32("active_pid", pid).Str("holder_application", app).Str("holder_addr", addr).
-		Msg("replication slot is in use by another connection (another instance, or a walsender that has not exited yet); retrying")
-	return fmt.Errorf("slot busy: %w", cause)
 }
 
 // address is the server's host:port as source.dsn gives it (the first

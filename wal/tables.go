@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/source"
 )
 
 // Several outbox tables (source.tables).
@@ -42,32 +43,10 @@ import (
 // decoder drops rows of tables no pattern matches.
 
 // tablePattern is one source.tables entry.
-type tablePattern struct {
-	schema, table string
-}
-
-func (p tablePattern) literal() bool {
-	return !strings.ContainsAny(p.schema, "*%") && !strings.ContainsAny(p.table, "*%")
-}
-
-func (p tablePattern) schemaLiteral() bool { return !strings.ContainsAny(p.schema, "*%") }
-
-func (p tablePattern) String() string { return p.schema + "." + p.table }
-
-func (p tablePattern) matches(schema, table string) bool {
-	return outboxcdc.GlobMatch(p.table, []byte(table), false) && outboxcdc.GlobMatch(p.schema, []byte(schema), false)
-}
+type tablePattern = source.TablePattern
 
 func parseTables(entries []string) ([]tablePattern, error) {
-	var out []tablePattern
-	for i, e := range entries {
-		schema, table, err := splitTable(e)
-		if err != nil {
-			return nil, outboxcdc.KeyErrorf(fmt.Sprintf("tables[%d]", i), "wildcards * and % are allowed in either part", "%v", err)
-		}
-		out = append(out, tablePattern{schema: schema, table: table})
-	}
-	return out, nil
+	return source.ParseTables(entries, "public", "schema")
 }
 
 // tableMatcher is the decoder's test for an outbox relation.
@@ -75,7 +54,7 @@ type tableMatcher []tablePattern
 
 func (m tableMatcher) matches(schema, table string) bool {
 	for _, p := range m {
-		if p.matches(schema, table) {
+		if p.Matches([]byte(schema), []byte(table), false) {
 			return true
 		}
 	}
@@ -90,12 +69,12 @@ func (s *Source) publicationTarget() (target string, schemas []string, all bool)
 	seen := map[string]bool{}
 	for _, p := range s.pats {
 		switch {
-		case p.literal():
-			tables = append(tables, pgx.Identifier{p.schema, p.table}.Sanitize())
-		case p.schemaLiteral():
-			if !seen[p.schema] {
-				seen[p.schema] = true
-				schemas = append(schemas, p.schema)
+		case p.Literal():
+			tables = append(tables, pgx.Identifier{p.Schema.Text, p.Table.Text}.Sanitize())
+		case p.SchemaLiteral():
+			if !seen[p.Schema.Text] {
+				seen[p.Schema.Text] = true
+				schemas = append(schemas, p.Schema.Text)
 			}
 		default:
 			all = true
@@ -126,11 +105,11 @@ func (s *Source) ensureTablesPublication(ctx context.Context, db *pgx.Conn, chec
 		return permanent(fmt.Errorf("route.on_update is %s, but source.tables publishes inserts only (see wal/tables.go): set route.on_update: skip", s.cols.OnUpdate))
 	}
 	for _, p := range s.pats {
-		if !p.literal() {
+		if !p.Literal() {
 			continue
 		}
 		var exists bool
-		if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{p.schema, p.table}.Sanitize()).Scan(&exists); err != nil {
+		if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{p.Schema.Text, p.Table.Text}.Sanitize()).Scan(&exists); err != nil {
 			return classify(fmt.Errorf("look up table %s: %w", p, err))
 		}
 		if !exists {
@@ -185,16 +164,16 @@ func (s *Source) ensureTablesPublication(ctx context.Context, db *pgx.Conn, chec
 			}
 		}
 		for _, p := range s.pats {
-			if !p.literal() {
+			if !p.Literal() {
 				continue
 			}
 			var n int
 			if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
-				pub, p.schema, p.table).Scan(&n); err != nil {
+				pub, p.Schema.Text, p.Table.Text).Scan(&n); err != nil {
 				return classify(fmt.Errorf("look up publication %q tables: %w", pub, err))
 			}
 			if n == 0 {
-				ident := pgx.Identifier{p.schema, p.table}.Sanitize()
+				ident := pgx.Identifier{p.Schema.Text, p.Table.Text}.Sanitize()
 				return permanent(fmt.Errorf("publication %q exists but does not include the outbox table %s, so its rows would never be streamed: run ALTER PUBLICATION %s ADD TABLE %s;",
 					pub, ident, pubIdent, ident))
 			}
@@ -203,10 +182,4 @@ func (s *Source) ensureTablesPublication(ctx context.Context, db *pgx.Conn, chec
 	}
 }
 
-func (s *Source) patternsText() string {
-	parts := make([]string, len(s.pats))
-	for i, p := range s.pats {
-		parts[i] = p.String()
-	}
-	return strings.Join(parts, ", ")
-}
+func (s *Source) patternsText() string { return source.PatternsText(s.pats) }
