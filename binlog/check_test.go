@@ -406,6 +406,10 @@ func TestAccessHintsMatchCause(t *testing.T) {
 			c.TLS = TLSConfig{Mode: TLSVerifyFull}
 			c.TLS.CAFile = testenv.NewCerts(t).CA
 		}, []string{"source.tls"}, "certificate"},
+		{"certificate not verified (verify-ca)", func(c *Config) {
+			c.TLS = TLSConfig{Mode: TLSVerifyCA}
+			c.TLS.CAFile = testenv.NewCerts(t).CA
+		}, []string{"source.tls"}, "certificate"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,17 +9,15 @@ import (
 	"time"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
+
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 )
 
-// TCP keepalive on every connection to the server (the binlog dump and the
-// metadata pool): a peer that vanished without a FIN is found by the kernel
-// after keepaliveIdle + keepaliveCount × keepaliveInterval of silence even
-// where no read deadline is running (an idle pooled connection).
-const (
-	keepaliveIdle     = 10 * time.Second
-	keepaliveInterval = 5 * time.Second
-	keepaliveCount    = 3
-)
+// Every connection to the server (the binlog dump and the metadata pool)
+// follows deadpeer.Binlog: a peer that vanished without a FIN is found by
+// the kernel even where no read deadline is running (an idle pooled
+// connection), and so is one that stopped acknowledging what the source
+// sent (a query waiting on a partitioned server).
 
 // dumpWriteTimeout is the binlog dump session's net_write_timeout: how long
 // the server keeps the session while the connector does not read, because
@@ -28,15 +26,7 @@ const (
 // then is harmless but wasteful, so the session is given an hour.
 const dumpWriteTimeout = time.Hour
 
-func keepaliveDialer(timeout time.Duration) *net.Dialer {
-	return &net.Dialer{
-		Timeout: timeout,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: keepaliveIdle, Interval: keepaliveInterval, Count: keepaliveCount,
-		},
-		Control: setUserTimeout,
-	}
-}
+func keepaliveDialer(timeout time.Duration) *net.Dialer { return deadpeer.Binlog.Dialer(timeout) }
 
 // openMetadataDB opens the pool for the source's own queries (settings,
 // columns, positions, KILL) on the DSN with TCP keepalives, the driver's

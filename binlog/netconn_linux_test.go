@@ -10,6 +10,9 @@ import (
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 )
 
 // TestConnectionsUseKeepalive: the binlog dump connection and the metadata
@@ -41,10 +44,11 @@ func TestConnectionsUseKeepalive(t *testing.T) {
 			idle, _ = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
 			intvl, _ = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL)
 			cnt, _ = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT)
-			user, _ = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout)
+			user, _ = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
 		})
-		if on == 0 || idle != int(keepaliveIdle/time.Second) || intvl != int(keepaliveInterval/time.Second) || cnt != keepaliveCount ||
-			user != int(userTimeout/time.Millisecond) {
+		p := deadpeer.Binlog
+		if on == 0 || idle != int(p.Idle/time.Second) || intvl != int(p.Interval/time.Second) || cnt != p.Count ||
+			user != int(p.DeadAfter()/time.Millisecond) {
 			t.Fatalf("%s: keepalive %d idle %ds interval %ds count %d, user timeout %dms", what, on, idle, intvl, cnt, user)
 		}
 	}

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -79,7 +77,7 @@ func (c TableConfig) Validate() error {
 // TCP keepalives (dbconn), so a save never hangs on a silent network: it
 // fails, and the pipeline stops before acknowledging anything further.
 type Table struct {
-	dialect   string // "mysql" or "postgres"
+	d         *dbconn.Dialect
 	dsn       string
 	table     string // quoted
 	name      string // unquoted, for messages
@@ -118,19 +116,12 @@ func NewTable(dialect, dsn string, cfg TableConfig, connector string, log zerolo
 	if connector == "" {
 		return nil, errors.New("checkpoint: the table store needs a connector name")
 	}
-	var quoted []string
-	for _, part := range strings.Split(cfg.Table, ".") {
-		switch dialect {
-		case "mysql":
-			quoted = append(quoted, "`"+part+"`")
-		case "postgres":
-			quoted = append(quoted, `"`+part+`"`)
-		default:
-			return nil, fmt.Errorf("checkpoint: the table store supports mysql and postgres sources, not %q", dialect)
-		}
+	d, err := dbconn.DialectOf(dialect)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: the table store supports mysql and postgres sources, not %q", dialect)
 	}
 	return &Table{
-		dialect: dialect, dsn: dsn, table: strings.Join(quoted, "."), name: cfg.Table, connector: connector,
+		d: d, dsn: dsn, table: d.QuoteQualified(cfg.Table), name: cfg.Table, connector: connector,
 		log: log.With().Str("component", "checkpoint").Str("table", cfg.Table).Logger(),
 	}, nil
 }
@@ -152,7 +143,7 @@ func (t *Table) connectLocked() (*sql.DB, error) {
 	if t.db == nil {
 		o := dbconn.Defaults()
 		o.LockWait = tableTimeout
-		db, err := dbconn.Open(t.dialect, t.dsn, o)
+		db, err := t.d.Open(t.dsn, o)
 		if err != nil {
 			return nil, fmt.Errorf("%s: opening the database at %s: %w", t, outboxcdc.RedactDSN(t.dsn), err)
 		}
@@ -171,21 +162,12 @@ func (t *Table) open(ctx context.Context) (*sql.DB, error) {
 	}
 	if !t.created {
 		ddl := "CREATE TABLE IF NOT EXISTS " + t.table + ` (
-  connector VARCHAR(191) NOT NULL PRIMARY KEY,
+  connector ` + t.d.KeyText(191) + ` NOT NULL PRIMARY KEY,
   position TEXT NOT NULL,
   checksum CHAR(8) NOT NULL,
-  saved_at DATETIME(6) NOT NULL,
-  epoch BIGINT NOT NULL DEFAULT 0
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`
-		if t.dialect == "postgres" {
-			ddl = "CREATE TABLE IF NOT EXISTS " + t.table + ` (
-  connector TEXT NOT NULL PRIMARY KEY,
-  position TEXT NOT NULL,
-  checksum CHAR(8) NOT NULL,
-  saved_at TIMESTAMPTZ NOT NULL,
-  epoch BIGINT NOT NULL DEFAULT 0
-)`
-		}
+  saved_at ` + t.d.DateTime(6) + ` NOT NULL,
+  epoch ` + epochColumn + `
+)` + t.d.TableOptions()
 		if _, err := t.db.ExecContext(ctx, ddl); err != nil {
 			return nil, fmt.Errorf("%s: creating the table: %w", t, err)
 		}
@@ -193,6 +175,9 @@ func (t *Table) open(ctx context.Context) (*sql.DB, error) {
 	}
 	return t.db, nil
 }
+
+// epochColumn is the definition of the epoch column (fencing).
+const epochColumn = "BIGINT NOT NULL DEFAULT 0"
 
 // tableChecksum is the CRC-32C of what a row must hold, in hex.
 func tableChecksum(connector string, pos outboxcdc.Position) string {
@@ -210,15 +195,9 @@ func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
 	if err != nil {
 		return "", err
 	}
-	q := "SELECT position, checksum, saved_at FROM " + t.table + " WHERE connector = " + t.param(1)
 	var pos, sum string
-	var saved time.Time
-	var savedRaw any = &saved
-	var savedBytes []byte
-	if t.dialect == "mysql" {
-		savedRaw = &savedBytes // go-sql-driver returns DATETIME as text without parseTime
-	}
-	err = db.QueryRowContext(ctx, q, t.connector).Scan(&pos, &sum, savedRaw)
+	var saved dbconn.Time
+	err = db.QueryRowContext(ctx, t.selectRow(), t.connector).Scan(&pos, &sum, &saved)
 	if errors.Is(err, sql.ErrNoRows) {
 		t.log.Info().Msg("no checkpoint yet; the source starts where source.start says")
 		return "", nil
@@ -241,10 +220,10 @@ func (t *Table) Load(ctx context.Context) (outboxcdc.Position, error) {
 			"restore the row, or delete it deliberately to start where source.start says")
 	}
 	ev := t.log.Info().Str("position", pos)
-	if savedBytes != nil {
-		ev = ev.Str("saved_at", string(savedBytes))
+	if saved.Text != "" {
+		ev = ev.Str("saved_at", saved.Text)
 	} else {
-		ev = ev.Time("saved_at", saved)
+		ev = ev.Time("saved_at", saved.Time)
 	}
 	ev.Msg("checkpoint loaded")
 	return p, nil
@@ -261,16 +240,11 @@ func (t *Table) Peek(ctx context.Context) (pos outboxcdc.Position, savedAt time.
 	if err != nil {
 		return "", time.Time{}, false, err
 	}
-	q := "SELECT position, checksum, saved_at FROM " + t.table + " WHERE connector = " + t.param(1)
 	var raw, sum string
-	var savedRaw any = &savedAt
-	var savedBytes []byte
-	if t.dialect == "mysql" {
-		savedRaw = &savedBytes
-	}
-	err = db.QueryRowContext(ctx, q, t.connector).Scan(&raw, &sum, savedRaw)
+	var saved dbconn.Time
+	err = db.QueryRowContext(ctx, t.selectRow(), t.connector).Scan(&raw, &sum, &saved)
 	switch {
-	case errors.Is(err, sql.ErrNoRows), t.noSuchTable(err):
+	case errors.Is(err, sql.ErrNoRows), dbconn.IsNoSuchTable(err):
 		return "", time.Time{}, false, nil
 	case err != nil:
 		return "", time.Time{}, false, fmt.Errorf("%s: reading the checkpoint: %w", t, err)
@@ -279,9 +253,7 @@ func (t *Table) Peek(ctx context.Context) (pos outboxcdc.Position, savedAt time.
 		// Claimed by an instance that has not saved yet (as in Load).
 		return "", time.Time{}, false, nil
 	}
-	if savedBytes != nil {
-		savedAt, _ = time.Parse("2006-01-02 15:04:05.999999", string(savedBytes))
-	}
+	savedAt = saved.Time
 	pos = outboxcdc.Position(raw)
 	if strings.TrimSpace(sum) != tableChecksum(t.connector, pos) || pos.Kind() == "" {
 		return pos, savedAt, true, fmt.Errorf("%w: %s holds a row whose checksum does not match its position %q, or that has no source kind prefix", ErrUntrusted, t, raw)
@@ -289,18 +261,9 @@ func (t *Table) Peek(ctx context.Context) (pos outboxcdc.Position, savedAt time.
 	return pos, savedAt, true, nil
 }
 
-// noSuchTable reports whether err says the table does not exist (MySQL
-// error 1146, PostgreSQL SQLSTATE 42P01), by code.
-func (t *Table) noSuchTable(err error) bool {
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1146
-	}
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		return pg.Code == "42P01"
-	}
-	return false
+// selectRow reads the connector's row.
+func (t *Table) selectRow() string {
+	return "SELECT position, checksum, saved_at FROM " + t.table + " WHERE connector = " + t.d.Param(1)
 }
 
 // Save durably stores pos (one autocommitted statement). After Claim it
@@ -319,15 +282,9 @@ func (t *Table) Save(ctx context.Context, pos outboxcdc.Position) error {
 	if epoch := t.claimed(); epoch != 0 {
 		return t.saveFenced(ctx, db, pos, epoch)
 	}
-	var q string
-	switch t.dialect {
-	case "mysql":
-		q = "INSERT INTO " + t.table + " (connector, position, checksum, saved_at) VALUES (?, ?, ?, UTC_TIMESTAMP(6)) " +
-			"ON DUPLICATE KEY UPDATE position = VALUES(position), checksum = VALUES(checksum), saved_at = VALUES(saved_at)"
-	default:
-		q = "INSERT INTO " + t.table + " (connector, position, checksum, saved_at) VALUES ($1, $2, $3, now()) " +
-			"ON CONFLICT (connector) DO UPDATE SET position = EXCLUDED.position, checksum = EXCLUDED.checksum, saved_at = EXCLUDED.saved_at"
-	}
+	q := t.d.Upsert(t.table, []string{"connector", "position", "checksum", "saved_at"},
+		[]string{t.d.Param(1), t.d.Param(2), t.d.Param(3), t.d.UTCNow(6)},
+		[]string{"connector"}, []string{"position", "checksum", "saved_at"})
 	if _, err := db.ExecContext(ctx, q, t.connector, string(pos), tableChecksum(t.connector, pos)); err != nil {
 		return fmt.Errorf("saving checkpoint %q to %s: %w", string(pos), t, err)
 	}
@@ -342,19 +299,15 @@ func (t *Table) claimed() int64 {
 }
 
 func (t *Table) saveFenced(ctx context.Context, db *sql.DB, pos outboxcdc.Position, epoch int64) error {
-	now := "UTC_TIMESTAMP(6)"
-	if t.dialect == "postgres" {
-		now = "now()"
-	}
-	q := "UPDATE " + t.table + " SET position = " + t.param(1) + ", checksum = " + t.param(2) + ", saved_at = " + now +
-		" WHERE connector = " + t.param(3) + " AND epoch = " + t.param(4)
+	q := "UPDATE " + t.table + " SET position = " + t.d.Param(1) + ", checksum = " + t.d.Param(2) + ", saved_at = " + t.d.UTCNow(6) +
+		" WHERE connector = " + t.d.Param(3) + " AND epoch = " + t.d.Param(4)
 	res, err := db.ExecContext(ctx, q, string(pos), tableChecksum(t.connector, pos), t.connector, epoch)
 	if err != nil {
 		return fmt.Errorf("saving checkpoint %q to %s: %w", string(pos), t, err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		var now int64
-		_ = db.QueryRowContext(ctx, "SELECT epoch FROM "+t.table+" WHERE connector = "+t.param(1), t.connector).Scan(&now)
+		_ = db.QueryRowContext(ctx, "SELECT epoch FROM "+t.table+" WHERE connector = "+t.d.Param(1), t.connector).Scan(&now)
 		return fmt.Errorf("%w: %s now carries epoch %d, this instance claimed epoch %d; another instance took over (this one lost the HA lock) and this one must stop without saving %q",
 			ErrFenced, t, now, epoch, string(pos))
 	}
@@ -378,28 +331,8 @@ func (t *Table) Claim(ctx context.Context) (int64, error) {
 	if err := t.addEpochColumn(ctx, db); err != nil {
 		return 0, err
 	}
-	var epoch int64
-	switch t.dialect {
-	case "mysql":
-		err = func() error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback()
-			if _, err := tx.ExecContext(ctx, "INSERT INTO "+t.table+" (connector, position, checksum, saved_at, epoch) VALUES (?, '', '', UTC_TIMESTAMP(6), 1) "+
-				"ON DUPLICATE KEY UPDATE epoch = epoch + 1", t.connector); err != nil {
-				return err
-			}
-			if err := tx.QueryRowContext(ctx, "SELECT epoch FROM "+t.table+" WHERE connector = ?", t.connector).Scan(&epoch); err != nil {
-				return err
-			}
-			return tx.Commit()
-		}()
-	default:
-		err = db.QueryRowContext(ctx, "INSERT INTO "+t.table+" AS c (connector, position, checksum, saved_at, epoch) VALUES ($1, '', '', now(), 1) "+
-			"ON CONFLICT (connector) DO UPDATE SET epoch = c.epoch + 1 RETURNING epoch", t.connector).Scan(&epoch)
-	}
+	epoch, err := t.d.Increment(ctx, db, t.table, []string{"connector", "position", "checksum", "saved_at", "epoch"},
+		[]string{t.d.Param(1), "''", "''", t.d.UTCNow(6), "1"}, "connector", "epoch", t.connector)
 	if err != nil {
 		return 0, fmt.Errorf("%s: claiming the checkpoint row: %w", t, err)
 	}
@@ -412,37 +345,14 @@ func (t *Table) Claim(ctx context.Context) (int64, error) {
 
 // addEpochColumn adds the epoch column to a table created without it.
 func (t *Table) addEpochColumn(ctx context.Context, db *sql.DB) error {
-	if t.dialect == "postgres" {
-		if _, err := db.ExecContext(ctx, "ALTER TABLE "+t.table+" ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0"); err != nil {
-			return fmt.Errorf("%s: adding the epoch column: %w", t, err)
-		}
-		return nil
-	}
-	schema, table, qualified := strings.Cut(t.name, ".")
-	var n int
-	var err error
-	if qualified {
-		err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = 'epoch'", schema, table).Scan(&n)
-	} else {
-		err = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'epoch'", schema).Scan(&n)
-	}
+	added, err := t.d.AddColumn(ctx, db, t.name, "epoch", epochColumn)
 	if err != nil {
-		return fmt.Errorf("%s: looking for the epoch column: %w", t, err)
+		return fmt.Errorf("%s: adding the epoch column: %w (the connector's user needs ALTER on the table, or add it: ALTER TABLE %s ADD COLUMN epoch %s)", t, err, t.name, epochColumn)
 	}
-	if n == 0 {
-		if _, err := db.ExecContext(ctx, "ALTER TABLE "+t.table+" ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0"); err != nil {
-			return fmt.Errorf("%s: adding the epoch column: %w (the connector's user needs ALTER on the table, or add it: ALTER TABLE %s ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0)", t, err, t.name)
-		}
+	if added {
 		t.log.Info().Msg("added the epoch column (HA fencing) to the checkpoint table")
 	}
 	return nil
-}
-
-func (t *Table) param(n int) string {
-	if t.dialect == "postgres" {
-		return fmt.Sprintf("$%d", n)
-	}
-	return "?"
 }
 
 // Close releases the database connections.

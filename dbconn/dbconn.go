@@ -1,14 +1,16 @@
 // Package dbconn opens the connector's side connections to the source
 // database: the HA lock, the checkpoint table and the outbox lifecycle.
-// The replication streams have their own (binlog/, wal/).
+// The replication streams have their own (binlog/, wal/). Their SQL is
+// written once against a Dialect (dialect.go), which holds all that
+// differs between MySQL/MariaDB and PostgreSQL.
 //
 // A side connection must never wait forever on a peer that went silent (a
 // dead host, a cut network, a frozen process), on either end:
 //
-//   - Client side, every connection gets TCP keepalives with intervals the
-//     connector sets, and TCP_USER_TIMEOUT (Linux) with the same total, so
-//     the kernel drops a connection whose peer stopped answering within
-//     Options.DeadAfter, whether or not data is outstanding. Connecting is
+//   - Client side, every connection follows Options.Peer (deadpeer: TCP
+//     keepalives and TCP_USER_TIMEOUT with the same total), so the kernel
+//     drops a connection whose peer stopped answering within
+//     Peer.DeadAfter, whether or not data is outstanding. Connecting is
 //     bounded by Options.Connect; on MySQL every packet read or write by
 //     Options.IO. Callers still put a context deadline on every call: that
 //     is the bound that holds through a path that is silent but alive at
@@ -26,7 +28,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 )
 
 // Dialects.
@@ -50,11 +53,9 @@ type Options struct {
 	// unless the DSN sets its own (MySQL timeout=, PostgreSQL
 	// connect_timeout=).
 	Connect time.Duration
-	// KeepAlive is the idle time before the first TCP keepalive probe and
-	// the interval between probes; KeepAliveProbes unanswered probes end
-	// the connection.
-	KeepAlive       time.Duration
-	KeepAliveProbes int
+	// Peer is when the kernel gives up on a silent server (keepalives,
+	// TCP_USER_TIMEOUT); a zero Idle leaves Go's keepalive defaults.
+	Peer deadpeer.Policy
 	// IO bounds one packet read or write on MySQL (go-sql-driver
 	// readTimeout/writeTimeout), unless the DSN sets them. It must exceed
 	// the longest statement the caller runs. 0: none.
@@ -75,39 +76,33 @@ type Options struct {
 }
 
 // Defaults are the bounds of the checkpoint table's and the lifecycle's
-// pools: a dead peer is dropped within 20s (DeadAfter).
+// pools: a dead peer is dropped within 20s (deadpeer.Database).
 func Defaults() Options {
-	return Options{Connect: 10 * time.Second, KeepAlive: 5 * time.Second, KeepAliveProbes: 3, IO: 30 * time.Second, Application: "outbox-cdc"}
+	return Options{Connect: 10 * time.Second, Peer: deadpeer.Database, IO: 30 * time.Second, Application: "outbox-cdc"}
 }
 
-// DeadAfter is how long the kernel keeps a connection whose peer stopped
-// answering: the keepalive idle time plus every probe.
-func (o Options) DeadAfter() time.Duration {
-	return o.KeepAlive * time.Duration(1+o.KeepAliveProbes)
-}
-
-// Dialer returns a dialer with the keepalive settings and TCP_USER_TIMEOUT.
+// Dialer returns a dialer that follows o.Peer.
 func (o Options) Dialer() *net.Dialer {
-	d := &net.Dialer{Timeout: o.Connect}
-	if o.KeepAlive > 0 {
-		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: o.KeepAlive, Interval: o.KeepAlive, Count: max(1, o.KeepAliveProbes)}
-		d.Control = userTimeout(o.DeadAfter())
+	if o.Peer.Idle > 0 {
+		return o.Peer.Dialer(o.Connect)
 	}
-	return d
+	return &net.Dialer{Timeout: o.Connect}
 }
 
 // Open returns a pool on dsn (a go-sql-driver DSN for "mysql", a libpq URL
 // or keyword string for "postgres") whose connections follow o. It does
 // not connect.
 func Open(dialect, dsn string, o Options) (*sql.DB, error) {
-	switch dialect {
-	case MySQL:
-		return openMySQL(dsn, o)
-	case Postgres:
-		return openPostgres(dsn, o)
+	d, err := DialectOf(dialect)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("dbconn: unknown dialect %q", dialect)
+	return d.Open(dsn, o)
 }
+
+// Open returns a pool on dsn in d's syntax whose connections follow o
+// (see the package Open).
+func (d *Dialect) Open(dsn string, o Options) (*sql.DB, error) { return d.open(dsn, o) }
 
 func openMySQL(dsn string, o Options) (*sql.DB, error) {
 	cfg, err := mysql.ParseDSN(dsn)
@@ -184,13 +179,13 @@ func openPostgres(dsn string, o Options) (*sql.DB, error) {
 func sessionSettings(serverVersion string, o Options) string {
 	major, _ := strconv.Atoi(strings.SplitN(serverVersion, ".", 2)[0])
 	var sets []string
-	if s := seconds(o.KeepAlive); s > 0 {
+	if p := o.Peer; p.Idle > 0 {
 		sets = append(sets,
-			"SET tcp_keepalives_idle = "+strconv.Itoa(s),
-			"SET tcp_keepalives_interval = "+strconv.Itoa(s),
-			"SET tcp_keepalives_count = "+strconv.Itoa(max(1, o.KeepAliveProbes)))
-		if major >= 12 {
-			sets = append(sets, "SET tcp_user_timeout = "+strconv.FormatInt(o.DeadAfter().Milliseconds(), 10))
+			"SET tcp_keepalives_idle = "+strconv.Itoa(seconds(p.Idle)),
+			"SET tcp_keepalives_interval = "+strconv.Itoa(seconds(p.Interval)),
+			"SET tcp_keepalives_count = "+strconv.Itoa(p.Count))
+		if major >= 12 && p.UserTimeout {
+			sets = append(sets, "SET tcp_user_timeout = "+strconv.FormatInt(p.DeadAfter().Milliseconds(), 10))
 		}
 	}
 	if o.LockWait > 0 {

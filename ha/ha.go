@@ -57,7 +57,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -70,6 +69,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/dbconn"
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/retry"
 )
 
@@ -156,8 +156,8 @@ func (c Config) StepDownWithin() time.Duration { return c.SinkUnreachableTimeout
 func (c Config) conn(wait time.Duration) dbconn.Options {
 	o := dbconn.Defaults()
 	o.SessionIdle = c.SessionTimeout
-	o.KeepAlive = max(time.Second, c.SessionTimeout/5)
-	o.KeepAliveProbes = 3
+	ka := max(time.Second, c.SessionTimeout/5)
+	o.Peer = deadpeer.Policy{Idle: ka, Interval: ka, Count: 3, UserTimeout: true}
 	o.IO = wait + c.CheckTimeout()
 	o.Application = "outbox-cdc-ha"
 	return o
@@ -323,21 +323,7 @@ func LockName(connector string) string {
 
 // AdvisoryKey is the PostgreSQL advisory lock key for a connector: the
 // first 8 bytes of SHA-256 of LockName.
-func AdvisoryKey(connector string) int64 {
-	h := sha256.Sum256([]byte(LockName(connector)))
-	return int64(binary.BigEndian.Uint64(h[:8]))
-}
-
-// dialect is the SQL of one database's lock.
-type dialect struct {
-	driver string
-	// try acquires without waiting longer than about wait; it returns a
-	// row with 1 when acquired.
-	try     func(ctx context.Context, c *sql.Conn, wait time.Duration) (bool, error)
-	held    func(ctx context.Context, c *sql.Conn) (bool, error)
-	release func(ctx context.Context, c *sql.Conn) error
-	what    string
-}
+func AdvisoryKey(connector string) int64 { return dbconn.AdvisoryKey(LockName(connector)) }
 
 // New returns the Locker for a source kind ("mysql" or "postgres") whose
 // DSN is dsn, for connector name. log is the caller's logger as it is:
@@ -347,84 +333,26 @@ func New(kind, dsn, connector string, cfg Config, log zerolog.Logger) (Locker, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	name := LockName(connector)
-	key := AdvisoryKey(connector)
-	var d dialect
-	switch kind {
-	case "mysql":
-		d = dialect{
-			driver: "mysql",
-			what:   fmt.Sprintf("GET_LOCK('%s')", name),
-			try: func(ctx context.Context, c *sql.Conn, wait time.Duration) (bool, error) {
-				var got sql.NullInt64
-				secs := math.Max(1, math.Ceil(wait.Seconds()))
-				err := c.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, secs).Scan(&got)
-				return got.Valid && got.Int64 == 1, err
-			},
-			held: func(ctx context.Context, c *sql.Conn) (bool, error) {
-				var mine sql.NullInt64
-				err := c.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) = CONNECTION_ID()", name).Scan(&mine)
-				return mine.Valid && mine.Int64 == 1, err
-			},
-			release: func(ctx context.Context, c *sql.Conn) error {
-				_, err := c.ExecContext(ctx, "DO RELEASE_LOCK(?)", name)
-				return err
-			},
-		}
-	case "postgres":
-		d = dialect{
-			driver: "pgx",
-			what:   fmt.Sprintf("pg_advisory_lock(%d) for '%s'", key, name),
-			try: func(ctx context.Context, c *sql.Conn, wait time.Duration) (bool, error) {
-				var got bool
-				err := c.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got)
-				if err == nil && !got {
-					// Session advisory locks cannot be waited for with a
-					// timeout portably; poll.
-					t := time.NewTimer(wait)
-					defer t.Stop()
-					select {
-					case <-t.C:
-					case <-ctx.Done():
-						return false, ctx.Err()
-					}
-				}
-				return got, err
-			},
-			held: func(ctx context.Context, c *sql.Conn) (bool, error) {
-				var n int
-				err := c.QueryRowContext(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-  AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid AND objsubid = 1`, key).Scan(&n)
-				return n > 0, err
-			},
-			release: func(ctx context.Context, c *sql.Conn) error {
-				_, err := c.ExecContext(ctx, "SELECT pg_advisory_unlock($1)", key)
-				return err
-			},
-		}
-	default:
+	d, err := dbconn.DialectOf(kind)
+	if err != nil {
 		return nil, fmt.Errorf("ha: no lock for source kind %q", kind)
 	}
-	return &sqlLock{dsn: dsn, dialect: kind, cfg: cfg, d: d,
-		log: log.With().Str("component", "ha").Str("lock", d.what).Logger()}, nil
+	lock := d.SessionLock(LockName(connector))
+	return &sqlLock{dsn: dsn, d: d, cfg: cfg, lock: lock,
+		log: log.With().Str("component", "ha").Str("lock", lock.String()).Logger()}, nil
 }
 
 type sqlLock struct {
-	dsn     string
-	dialect string
-	cfg     Config
-	d       dialect
-	log     zerolog.Logger
+	dsn  string
+	d    *dbconn.Dialect
+	cfg  Config
+	lock dbconn.SessionLock
+	log  zerolog.Logger
 }
 
 // wait is how long one standby attempt waits for the lock on the server
 // (GET_LOCK takes whole seconds).
-func (l *sqlLock) wait() time.Duration {
-	if l.dialect == "mysql" {
-		return time.Duration(math.Max(1, math.Ceil(l.cfg.CheckInterval.Seconds()))) * time.Second
-	}
-	return l.cfg.CheckInterval
-}
+func (l *sqlLock) wait() time.Duration { return l.lock.Wait(l.cfg.CheckInterval) }
 
 // Lock implements Locker.
 func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
@@ -437,7 +365,7 @@ func (l *sqlLock) Lock(ctx context.Context) (<-chan struct{}, func(), error) {
 
 // Acquire implements Locker.
 func (l *sqlLock) Acquire(ctx context.Context) (*Lease, func(), error) {
-	db, err := dbconn.Open(l.dialect, l.dsn, l.cfg.conn(l.wait()))
+	db, err := l.d.Open(l.dsn, l.cfg.conn(l.wait()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("ha: opening %s: %w", outboxcdc.RedactDSN(l.dsn), err)
 	}
@@ -457,7 +385,7 @@ func (l *sqlLock) Acquire(ctx context.Context) (*Lease, func(), error) {
 			// beyond that plus the check timeout its path is silent.
 			sent = time.Now()
 			cctx, cancel := context.WithTimeout(ctx, l.wait()+l.cfg.CheckTimeout())
-			got, err = l.d.try(cctx, conn, l.wait())
+			got, err = l.lock.Try(cctx, conn, l.wait())
 			cancel()
 		}
 		if got {
@@ -510,7 +438,7 @@ func (l *sqlLock) Acquire(ctx context.Context) (*Lease, func(), error) {
 			}
 			began := time.Now()
 			cctx, cancel := context.WithTimeout(context.Background(), l.cfg.CheckTimeout())
-			held, err := l.d.held(cctx, conn)
+			held, err := l.lock.Held(cctx, conn)
 			timedOut := cctx.Err() != nil
 			cancel()
 			select {
@@ -539,7 +467,7 @@ func (l *sqlLock) Acquire(ctx context.Context) (*Lease, func(), error) {
 			<-watched
 			lease.release()
 			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := l.d.release(cctx, conn); err == nil {
+			if err := l.lock.Release(cctx, conn); err == nil {
 				l.log.Info().Msg("lock released")
 			}
 			cancel()

@@ -28,7 +28,7 @@ const ReadyTable = "outbox_cdc_ha_ready"
 // concurrent use; every statement is bounded by the check timeout.
 type Readiness struct {
 	db      *sql.DB
-	dialect string
+	d       *dbconn.Dialect
 	lock    string
 	replica string
 	cfg     Config
@@ -42,17 +42,18 @@ type Readiness struct {
 // kind ("mysql" or "postgres") whose DSN is dsn; replica names this
 // instance (unique per process). log must not carry a component field.
 func NewReadiness(kind, dsn, connector, replica string, cfg Config, log zerolog.Logger) (*Readiness, error) {
-	if kind != "mysql" && kind != "postgres" {
+	d, err := dbconn.DialectOf(kind)
+	if err != nil {
 		return nil, fmt.Errorf("ha: no readiness records for source kind %q", kind)
 	}
 	o := cfg.conn(0)
 	o.Application = "outbox-cdc-ha-ready"
-	db, err := dbconn.Open(kind, dsn, o)
+	db, err := d.Open(dsn, o)
 	if err != nil {
 		return nil, fmt.Errorf("ha: opening %s: %w", outboxcdc.RedactDSN(dsn), err)
 	}
 	db.SetMaxOpenConns(2)
-	return &Readiness{db: db, dialect: kind, lock: LockName(connector), replica: replica, cfg: cfg,
+	return &Readiness{db: db, d: d, lock: LockName(connector), replica: replica, cfg: cfg,
 		log: log.With().Str("component", "ha").Str("ready_table", ReadyTable).Logger()}, nil
 }
 
@@ -66,17 +67,10 @@ func (r *Readiness) create(ctx context.Context) error {
 		return nil
 	}
 	q := `CREATE TABLE IF NOT EXISTS ` + ReadyTable + ` (
-  lock_name VARCHAR(64) NOT NULL,
-  replica VARCHAR(255) NOT NULL,
-  proved_at TIMESTAMP(3) NOT NULL,
+  lock_name ` + r.d.KeyText(64) + ` NOT NULL,
+  replica ` + r.d.KeyText(255) + ` NOT NULL,
+  proved_at ` + r.d.Timestamp(3) + ` NOT NULL,
   PRIMARY KEY (lock_name, replica))`
-	if r.dialect == "postgres" {
-		q = `CREATE TABLE IF NOT EXISTS ` + ReadyTable + ` (
-  lock_name TEXT NOT NULL,
-  replica TEXT NOT NULL,
-  proved_at TIMESTAMPTZ NOT NULL,
-  PRIMARY KEY (lock_name, replica))`
-	}
 	if _, err := r.db.ExecContext(ctx, q); err != nil {
 		return fmt.Errorf("creating %s: %w", ReadyTable, err)
 	}
@@ -99,12 +93,10 @@ func (r *Readiness) Prove(ctx context.Context, began time.Time) error {
 	if err := r.create(ctx); err != nil {
 		return err
 	}
-	q := `INSERT INTO ` + ReadyTable + ` (lock_name, replica, proved_at) VALUES (?, ?, NOW(3) - INTERVAL ? MICROSECOND)
-  ON DUPLICATE KEY UPDATE proved_at = VALUES(proved_at)`
-	if r.dialect == "postgres" {
-		q = `INSERT INTO ` + ReadyTable + ` (lock_name, replica, proved_at) VALUES ($1, $2, now() - make_interval(secs => $3::float8 / 1e6))
-  ON CONFLICT (lock_name, replica) DO UPDATE SET proved_at = EXCLUDED.proved_at`
-	}
+	d := r.d
+	q := d.Upsert(ReadyTable, []string{"lock_name", "replica", "proved_at"},
+		[]string{d.Param(1), d.Param(2), d.MinusMicros(d.Now(3), d.Param(3))},
+		[]string{"lock_name", "replica"}, []string{"proved_at"})
 	_, err := r.db.ExecContext(ctx, q, r.lock, r.replica, ago)
 	return err
 }
@@ -117,10 +109,7 @@ func (r *Readiness) Withdraw(ctx context.Context) error {
 	if err := r.create(ctx); err != nil {
 		return err
 	}
-	q := `DELETE FROM ` + ReadyTable + ` WHERE lock_name = ? AND replica = ?`
-	if r.dialect == "postgres" {
-		q = `DELETE FROM ` + ReadyTable + ` WHERE lock_name = $1 AND replica = $2`
-	}
+	q := `DELETE FROM ` + ReadyTable + ` WHERE lock_name = ` + r.d.Param(1) + ` AND replica = ` + r.d.Param(2)
 	_, err := r.db.ExecContext(ctx, q, r.lock, r.replica)
 	return err
 }
@@ -137,12 +126,9 @@ func (r *Readiness) OtherReady(ctx context.Context, since time.Duration) (string
 		return "", false, err
 	}
 	micros := min(r.cfg.ProofFresh(), since).Microseconds()
-	q := `SELECT replica FROM ` + ReadyTable + ` WHERE lock_name = ? AND replica <> ?
-  AND proved_at > NOW(3) - INTERVAL ? MICROSECOND ORDER BY proved_at DESC LIMIT 1`
-	if r.dialect == "postgres" {
-		q = `SELECT replica FROM ` + ReadyTable + ` WHERE lock_name = $1 AND replica <> $2
-  AND proved_at > now() - make_interval(secs => $3::float8 / 1e6) ORDER BY proved_at DESC LIMIT 1`
-	}
+	d := r.d
+	q := `SELECT replica FROM ` + ReadyTable + ` WHERE lock_name = ` + d.Param(1) + ` AND replica <> ` + d.Param(2) + `
+  AND proved_at > ` + d.MinusMicros(d.Now(3), d.Param(3)) + ` ORDER BY proved_at DESC LIMIT 1`
 	var who string
 	err := r.db.QueryRowContext(ctx, q, r.lock, r.replica, micros).Scan(&who)
 	if err == sql.ErrNoRows {
@@ -156,10 +142,7 @@ func (r *Readiness) OtherReady(ctx context.Context, since time.Duration) (string
 
 // proofAge is for tests: how old the replica's proof is (false: none).
 func (r *Readiness) proofAge(ctx context.Context, replica string) (time.Duration, bool, error) {
-	q := `SELECT TIMESTAMPDIFF(MICROSECOND, proved_at, NOW(3)) FROM ` + ReadyTable + ` WHERE lock_name = ? AND replica = ?`
-	if r.dialect == "postgres" {
-		q = `SELECT (extract(epoch FROM now() - proved_at) * 1e6)::bigint FROM ` + ReadyTable + ` WHERE lock_name = $1 AND replica = $2`
-	}
+	q := `SELECT ` + r.d.MicrosSince("proved_at") + ` FROM ` + ReadyTable + ` WHERE lock_name = ` + r.d.Param(1) + ` AND replica = ` + r.d.Param(2)
 	var us int64
 	err := r.db.QueryRowContext(ctx, q, r.lock, replica).Scan(&us)
 	if err == sql.ErrNoRows {

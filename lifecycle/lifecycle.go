@@ -206,21 +206,15 @@ func qualified(s string) bool {
 	return ident(a) && ident(b)
 }
 
-// Dialects.
-const (
-	MySQL    = "mysql"
-	Postgres = "postgres"
-)
-
 // Lifecycle marks and cleans up; create it with New, register it with
 // Pipeline.Observe, watch Failed, and Close it after the pipeline stopped.
 type Lifecycle struct {
-	cfg     Config
-	dialect string
-	table   string // quoted, qualified
-	idCol   string // quoted
-	db      *sql.DB
-	log     zerolog.Logger
+	cfg   Config
+	d     *dbconn.Dialect
+	table string // quoted, qualified
+	idCol string // quoted
+	db    *sql.DB
+	log   zerolog.Logger
 
 	// The mark queue: ids in checkpoint order, at most cfg.Queue.
 	mu       sync.Mutex
@@ -258,7 +252,8 @@ func New(cfg Config, dialect, dsn, table, messageIDColumn string, log zerolog.Lo
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if dialect != MySQL && dialect != Postgres {
+	d, err := dbconn.DialectOf(dialect)
+	if err != nil {
 		return nil, fmt.Errorf("lifecycle: unknown dialect %q", dialect)
 	}
 	if cfg.MessageIDColumn == "" {
@@ -267,7 +262,7 @@ func New(cfg Config, dialect, dsn, table, messageIDColumn string, log zerolog.Lo
 	o := dbconn.Defaults()
 	o.LockWait = cfg.MarkTimeout
 	o.IO = max(o.IO, cfg.MarkTimeout+5*time.Second, 2*time.Minute) // cleanup statements run up to a minute
-	db, err := dbconn.Open(dialect, dsn, o)
+	db, err := d.Open(dsn, o)
 	if err != nil {
 		return nil, errors.New("lifecycle: cannot open the source database (check source.dsn)")
 	}
@@ -275,9 +270,9 @@ func New(cfg Config, dialect, dsn, table, messageIDColumn string, log zerolog.Lo
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxIdleTime(time.Minute)
 	l := &Lifecycle{
-		cfg: cfg, dialect: dialect, db: db,
-		table:  quoteQualified(dialect, table),
-		idCol:  quote(dialect, cfg.MessageIDColumn),
+		cfg: cfg, d: d, db: db,
+		table:  d.QuoteQualified(table),
+		idCol:  d.Quote(cfg.MessageIDColumn),
 		log:    log.With().Str("component", "lifecycle").Logger(),
 		wake:   make(chan struct{}, 1),
 		closed: make(chan struct{}),
@@ -487,7 +482,7 @@ func (l *Lifecycle) markQueued() bool {
 // (or nil when the lifecycle was cancelled meanwhile: the ids are then
 // counted as unmarked by the caller).
 func (l *Lifecycle) mark(ids []string) error {
-	q := "UPDATE " + l.table + " SET " + l.cfg.MarkSentSet + " WHERE " + l.idCol + " IN (" + l.placeholders(len(ids)) + ")"
+	q := "UPDATE " + l.table + " SET " + l.cfg.MarkSentSet + " WHERE " + l.idCol + " IN (" + l.d.Params(len(ids)) + ")"
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
@@ -606,8 +601,8 @@ func (l *Lifecycle) cleaner() {
 // removed.
 func (l *Lifecycle) cleanup() (int, error) {
 	c := l.cfg.Cleanup
-	key := quote(l.dialect, c.Key)
-	older := quote(l.dialect, c.CreatedColumn) + " < " + l.ago(c.Retention)
+	key := l.d.Quote(c.Key)
+	older := l.d.Quote(c.CreatedColumn) + " < " + l.d.MinusSeconds(l.d.Now(0), c.Retention)
 	cond := "(" + c.Delivered + ") AND " + older
 	sel := "SELECT " + key + " FROM " + l.table + " WHERE " + cond + " ORDER BY " + key + " LIMIT " + strconv.Itoa(c.Batch)
 	total := 0
@@ -668,9 +663,9 @@ func (l *Lifecycle) remove(keys []any, cond string) (int, error) {
 		return 0, err
 	}
 	defer tx.Rollback()
-	where := " WHERE " + quote(l.dialect, l.cfg.Cleanup.Key) + " IN (" + l.placeholders(len(keys)) + ") AND " + cond
+	where := " WHERE " + l.d.Quote(l.cfg.Cleanup.Key) + " IN (" + l.d.Params(len(keys)) + ") AND " + cond
 	if a := l.cfg.Cleanup.ArchiveTable; a != "" {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+quoteQualified(l.dialect, a)+" SELECT * FROM "+l.table+where, keys...); err != nil {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO "+l.d.QuoteQualified(a)+" SELECT * FROM "+l.table+where, keys...); err != nil {
 			return 0, fmt.Errorf("archive into %s: %w", a, err)
 		}
 	}
@@ -684,43 +679,4 @@ func (l *Lifecycle) remove(keys []any, cond string) (int, error) {
 	}
 	l.deleted.Add(float64(n))
 	return int(n), nil
-}
-
-func (l *Lifecycle) ago(d time.Duration) string {
-	secs := strconv.FormatInt(int64(d/time.Second), 10)
-	if l.dialect == MySQL {
-		return "NOW() - INTERVAL " + secs + " SECOND"
-	}
-	return "now() - interval '" + secs + " seconds'"
-}
-
-func (l *Lifecycle) placeholders(n int) string {
-	var b strings.Builder
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		if l.dialect == MySQL {
-			b.WriteByte('?')
-		} else {
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(i + 1))
-		}
-	}
-	return b.String()
-}
-
-func quote(dialect, id string) string {
-	if dialect == MySQL {
-		return "`" + strings.ReplaceAll(id, "`", "``") + "`"
-	}
-	return `"` + strings.ReplaceAll(id, `"`, `""`) + `"`
-}
-
-func quoteQualified(dialect, name string) string {
-	a, b, ok := strings.Cut(name, ".")
-	if !ok {
-		return quote(dialect, a)
-	}
-	return quote(dialect, a) + "." + quote(dialect, b)
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-cdc/outbox-cdc/dbconn"
 )
 
 func TestValidate(t *testing.T) {
@@ -33,21 +35,30 @@ func TestValidate(t *testing.T) {
 }
 
 func TestSQL(t *testing.T) {
-	my := &Lifecycle{dialect: MySQL}
-	pg := &Lifecycle{dialect: Postgres}
-	if got := my.placeholders(3); got != "?, ?, ?" {
+	my := &Lifecycle{d: dialect(t, dbconn.MySQL)}
+	pg := &Lifecycle{d: dialect(t, dbconn.Postgres)}
+	if got := my.d.Params(3); got != "?, ?, ?" {
 		t.Fatal(got)
 	}
-	if got := pg.placeholders(3); got != "$1, $2, $3" {
+	if got := pg.d.Params(3); got != "$1, $2, $3" {
 		t.Fatal(got)
 	}
-	if got := quoteQualified(MySQL, "shop.outbox"); got != "`shop`.`outbox`" {
+	if got := my.d.QuoteQualified("shop.outbox"); got != "`shop`.`outbox`" {
 		t.Fatal(got)
 	}
-	if got := quoteQualified(Postgres, "public.outbox"); got != `"public"."outbox"` {
+	if got := pg.d.QuoteQualified("public.outbox"); got != `"public"."outbox"` {
 		t.Fatal(got)
 	}
-	if got := pg.ago(168 * time.Hour); got != "now() - interval '604800 seconds'" {
+	if got := pg.d.MinusSeconds(pg.d.Now(0), 168*time.Hour); got != "now() - interval '604800 seconds'" {
 		t.Fatal(got)
 	}
+}
+
+func dialect(t *testing.T, kind string) *dbconn.Dialect {
+	t.Helper()
+	d, err := dbconn.DialectOf(kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/dbconn"
 	"github.com/outbox-cdc/outbox-cdc/test/testenv"
 )
 
@@ -43,12 +44,12 @@ func markEnvs(t *testing.T, rows int) []*markEnv {
 	}
 	t.Cleanup(func() { pgdb.Close() })
 	envs := []*markEnv{
-		{MySQL, my, mycfg.DBName + "." + name, testenv.MySQL(t), func(int) string { return "?" }},
-		{Postgres, pg, "public." + name, pgdb, func(i int) string { return fmt.Sprintf("$%d", i) }},
+		{dbconn.MySQL, my, mycfg.DBName + "." + name, testenv.MySQL(t), func(int) string { return "?" }},
+		{dbconn.Postgres, pg, "public." + name, pgdb, func(i int) string { return fmt.Sprintf("$%d", i) }},
 	}
 	for _, e := range envs {
 		ddl := []string{testenv.SeedTableMySQL(e.table)}
-		if e.dialect == Postgres {
+		if e.dialect == dbconn.Postgres {
 			ddl = testenv.SeedTablePostgres(e.table)
 		}
 		for _, q := range ddl {

@@ -2,7 +2,6 @@ package sink
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 
 	"github.com/rs/zerolog"
@@ -72,15 +71,4 @@ func (t TLS) Warn(log zerolog.Logger) {
 	if t.Enabled && t.InsecureSkipVerify {
 		log.Warn().Msg("sink.tls.insecure_skip_verify: the broker's certificate is not verified; a man in the middle can read and change everything sent")
 	}
-}
-
-// IsCertificateError reports whether err is the server's certificate
-// failing verification: a configuration problem (wrong CA, wrong name),
-// not one a retry can fix.
-func IsCertificateError(err error) bool {
-	var ve *tls.CertificateVerificationError
-	var ua x509.UnknownAuthorityError
-	var hn x509.HostnameError
-	var ci x509.CertificateInvalidError
-	return errors.As(err, &ve) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci)
 }

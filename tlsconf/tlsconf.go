@@ -127,19 +127,39 @@ func verifyChain(cs tls.ConnectionState, roots *x509.CertPool) error {
 	return nil
 }
 
+// IsCertificateError reports whether err is the server's certificate
+// failing verification: an unknown authority (wrong CA), an invalid
+// certificate (expired, not for this use, a broken chain) or the wrong
+// name, in every form they come in: the values crypto/x509 returns, the
+// same as pointers, inside crypto/tls's *CertificateVerificationError (a
+// VerifyFull handshake), or wrapped with %w (VerifyCA's own check). A
+// configuration problem: reconnecting cannot fix it.
+func IsCertificateError(err error) bool {
+	var (
+		verify     *tls.CertificateVerificationError
+		unknownCA  x509.UnknownAuthorityError
+		unknownCAp *x509.UnknownAuthorityError
+		invalid    x509.CertificateInvalidError
+		invalidp   *x509.CertificateInvalidError
+		hostname   x509.HostnameError
+		hostnamep  *x509.HostnameError
+	)
+	return errors.As(err, &verify) ||
+		errors.As(err, &unknownCA) || errors.As(err, &unknownCAp) ||
+		errors.As(err, &invalid) || errors.As(err, &invalidp) ||
+		errors.As(err, &hostname) || errors.As(err, &hostnamep)
+}
+
 // IsVerifyError reports whether err is the server failing TLS
-// verification (unknown CA, wrong name, expired, a server that does not
-// speak TLS) or refusing the client's certificate. Reconnecting cannot fix
-// it: sources treat it as permanent.
+// verification (IsCertificateError), a server that does not speak TLS, or
+// the server refusing the TLS handshake (a TLS alert: the client's
+// certificate refused, no common version or cipher). Reconnecting cannot
+// fix it: sources treat it as permanent. Sinks classify with
+// IsCertificateError alone and retry the rest.
 func IsVerifyError(err error) bool {
 	var (
-		unknownCA *x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-		verify    *tls.CertificateVerificationError
-		header    tls.RecordHeaderError
-		alert     tls.AlertError
+		header tls.RecordHeaderError
+		alert  tls.AlertError
 	)
-	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
-		errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &alert)
+	return IsCertificateError(err) || errors.As(err, &header) || errors.As(err, &alert)
 }

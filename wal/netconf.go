@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 )
 
 // Every connection of the source to PostgreSQL (replication, metadata, the
-// lag monitor, the pending backfill) is dialled with TCP keepalives the
-// connector sets and, on Linux, TCP_USER_TIMEOUT, and asks the server for
+// lag monitor, the pending backfill) is dialled with deadpeer.WAL (TCP
+// keepalives and, on Linux, TCP_USER_TIMEOUT), and asks the server for
 // keepalives on its side too. A half-open connection (the peer's host gone,
-// a firewall that dropped its state) then dies within about tcpDeadAfter
+// a firewall that dropped its state) then dies within about its DeadAfter
 // even where no application-level timeout applies: a write that would
 // otherwise sit in the send buffer, a query waiting for its answer.
 //
@@ -22,29 +24,13 @@ import (
 // server's sends meet a zero window, which Linux counts against
 // TCP_USER_TIMEOUT, so the walsender would be cut during a long Kafka
 // outage. Keepalive probes are not sent while data waits, so they do not.
-const (
-	keepAliveIdle     = 15 * time.Second
-	keepAliveInterval = 5 * time.Second
-	keepAliveCount    = 3
-	// tcpUserTimeout bounds how long data the source sent (status updates,
-	// queries) may stay unacknowledged before the kernel drops the
-	// connection.
-	tcpUserTimeout = 30 * time.Second
-	// tcpDeadAfter is about when the kernel gives up on a silent peer.
-	tcpDeadAfter = keepAliveIdle + keepAliveInterval*keepAliveCount
-)
 
 // netConfig sets the dialer, the connect timeout and the server-side
 // session settings of one connection. replication adds
 // wal_sender_timeout when the configuration sets it.
 func (s *Source) netConfig(cfg *pgconn.Config, replication bool) {
-	d := &net.Dialer{
-		Timeout: s.cfg.ConnectTimeout,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount,
-		},
-		Control: setTCPUserTimeout,
-	}
+	p := deadpeer.WAL
+	d := p.Dialer(s.cfg.ConnectTimeout)
 	cfg.DialFunc = d.DialContext
 	if replication {
 		cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -58,9 +44,9 @@ func (s *Source) netConfig(cfg *pgconn.Config, replication bool) {
 	}
 	cfg.ConnectTimeout = s.cfg.ConnectTimeout
 	rp := cfg.RuntimeParams
-	rp["tcp_keepalives_idle"] = strconv.Itoa(int(keepAliveIdle / time.Second))
-	rp["tcp_keepalives_interval"] = strconv.Itoa(int(keepAliveInterval / time.Second))
-	rp["tcp_keepalives_count"] = strconv.Itoa(keepAliveCount)
+	rp["tcp_keepalives_idle"] = strconv.Itoa(int(p.Idle / time.Second))
+	rp["tcp_keepalives_interval"] = strconv.Itoa(int(p.Interval / time.Second))
+	rp["tcp_keepalives_count"] = strconv.Itoa(p.Count)
 	if replication && s.cfg.WalSenderTimeout > 0 {
 		rp["wal_sender_timeout"] = strconv.FormatInt(s.cfg.WalSenderTimeout.Milliseconds(), 10)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 )
 
 // TestConnectionsHaveKeepalives: both kinds of connection of the source
@@ -57,7 +59,7 @@ func TestConnectionsHaveKeepalives(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeMeta(meta)
-	if ka, idle, ut := sockopts(meta.PgConn().Conn()); ka != 1 || idle != int(keepAliveIdle/time.Second) || ut != int(tcpUserTimeout/time.Millisecond) {
+	if ka, idle, ut := sockopts(meta.PgConn().Conn()); ka != 1 || idle != int(deadpeer.WAL.Idle/time.Second) || ut != int(deadpeer.WAL.DeadAfter()/time.Millisecond) {
 		t.Errorf("metadata connection: SO_KEEPALIVE %d TCP_KEEPIDLE %d TCP_USER_TIMEOUT %d", ka, idle, ut)
 	}
 	var serverIdle string
@@ -70,7 +72,7 @@ func TestConnectionsHaveKeepalives(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeRepl(repl)
-	if ka, idle, ut := sockopts(repl.Conn()); ka != 1 || idle != int(keepAliveIdle/time.Second) || ut != int(tcpUserTimeout/time.Millisecond) {
+	if ka, idle, ut := sockopts(repl.Conn()); ka != 1 || idle != int(deadpeer.WAL.Idle/time.Second) || ut != int(deadpeer.WAL.DeadAfter()/time.Millisecond) {
 		t.Errorf("replication connection: SO_KEEPALIVE %d TCP_KEEPIDLE %d TCP_USER_TIMEOUT %d", ka, idle, ut)
 	}
 	if wst, err := src.walSenderTimeout(ctx, repl); err != nil || wst != 7*time.Second {

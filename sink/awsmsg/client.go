@@ -12,7 +12,9 @@ import (
 	"github.com/aws/smithy-go"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // HTTPClient returns the HTTP client of one connection: its sockets are
@@ -20,7 +22,7 @@ import (
 // them. The SDK client built on it must have aws.NopRetryer: the sink
 // retries (package broker), not the SDK.
 func HTTPClient(cfg Config, socks *sink.Sockets) *http.Client {
-	d := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	d := deadpeer.HTTP.Dialer(cfg.DialTimeout)
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		TLSHandshakeTimeout: cfg.DialTimeout,
@@ -86,7 +88,7 @@ func (s *Service) Classify(err error) error {
 		}
 		return outboxcdc.Permanent(err, "")
 	}
-	if sink.IsCertificateError(err) {
+	if tlsconf.IsCertificateError(err) {
 		return sink.NoRecord(outboxcdc.Permanent(err, "check sink.endpoint and the system's CA certificates"))
 	}
 	if n := outboxcdc.Network(err); outboxcdc.IsClassified(n) {

@@ -51,7 +51,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -66,7 +65,9 @@ import (
 	"github.com/rs/zerolog"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // HTTP header names the sink sends.
@@ -151,7 +152,7 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 // client returns an HTTP client with its own connection pool; redirects
 // are not followed (a POST would turn into a GET).
 func (c Config) client(tc *tls.Config) *http.Client {
-	d := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}
+	d := deadpeer.HTTP.Dialer(c.DialTimeout)
 	t := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           d.DialContext,
@@ -445,7 +446,7 @@ func RetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // classifyNet marks a failed round trip.
 func classifyNet(err error) error {
-	if sink.IsCertificateError(err) {
+	if tlsconf.IsCertificateError(err) {
 		return sink.NoRecord(outboxcdc.Permanent(err,
 			"set sink.tls.ca_file to the CA that signed the receiver's certificate, and sink.tls.server_name if it names another host"))
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/outbox-cdc/outbox-cdc/deadpeer"
 	"github.com/outbox-cdc/outbox-cdc/retry"
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
@@ -172,7 +173,7 @@ func (c *KafkaConfig) sarama() *sarama.Config {
 	s.Net.DialTimeout = c.DialTimeout
 	s.Net.ReadTimeout = c.stallAfter()
 	s.Net.WriteTimeout = c.stallAfter()
-	s.Net.KeepAlive = keepAlive
+	s.Net.KeepAlive = deadpeer.Kafka.Idle // the client takes a period only
 
 	// Only the topics produced to; never the whole cluster's metadata, and
 	// creating the client does not contact a broker.
@@ -196,12 +197,6 @@ func (c *KafkaConfig) sarama() *sarama.Config {
 // answer before the sink reports the brokers unreachable: the read
 // deadline of a produce request.
 func (c *KafkaConfig) stallAfter() time.Duration { return c.ProduceTimeout + 10*time.Second }
-
-// keepAlive is the TCP keepalive period of the Kafka connections, so that
-// an idle connection to a host that vanished is dropped in about a minute
-// rather than after the OS's hours-long defaults; requests in flight are
-// bounded by the read deadline (stallAfter) first.
-const keepAlive = 10 * time.Second
 
 // retryPolicy is the backoff between a Write's attempts: retry_backoff_min
 // doubling up to retry_backoff_max, ±20% jitter; every Write starts at the

@@ -40,6 +40,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // Header keys the sink adds.
@@ -179,7 +180,7 @@ func classifyConnect(err error) error {
 			"check sink.username/password, sink.token or sink.creds_file")
 	case errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrInvalidArg):
 		return outboxcdc.Permanent(err, "fix sink.url")
-	case sink.IsCertificateError(err):
+	case tlsconf.IsCertificateError(err):
 		return outboxcdc.Permanent(fmt.Errorf("nats: %w", err), "set sink.tls.ca_file to the CA that signed the server's certificate, and sink.tls.server_name if it names another host")
 	}
 	return outboxcdc.Transient(fmt.Errorf("connecting to nats: %w", err))

@@ -38,6 +38,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // Header keys the sink adds.
@@ -159,7 +160,7 @@ func classifyDial(err error) error {
 		}
 		return outboxcdc.Transient(fmt.Errorf("connecting to rabbitmq: %w", err))
 	}
-	if sink.IsCertificateError(err) {
+	if tlsconf.IsCertificateError(err) {
 		return outboxcdc.Permanent(fmt.Errorf("connecting to rabbitmq: %w", err),
 			"set sink.tls.ca_file to the CA that signed the broker's certificate, and sink.tls.server_name if it names another host")
 	}

@@ -37,6 +37,7 @@ import (
 
 	outboxcdc "github.com/outbox-cdc/outbox-cdc"
 	"github.com/outbox-cdc/outbox-cdc/sink"
+	"github.com/outbox-cdc/outbox-cdc/tlsconf"
 )
 
 // Entry field names.
@@ -147,7 +148,7 @@ func classify(err error) error {
 		redis.IsClusterDownError(err), redis.IsTryAgainError(err), redis.HasErrorPrefix(err, "BUSY"):
 		return outboxcdc.Transient(err)
 	}
-	if sink.IsCertificateError(err) {
+	if tlsconf.IsCertificateError(err) {
 		return sink.NoRecord(outboxcdc.Permanent(err,
 			"set sink.tls.ca_file to the CA that signed the server's certificate, and sink.tls.server_name if it names another host"))
 	}

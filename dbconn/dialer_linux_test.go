@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The dialer's sockets carry the keepalive intervals and TCP_USER_TIMEOUT
@@ -33,7 +35,7 @@ func TestDialerSocketOptions(t *testing.T) {
 			"TCP_KEEPIDLE":     {syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE},
 			"TCP_KEEPINTVL":    {syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL},
 			"TCP_KEEPCNT":      {syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT},
-			"TCP_USER_TIMEOUT": {syscall.IPPROTO_TCP, tcpUserTimeout},
+			"TCP_USER_TIMEOUT": {syscall.IPPROTO_TCP, unix.TCP_USER_TIMEOUT},
 		} {
 			v, err := syscall.GetsockoptInt(int(fd), opt[0], opt[1])
 			if err != nil {
@@ -43,8 +45,8 @@ func TestDialerSocketOptions(t *testing.T) {
 		}
 	})
 	want := map[string]int{
-		"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": int(o.KeepAlive / time.Second), "TCP_KEEPINTVL": int(o.KeepAlive / time.Second),
-		"TCP_KEEPCNT": o.KeepAliveProbes, "TCP_USER_TIMEOUT": int(o.DeadAfter().Milliseconds()),
+		"SO_KEEPALIVE": 1, "TCP_KEEPIDLE": int(o.Peer.Idle / time.Second), "TCP_KEEPINTVL": int(o.Peer.Interval / time.Second),
+		"TCP_KEEPCNT": o.Peer.Count, "TCP_USER_TIMEOUT": int(o.Peer.DeadAfter().Milliseconds()),
 	}
 	for k, v := range want {
 		if got[k] != v {
