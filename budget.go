@@ -49,6 +49,18 @@ func (b *ByteBudget) Acquire(ctx context.Context, stop <-chan struct{}, n int64)
 	return nil
 }
 
+// TryAcquire takes n bytes if they fit now (as Acquire admits them: one
+// larger than the limit when nothing is held) and reports whether it did.
+func (b *ByteBudget) TryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used > 0 && b.used+n > b.limit {
+		return false
+	}
+	b.used += n
+	return true
+}
+
 // Release gives n bytes back.
 func (b *ByteBudget) Release(n int64) {
 	b.mu.Lock()

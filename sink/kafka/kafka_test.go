@@ -748,3 +748,34 @@ func TestResendSetTakesPartitionSuffix(t *testing.T) {
 		t.Fatal("resend with no failure")
 	}
 }
+
+// A write whose requests to one broker outgrow max_in_flight_bytes must not
+// wait for room that only its own unanswered requests hold: before waiting
+// it takes the answers of what it already sent (one broker, one partition,
+// 2 MB in 256 KiB requests under a 300 KiB bound).
+func TestKafkaInFlightBoundBelowTwoRequests(t *testing.T) {
+	const topic = "big"
+	_, addrs := testenv.Kafka(t, kfake.SeedTopics(1, topic))
+	cfg := testConfig(addrs)
+	cfg.MaxInFlightBytes = 300 << 10
+	k, _ := newTestKafka(t, cfg)
+	pad := strings.Repeat("x", 1000)
+	const total = 2000
+	var batch []outboxcdc.Record
+	for i := 0; i < total; i++ {
+		batch = append(batch, outboxcdc.Record{
+			Topic: topic, Key: []byte("agg"), Value: []byte(fmt.Sprintf("%d %s", i, pad)), Timestamp: time.Now(),
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := k.Write(ctx, batch); err != nil {
+		t.Fatalf("write of %d records (%d KiB) under a %d KiB bound: %v", total, total*len(pad)>>10, cfg.MaxInFlightBytes>>10, err)
+	}
+	if used := k.mem.InUse(); used != 0 {
+		t.Fatalf("%d bytes still counted in flight after the write", used)
+	}
+	if got := consume(t, addrs, topic, total); len(got) != total {
+		t.Fatalf("consumed %d of %d", len(got), total)
+	}
+}

@@ -499,9 +499,10 @@ func (e *encodeBuf) headers(hs []sarama.RecordHeader) []*sarama.RecordHeader {
 // answers every record of them. A partition whose batch failed sends
 // nothing more in this attempt: its later records are answered errNotSent
 // (the attempt's resend set takes them, in order, with a fresh producer).
-// Before each request it waits for room under max_in_flight_bytes; when
-// that wait ends (ctx, Close), the rest is answered errNotSent too.
-func (k *kafkaSink) send(c *producer, w *brokerWork, enc *encodeBuf, a *attempt, acquire func(int64) error) {
+// Before each request it asks fence (nil: none) and takes room under
+// max_in_flight_bytes (room); when either refuses (fence, ctx, Close), the
+// rest is answered errNotSent too.
+func (k *kafkaSink) send(c *producer, w *brokerWork, enc *encodeBuf, a *attempt, fence func() error, wait func(int64) error) {
 	type answer struct {
 		res *sarama.ProduceResponse
 		err error
@@ -567,7 +568,22 @@ func (k *kafkaSink) send(c *producer, w *brokerWork, enc *encodeBuf, a *attempt,
 			for _, b := range round {
 				sizes[r] += b.size
 			}
-			stopped = acquire(sizes[r])
+			if fence != nil {
+				stopped = fence() // refused: not sent, answered errNotSent
+			}
+			if stopped == nil {
+				stopped = k.room(sizes[r], wait, func() bool {
+					if next == r {
+						return false
+					}
+					settle(next)
+					next++
+					return true
+				})
+				if stopped == nil && connErr != nil {
+					k.mem.Release(sizes[r]) // a settled answer put the connection in doubt: not sent
+				}
+			}
 		}
 		if stopped != nil || connErr != nil {
 			continue
@@ -586,6 +602,21 @@ func (k *kafkaSink) send(c *producer, w *brokerWork, enc *encodeBuf, a *attempt,
 	}
 }
 
+// room takes n bytes of max_in_flight_bytes for a request. The bytes this
+// broker's unanswered requests hold come back only when this goroutine
+// settles them, so while n does not fit it settles the oldest of them
+// (settleOldest; false: none left) and waits (wait) only when it holds
+// none: a bound below a few requests' size slows a write down instead of
+// stalling it until its context ends.
+func (k *kafkaSink) room(n int64, wait func(int64) error, settleOldest func() bool) error {
+	for !k.mem.TryAcquire(n) {
+		if !settleOldest() {
+			return wait(n)
+		}
+	}
+	return nil
+}
+
 // SetFence implements outboxcdc.FencedSink: fence is asked right before
 // every produce request, the first one of a write and every retry, on the
 // goroutine that would send it; when it refuses, the request and the rest
@@ -595,15 +626,10 @@ func (k *kafkaSink) SetFence(fence func() error) { k.fence.Store(&fence) }
 // sendAll hands the planned work to the brokers, one goroutine per broker
 // so that the requests to different brokers overlap, and returns a channel
 // closed when every record has its answer.
-func (k *kafkaSink) sendAll(c *producer, works []*brokerWork, a *attempt, acquire func(int64) error) <-chan struct{} {
+func (k *kafkaSink) sendAll(c *producer, works []*brokerWork, a *attempt, wait func(int64) error) <-chan struct{} {
+	var fence func() error
 	if f := k.fence.Load(); f != nil {
-		room := acquire
-		acquire = func(n int64) error {
-			if err := (*f)(); err != nil {
-				return err // not sent: answered errNotSent
-			}
-			return room(n)
-		}
+		fence = *f
 	}
 	var wg sync.WaitGroup
 	if k.sending.Load() != 0 {
@@ -626,7 +652,7 @@ func (k *kafkaSink) sendAll(c *producer, works []*brokerWork, a *attempt, acquir
 		go func() {
 			defer wg.Done()
 			defer k.sending.Add(-1)
-			k.send(c, w, enc, a, acquire)
+			k.send(c, w, enc, a, fence, wait)
 		}()
 	}
 	done := make(chan struct{})
