@@ -104,16 +104,41 @@ func (s *syncBuffer) String() string {
 }
 
 // FreeAddr returns a loopback address with a port free at the time of the
-// call.
+// call, never one it returned before in this process: a port handed to a
+// process that has not bound it yet is free again, and the kernel may hand
+// it out once more (two instances launched one after the other were given
+// the same HTTP port).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handed.mu.Lock()
+	defer handed.mu.Unlock()
+	var held []net.Listener // kept open while looking, so the kernel gives another
+	defer func() {
+		for _, ln := range held {
+			_ = ln.Close()
+		}
+	}()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ln)
+		addr := ln.Addr().String()
+		if !handed.ports[addr] {
+			handed.ports[addr] = true
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no loopback port that was not handed out before")
+	return ""
 }
+
+// handed is every address FreeAddr returned.
+var handed = struct {
+	mu    sync.Mutex
+	ports map[string]bool
+}{ports: map[string]bool{}}
 
 // Launch runs `outbox-cdc run --config configPath` with env added to the
 // environment, JSON logs and the HTTP server on a free port, and returns
